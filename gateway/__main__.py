@@ -1,0 +1,3 @@
+from gateway.serve import main
+
+main()

@@ -1,0 +1,121 @@
+"""Admin API (guarded by the admin credential) and the app-wide error handlers.
+
+The admin credential is read from the env var named by ``gateway.admin_token_env``; when that
+variable is unset the admin API refuses every call (use SIGHUP to reload then).
+"""
+
+from __future__ import annotations
+
+import hmac
+import os
+from typing import Any
+
+import orjson
+from fastapi import FastAPI
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from gateway.config import ConfigFileError
+from gateway.errors import (
+    AuthenticationError,
+    GatewayError,
+    PermissionDeniedError,
+    error_body,
+    error_response_parts,
+)
+from gateway.state import GatewayState
+from router.errors import RoutingError
+
+
+def _json(data: Any, status: int = 200) -> Response:
+    return Response(orjson.dumps(data), status, media_type="application/json")
+
+
+def _error(exc: Exception) -> Response:
+    status, headers, body = error_response_parts(exc)
+    return Response(orjson.dumps(body), status, headers, media_type="application/json")
+
+
+def check_admin(request: Request) -> GatewayState:
+    state: GatewayState = request.app.state.switchyard
+    expected = os.environ.get(state.config.gateway.admin_token_env)
+    if not expected:
+        raise PermissionDeniedError(
+            f"admin API disabled: set {state.config.gateway.admin_token_env}",
+            code="admin_disabled",
+        )
+    auth = request.headers.get("authorization", "")
+    token = auth.removeprefix("Bearer ").strip()
+    if not token or not hmac.compare_digest(token.encode(), expected.encode()):
+        raise AuthenticationError("invalid admin credential")
+    return state
+
+
+async def reload_config(request: Request) -> Response:
+    try:
+        state = check_admin(request)
+        routing = await state.reload()
+    except (GatewayError, RoutingError) as exc:
+        return _error(exc)
+    except ConfigFileError as exc:
+        return _json(error_body(str(exc), "invalid_request_error", None, "invalid_config"), 400)
+    return _json(
+        {"reloaded": True, "policy_version": routing.policy.version, "reloads": state.reloads}
+    )
+
+
+async def routing_info(request: Request) -> Response:
+    try:
+        state = check_admin(request)
+    except GatewayError as exc:
+        return _error(exc)
+    return _json(state.routing.config.routing.model_dump())
+
+
+async def backends_info(request: Request) -> Response:
+    try:
+        state = check_admin(request)
+    except GatewayError as exc:
+        return _error(exc)
+    pools = state.pools()
+    out = {}
+    for name, bc in state.config.backends.items():
+        entry: dict[str, Any] = {
+            "kind": bc.kind,
+            "model": bc.model,
+            "breaker": state.breakers[name].state.name.lower(),
+        }
+        if name in pools:
+            entry["replicas"] = [
+                {
+                    "url": r.url,
+                    "healthy": r.healthy,
+                    "in_flight": r.in_flight,
+                    "weights_version": r.weights_version,
+                }
+                for r in pools[name].replicas.values()
+            ]
+        out[name] = entry
+    return _json(out)
+
+
+def routes() -> list[Route]:
+    return [
+        Route("/admin/reload", reload_config, methods=["POST"]),
+        Route("/admin/routing", routing_info, methods=["GET"]),
+        Route("/admin/backends", backends_info, methods=["GET"]),
+    ]
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    """Unknown paths and methods answer in OpenAI's error shape too."""
+
+    async def http_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, StarletteHTTPException)
+        kind = "not_found_error" if exc.status_code == 404 else "invalid_request_error"
+        msg = f"{request.method} {request.url.path}: {exc.detail}"
+        return _json(error_body(msg, kind, None, None), exc.status_code)
+
+    app.add_exception_handler(StarletteHTTPException, http_error)

@@ -1,0 +1,146 @@
+"""The OpenAI-compatible front door: ``/v1/chat/completions``, ``/v1/completions``, ``/v1/models``.
+
+Handlers are plain Starlette endpoints (no per-request dependency injection or response model
+serialisation): the hot path reads the body once, validates it, routes it and hands it to
+:mod:`gateway.pipeline`.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+import orjson
+from starlette.requests import Request
+from starlette.responses import Response
+
+from gateway.backends.base import UpstreamCall, UpstreamEndpoint
+from gateway.errors import InvalidRequestError, PayloadTooLargeError
+from gateway.pipeline import error_response, new_exchange, serve_stream, serve_unary
+from gateway.state import GatewayState
+from gateway.wire.openai_requests import (
+    ChatCompletionRequest,
+    CompletionRequest,
+    prompt_chars,
+    validate_chat,
+    validate_completion,
+)
+from router.errors import RoutingError
+from router.features import Endpoint, RequestFeatures, estimate_tokens
+
+log = logging.getLogger(__name__)
+
+ROUTE_HEADER = "x-switchyard-route"
+TAGS_HEADER = "x-switchyard-tags"
+EPISODE_HEADER = "x-switchyard-episode"
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    """The request body, refusing more than ``limit`` bytes without reading it all."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise PayloadTooLargeError(f"request body of {declared} bytes exceeds {limit} bytes")
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise PayloadTooLargeError(f"request body exceeds {limit} bytes")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def parse_json_object(raw: bytes) -> dict[str, Any]:
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise InvalidRequestError(
+            f"We could not parse the JSON body of your request: {exc}", code="invalid_json"
+        ) from exc
+    if not isinstance(body, dict):
+        raise InvalidRequestError("The request body must be a JSON object.", code="invalid_json")
+    return body
+
+
+def parse_tags(request: Request, metadata: dict[str, str] | None) -> dict[str, str]:
+    tags = dict(metadata or {})
+    header = request.headers.get(TAGS_HEADER)
+    if header:
+        for item in header.split(","):
+            key, sep, value = item.partition("=")
+            if sep and key.strip():
+                tags[key.strip()] = value.strip()
+    return tags
+
+
+def build_features(
+    endpoint: Endpoint,
+    req: ChatCompletionRequest | CompletionRequest,
+    request: Request,
+    body: dict[str, Any],
+) -> RequestFeatures:
+    tags = parse_tags(request, req.metadata)
+    has_tools = bool(getattr(req, "tools", None))
+    return RequestFeatures(
+        endpoint=endpoint,
+        requested_model=req.model,
+        prompt_tokens=estimate_tokens(prompt_chars(req)),
+        has_tools=has_tools,
+        stream=bool(req.stream),
+        route_hint=request.headers.get(ROUTE_HEADER) or tags.get("route"),
+        tags=tags,
+        episode_id=request.headers.get(EPISODE_HEADER) or tags.get("episode_id"),
+        cache_key=body.get("prompt_cache_key") or req.user,
+    )
+
+
+async def _handle(request: Request, endpoint: UpstreamEndpoint) -> Response:
+    state: GatewayState = request.app.state.switchyard
+    routing = state.routing  # fixed for this request even if a reload happens meanwhile
+    wire = "openai.chat" if endpoint == "chat.completions" else "openai.completions"
+    ex = new_exchange(state, endpoint, wire)
+    raw = b""
+    try:
+        try:
+            raw = await read_body(request, routing.config.gateway.limits.max_body_bytes)
+            body = parse_json_object(raw)
+            ex.request = body
+            req = (
+                validate_chat(body) if endpoint == "chat.completions" else validate_completion(body)
+            )
+            ex.features = build_features(endpoint, req, request, body)
+            ex.decision = routing.policy.decide(ex.features)
+        except (InvalidRequestError, PayloadTooLargeError, RoutingError) as exc:
+            if ex.request is None:
+                # Kept whole (not truncated) so the record shows exactly what was refused.
+                ex.request = {"_unparsed": raw.decode(errors="replace")}
+            return error_response(state, ex, exc)
+        opts = body.get("stream_options") or {}
+        call = UpstreamCall(
+            endpoint, body, ex.features, client_wants_usage=bool(opts.get("include_usage"))
+        )
+        if req.stream:
+            return await serve_stream(state, routing, ex, call)
+        return await serve_unary(state, routing, ex, call)
+    except Exception as exc:  # a bug must still answer in OpenAI's shape and be recorded
+        log.exception("unhandled error in %s", endpoint)
+        return error_response(state, ex, exc)
+
+
+async def chat_completions(request: Request) -> Response:
+    return await _handle(request, "chat.completions")
+
+
+async def completions(request: Request) -> Response:
+    return await _handle(request, "completions")
+
+
+async def list_models(request: Request) -> Response:
+    state: GatewayState = request.app.state.switchyard
+    created = int(time.time())
+    data = [
+        {"id": name, "object": "model", "created": created, "owned_by": "switchyard"}
+        for name in state.routing.policy.model_names()
+    ]
+    return Response(orjson.dumps({"object": "list", "data": data}), media_type="application/json")

@@ -1,0 +1,135 @@
+"""The gateway application: built from a config, state created at startup, passed explicitly.
+
+Startup (lifespan): one aiohttp session for every back-end, litellm imported offline, the traffic
+store opened with its async writer, metrics and tracer built. Shutdown: stop taking requests,
+wait up to ``limits.drain_timeout_s`` for those in flight (streams included), flush the writer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator, Callable, Iterable
+from pathlib import Path
+
+import aiohttp
+from fastapi import FastAPI
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import BaseRoute, Route
+
+from gateway import api_admin, api_openai
+from gateway.backends.frontier import import_litellm
+from gateway.config import SwitchyardConfig
+from gateway.metrics import GatewayMetrics
+from gateway.recording import RecorderHandle, open_recorder
+from gateway.state import GatewayState, RecordSink, new_state
+from gateway.tracing import build_tracer
+
+log = logging.getLogger(__name__)
+
+
+def _live_gauges(
+    state: GatewayState, recorder: RecorderHandle | None
+) -> Callable[[], Iterable[tuple[str, str, dict[str, str], float]]]:
+    def read() -> Iterable[tuple[str, str, dict[str, str], float]]:
+        for name, breaker in state.breakers.items():
+            yield (
+                "switchyard_breaker_state",
+                "Circuit breaker per back-end: 0 closed, 1 half-open, 2 open.",
+                {"target": name},
+                float(breaker.state),
+            )
+        for target, pool in state.pools().items():
+            for url, rep in pool.replicas.items():
+                labels = {"target": target, "replica": url}
+                yield (
+                    "switchyard_replica_healthy",
+                    "Replica health (1 up).",
+                    labels,
+                    float(rep.healthy),
+                )
+                yield (
+                    "switchyard_replica_in_flight",
+                    "Requests in flight per replica.",
+                    labels,
+                    float(rep.in_flight),
+                )
+        if recorder is not None:
+            for key, value in recorder.stats().items():
+                yield (f"switchyard_store_{key}", f"Traffic store writer: {key}.", {}, value)
+
+    return read
+
+
+async def drain(state: GatewayState, timeout_s: float) -> None:
+    """Wait for in-flight requests (streams included) to finish, at most ``timeout_s``."""
+    state.draining = True
+    deadline = time.monotonic() + timeout_s
+    while state.in_flight > 0 and time.monotonic() < deadline:  # noqa: ASYNC110
+        await asyncio.sleep(0.02)
+    if state.in_flight:
+        log.warning("drain timed out with %d requests in flight", state.in_flight)
+
+
+def create_app(
+    config: SwitchyardConfig,
+    config_path: Path | None = None,
+    recorder: RecordSink | None = None,
+) -> FastAPI:
+    """Build the app. ``recorder`` overrides the store section (tests inject a sink)."""
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        litellm = await asyncio.to_thread(import_litellm)
+        connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300, enable_cleanup_closed=True)
+        session = aiohttp.ClientSession(connector=connector, auto_decompress=False)
+        handle: RecorderHandle | None = None
+        sink = recorder
+        if sink is None and config.store.enabled:
+            handle = await open_recorder(config.store)
+            sink = handle
+        metrics = GatewayMetrics()
+        state = new_state(config, config_path, session, litellm, sink, metrics)
+        state.tracer_provider, state.tracer = build_tracer(config.telemetry)
+        metrics.add_live_gauges(_live_gauges(state, handle))
+        app.state.switchyard = state
+        app.state.recorder = handle
+        try:
+            yield
+        finally:
+            await drain(state, state.config.gateway.limits.drain_timeout_s)
+            await state.aclose()
+            if handle is not None:
+                await handle.aclose()
+            if state.tracer_provider is not None:
+                state.tracer_provider.shutdown()
+            await session.close()
+
+    async def health(request: Request) -> Response:
+        return Response(b'{"status":"ok"}', media_type="application/json")
+
+    async def ready(request: Request) -> Response:
+        state: GatewayState = request.app.state.switchyard
+        if state.draining:
+            return Response(b'{"status":"draining"}', 503, media_type="application/json")
+        return Response(b'{"status":"ready"}', media_type="application/json")
+
+    async def metrics_endpoint(request: Request) -> Response:
+        state: GatewayState = request.app.state.switchyard
+        return Response(state.metrics.render(), media_type="text/plain; version=0.0.4")
+
+    routes: list[BaseRoute] = [
+        Route("/v1/chat/completions", api_openai.chat_completions, methods=["POST"]),
+        Route("/v1/completions", api_openai.completions, methods=["POST"]),
+        Route("/v1/models", api_openai.list_models, methods=["GET"]),
+        Route("/health", health, methods=["GET"]),
+        Route("/ready", ready, methods=["GET"]),
+        Route("/metrics", metrics_endpoint, methods=["GET"]),
+        *api_admin.routes(),
+    ]
+    app = FastAPI(title="Switchyard", lifespan=lifespan, routes=routes, docs_url="/docs")
+    api_admin.install_error_handlers(app)
+    return app

@@ -1,0 +1,88 @@
+"""The back-end interface: async only (the work is I/O), two methods, one call struct.
+
+``complete`` returns a whole answer; ``open_stream`` returns once the first bytes arrived, so a
+failure before the first byte can still fail over to the next target. After that, a failure
+surfaces to the client as an error event (see ``gateway.pipeline``).
+Both speak OpenAI's wire format to the gateway, whatever the provider's own format is.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+from router.features import RequestFeatures
+
+UpstreamEndpoint = Literal["chat.completions", "completions"]
+
+
+@dataclass(slots=True)
+class UpstreamCall:
+    endpoint: UpstreamEndpoint
+    body: dict[str, Any]
+    features: RequestFeatures
+    client_wants_usage: bool = False
+
+
+@dataclass(slots=True)
+class Usage:
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    cached_tokens: int | None = None
+
+    @classmethod
+    def from_openai(cls, usage: dict[str, Any] | None) -> Usage:
+        if not usage:
+            return cls()
+        details = usage.get("prompt_tokens_details") or {}
+        return cls(
+            usage.get("prompt_tokens"),
+            usage.get("completion_tokens"),
+            details.get("cached_tokens") if isinstance(details, dict) else None,
+        )
+
+
+@dataclass(slots=True)
+class UpstreamResult:
+    body: bytes
+    parsed: dict[str, Any]
+    usage: Usage
+    served_model: str
+    replica: str | None
+    weights_version: str | None = None
+
+
+@dataclass(slots=True)
+class StreamOutcome:
+    """Filled while the stream is consumed; read after it ended."""
+
+    usage: Usage = field(default_factory=Usage)
+    chunks: list[dict[str, Any]] = field(default_factory=list)
+    raw: list[bytes] = field(default_factory=list)
+    completed: bool = False
+    error: str | None = None
+
+
+class UpstreamStream(Protocol):
+    served_model: str
+    replica: str | None
+    weights_version: str | None
+    outcome: StreamOutcome
+
+    def __aiter__(self) -> AsyncIterator[bytes]:
+        """SSE bytes for the client, first block included; raises on a mid-stream failure."""
+        ...
+
+    async def aclose(self) -> None: ...
+
+
+class Backend(Protocol):
+    name: str
+    kind: str
+
+    async def complete(self, call: UpstreamCall) -> UpstreamResult: ...
+
+    async def open_stream(self, call: UpstreamCall) -> UpstreamStream: ...
+
+    async def aclose(self) -> None: ...

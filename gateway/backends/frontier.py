@@ -1,0 +1,321 @@
+"""Frontier back-end: OpenAI, Anthropic and other providers through ``litellm`` async calls.
+
+litellm's own retries are off (``num_retries=0``, ``max_retries=0``): failover, retry budget and
+breakers belong to the gateway. Its price map is read locally (``LITELLM_LOCAL_MODEL_COST_MAP``,
+set before the first import of litellm by :func:`import_litellm`); prices from our config win and
+are applied here, never passed per call (that would write into litellm's global cost map).
+litellm answers in OpenAI's format whatever the provider, which is what the gateway speaks.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator
+from types import ModuleType
+from typing import Any
+
+import orjson
+
+from gateway.backends.base import StreamOutcome, UpstreamCall, UpstreamResult, Usage
+from gateway.config import BackendConfig
+from gateway.errors import (
+    UpstreamClientError,
+    UpstreamError,
+    UpstreamRateLimitedError,
+    UpstreamTimeoutError,
+    UpstreamUnavailableError,
+)
+from gateway.wire.sse import DONE_EVENT, encode_event
+
+# Sampling and tool fields passed to litellm as they came from the client.
+_CHAT_FIELDS = (
+    "messages",
+    "tools",
+    "tool_choice",
+    "parallel_tool_calls",
+    "response_format",
+    "temperature",
+    "top_p",
+    "max_tokens",
+    "max_completion_tokens",
+    "stop",
+    "n",
+    "seed",
+    "user",
+    "presence_penalty",
+    "frequency_penalty",
+    "logit_bias",
+    "logprobs",
+    "top_logprobs",
+    "reasoning_effort",
+    "metadata",
+)
+_COMPLETION_FIELDS = (
+    "prompt",
+    "suffix",
+    "echo",
+    "best_of",
+    "temperature",
+    "top_p",
+    "max_tokens",
+    "stop",
+    "n",
+    "seed",
+    "user",
+    "presence_penalty",
+    "frequency_penalty",
+    "logit_bias",
+    "logprobs",
+)
+
+
+def import_litellm() -> ModuleType:
+    """Import litellm offline and quiet. Call at startup, never on the request path."""
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    import litellm
+
+    litellm.suppress_debug_info = True
+    litellm.drop_params = True
+    return litellm
+
+
+def map_litellm_error(name: str, exc: Exception, litellm: ModuleType) -> UpstreamError:
+    ex = litellm.exceptions
+    msg = f"{name}: {type(exc).__name__}: {getattr(exc, 'message', str(exc))}"[:1000]
+    status = getattr(exc, "status_code", None)
+    if isinstance(exc, ex.Timeout) or status in (408, 504):
+        return UpstreamTimeoutError(msg, backend=name)
+    if isinstance(exc, ex.RateLimitError) or status == 429:
+        retry = 1.0
+        response = getattr(exc, "response", None)
+        if response is not None and hasattr(response, "headers"):
+            try:
+                retry = float(response.headers.get("retry-after", 1))
+            except (TypeError, ValueError):
+                retry = 1.0
+        return UpstreamRateLimitedError(msg, backend=name, retry_after_s=retry)
+    if isinstance(exc, ex.APIConnectionError | ex.ServiceUnavailableError) or status == 503:
+        return UpstreamUnavailableError(msg, backend=name)
+    if isinstance(exc, ex.BadRequestError | ex.UnprocessableEntityError) and status in (400, 422):
+        return UpstreamClientError(msg, backend=name, status=int(status))
+    return UpstreamError(msg, backend=name)
+
+
+def _dump(obj: Any) -> dict[str, Any]:
+    data: dict[str, Any] = obj.model_dump(exclude_none=False)
+    return data
+
+
+_RESPONSE_KEYS = ("id", "object", "created", "model", "system_fingerprint", "choices", "usage")
+_MESSAGE_KEYS = ("role", "content", "refusal", "tool_calls", "reasoning_content", "annotations")
+
+
+def _drop_nulls(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _drop_nulls(v) for k, v in value.items() if v is not None}
+    return value
+
+
+def clean_response(data: dict[str, Any]) -> dict[str, Any]:
+    """litellm's ``ModelResponse`` dump reduced to the fields OpenAI itself sends."""
+    out = {k: data.get(k) for k in _RESPONSE_KEYS}
+    choices = []
+    for ch in data.get("choices") or []:
+        msg = ch.get("message")
+        if msg is not None:
+            msg = {k: msg.get(k) for k in _MESSAGE_KEYS if k in msg}
+            msg.setdefault("content", None)
+            if not msg.get("tool_calls"):
+                msg.pop("tool_calls", None)
+            for k in ("reasoning_content", "annotations"):
+                if msg.get(k) is None:
+                    msg.pop(k, None)
+            choices.append(
+                {"index": ch.get("index", 0), "message": msg, "logprobs": ch.get("logprobs"),
+                 "finish_reason": ch.get("finish_reason")}
+            )
+        else:  # text completion choice
+            choices.append({k: v for k, v in ch.items() if k != "provider_specific_fields"})
+    out["choices"] = choices
+    if out.get("usage"):
+        out["usage"] = _drop_nulls(out["usage"])
+    return out
+
+
+def _clean_chunk(chunk: dict[str, Any]) -> dict[str, Any]:
+    """litellm's stream chunk reduced to OpenAI's ``chat.completion.chunk`` fields."""
+    out: dict[str, Any] = {
+        "id": chunk.get("id"),
+        "object": "chat.completion.chunk",
+        "created": chunk.get("created"),
+        "model": chunk.get("model"),
+        "system_fingerprint": chunk.get("system_fingerprint"),
+        "choices": [],
+    }
+    for ch in chunk.get("choices") or []:
+        delta = {k: v for k, v in (ch.get("delta") or {}).items() if v is not None}
+        delta.pop("provider_specific_fields", None)
+        delta.pop("function_call", None)
+        if "tool_calls" in delta:
+            delta["tool_calls"] = [
+                {
+                    k: v
+                    for k, v in tc.items()
+                    if v is not None and k in ("index", "id", "type", "function")
+                }
+                for tc in delta["tool_calls"]
+            ]
+        out["choices"].append(
+            {
+                "index": ch.get("index", 0),
+                "delta": delta,
+                "logprobs": ch.get("logprobs"),
+                "finish_reason": ch.get("finish_reason"),
+            }
+        )
+    if chunk.get("usage"):
+        out["usage"] = _drop_nulls(chunk["usage"])
+    return out
+
+
+class LitellmStream:
+    def __init__(
+        self,
+        first: Any,
+        rest: AsyncIterator[Any],
+        served_model: str,
+        want_usage: bool,
+        name: str,
+        litellm: ModuleType,
+    ) -> None:
+        self._first = first
+        self._rest = rest
+        self.served_model = served_model
+        self.replica: str | None = None
+        self.weights_version: str | None = None
+        self.outcome = StreamOutcome()
+        self._want_usage = want_usage
+        self._name = name
+        self._litellm = litellm
+        self._usage_chunk: dict[str, Any] | None = None
+
+    def _encode(self, raw: Any) -> bytes:
+        chunk = _clean_chunk(_dump(raw))
+        if "usage" in chunk:
+            self.outcome.usage = Usage.from_openai(chunk["usage"])
+            if all(not c["delta"] and not c["finish_reason"] for c in chunk["choices"]):
+                chunk["choices"] = []
+                self._usage_chunk = chunk
+                return b""
+            chunk = {k: v for k, v in chunk.items() if k != "usage"}
+        self.outcome.chunks.append(chunk)
+        return encode_event(chunk)
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        out = self._encode(self._first)
+        if out:
+            yield out
+        try:
+            async for raw in self._rest:
+                out = self._encode(raw)
+                if out:
+                    yield out
+        except Exception as exc:  # litellm raises provider errors of many types mid-stream
+            err = map_litellm_error(self._name, exc, self._litellm)
+            self.outcome.error = err.message
+            raise err from exc
+        if self._usage_chunk is not None:
+            self.outcome.chunks.append(self._usage_chunk)
+            if self._want_usage:
+                yield encode_event(self._usage_chunk)
+        self.outcome.completed = True
+        yield DONE_EVENT
+
+    async def aclose(self) -> None:
+        close = getattr(self._rest, "aclose", None)
+        if close is not None:
+            await close()
+
+
+class LitellmBackend:
+    kind = "litellm"
+
+    def __init__(self, name: str, config: BackendConfig, litellm: ModuleType) -> None:
+        self.name = name
+        self.config = config
+        self._litellm = litellm
+        self._api_key = os.environ.get(config.api_key_env) if config.api_key_env else None
+
+    def _params(self, call: UpstreamCall, stream: bool) -> dict[str, Any]:
+        fields = _CHAT_FIELDS if call.endpoint == "chat.completions" else _COMPLETION_FIELDS
+        params = {k: call.body[k] for k in fields if k in call.body}
+        params.update(
+            model=self.config.model,
+            stream=stream,
+            timeout=self.config.timeout_s,
+            num_retries=0,
+            max_retries=0,
+        )
+        if stream:
+            params["stream_options"] = {"include_usage": True}
+        if self.config.api_base:
+            params["api_base"] = self.config.api_base
+        params["api_key"] = self._api_key or "sk-no-key"
+        return params
+
+    async def _call(self, call: UpstreamCall, stream: bool) -> Any:
+        lm = self._litellm
+        fn = lm.acompletion if call.endpoint == "chat.completions" else lm.atext_completion
+        try:
+            return await fn(**self._params(call, stream))
+        except Exception as exc:  # litellm's exception tree is wide; mapped by type and status
+            raise map_litellm_error(self.name, exc, lm) from exc
+
+    async def complete(self, call: UpstreamCall) -> UpstreamResult:
+        resp = await self._call(call, stream=False)
+        parsed = clean_response(_dump(resp))
+        return UpstreamResult(
+            body=orjson.dumps(parsed),
+            parsed=parsed,
+            usage=Usage.from_openai(parsed.get("usage")),
+            served_model=self.config.model,
+            replica=None,
+        )
+
+    async def open_stream(self, call: UpstreamCall) -> LitellmStream:
+        wrapper = await self._call(call, stream=True)
+        rest = wrapper.__aiter__()
+        try:
+            first = await rest.__anext__()
+        except StopAsyncIteration as exc:
+            raise UpstreamError(f"{self.name}: empty stream", backend=self.name) from exc
+        except Exception as exc:  # first-byte failure: mapped so the chain can fail over
+            raise map_litellm_error(self.name, exc, self._litellm) from exc
+        return LitellmStream(
+            first, rest, self.config.model, call.client_wants_usage, self.name, self._litellm
+        )
+
+    async def aclose(self) -> None:
+        return None
+
+
+def cost_usd(config: BackendConfig, usage: Usage, litellm: ModuleType | None) -> float | None:
+    """Cost of one call: our configured prices first, litellm's local price map otherwise."""
+    pt, ct = usage.prompt_tokens or 0, usage.completion_tokens or 0
+    if config.input_usd_per_mtok is not None or config.output_usd_per_mtok is not None:
+        cached = usage.cached_tokens or 0
+        cached_price = config.cached_input_usd_per_mtok
+        if cached_price is None:
+            cached_price = config.input_usd_per_mtok or 0.0
+        return (
+            (pt - cached) * (config.input_usd_per_mtok or 0.0)
+            + cached * cached_price
+            + ct * (config.output_usd_per_mtok or 0.0)
+        ) / 1e6
+    if litellm is None or config.kind != "litellm":
+        return None
+    try:
+        p, c = litellm.cost_per_token(model=config.model, prompt_tokens=pt, completion_tokens=ct)
+    except Exception:  # unknown model in the price map: cost unknown, not an error
+        return None
+    return float(p) + float(c)

@@ -1,0 +1,169 @@
+"""Gateway config: one YAML file, strict (unknown keys are errors), every default defined here.
+
+Top level: ``gateway`` (listening, limits, timeouts), ``backends`` (targets the router may
+choose), ``routing`` (:class:`router.config.RoutingConfig`), ``store``, ``telemetry``.
+Cross references (routing -> backends) are checked when the file is loaded.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from router.config import RoutingConfig
+
+
+class ListenConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    host: str = "127.0.0.1"
+    port: int = Field(default=8080, ge=0, le=65535)
+
+
+class LimitsConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    max_body_bytes: int = Field(default=8 * 1024 * 1024, gt=0, description="413 above this.")
+    request_timeout_s: float = Field(default=120.0, gt=0, description="Whole request, all tries.")
+    drain_timeout_s: float = Field(default=30.0, ge=0, description="Grace period on SIGTERM.")
+
+
+class BreakerConfig(BaseModel):
+    """Circuit breaker per back-end: open after N consecutive failures, probe after cooldown."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    failure_threshold: int = Field(default=5, ge=1)
+    cooldown_s: float = Field(default=10.0, gt=0)
+
+
+class RetryConfig(BaseModel):
+    """Retry budget: failovers may add at most ``budget_ratio`` extra load (plus a floor)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_attempts: int = Field(default=3, ge=1, description="Targets tried per request, at most.")
+    budget_ratio: float = Field(default=0.2, ge=0)
+    min_retries_per_s: float = Field(default=5.0, ge=0)
+
+
+class BackendConfig(BaseModel):
+    """A target. ``kind: vllm`` = our replicas over HTTP; ``kind: litellm`` = a frontier API."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    kind: Literal["vllm", "litellm"]
+    model: str = Field(
+        description="vllm: the served model name; litellm: `provider/model`, e.g. "
+        "`openai/gpt-4o-mini` or `anthropic/claude-3-5-haiku-latest`."
+    )
+    replicas: list[str] = Field(default_factory=list, description="vllm: replica base URLs.")
+    api_base: str | None = Field(default=None, description="litellm: provider base URL.")
+    api_key_env: str | None = Field(default=None, description="litellm: env var with the key.")
+    input_usd_per_mtok: float | None = Field(default=None, ge=0)
+    output_usd_per_mtok: float | None = Field(default=None, ge=0)
+    cached_input_usd_per_mtok: float | None = Field(default=None, ge=0)
+    timeout_s: float = Field(default=60.0, gt=0, description="Per attempt, until the last byte.")
+    connect_timeout_s: float = Field(default=5.0, gt=0)
+    first_byte_timeout_s: float = Field(default=30.0, gt=0)
+    weights_version: str | None = Field(
+        default=None, description="vllm: weights version served (the supervisor updates it)."
+    )
+
+    @model_validator(mode="after")
+    def _check_kind_fields(self) -> BackendConfig:
+        if self.kind == "vllm" and not self.replicas:
+            raise ValueError("a `vllm` backend needs `replicas: [http://host:port, ...]`")
+        if self.kind == "litellm" and self.replicas:
+            raise ValueError("`replicas` is only for `vllm` backends; use `api_base` for litellm")
+        if self.kind == "litellm" and "/" not in self.model:
+            raise ValueError(f"litellm model `{self.model}` needs a provider prefix, e.g. openai/")
+        return self
+
+
+class TelemetryConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    traces: Literal["off", "console", "otlp"] = "off"
+    otlp_endpoint: str | None = Field(default=None, description="e.g. http://127.0.0.1:4318")
+    service_name: str = "switchyard-gateway"
+
+
+class StoreSection(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    enabled: bool = True
+    url: str = Field(default="sqlite:///.cache/switchyard.db")
+    spool_dir: str = ".cache/spool"
+    batch_size: int = Field(default=256, ge=1)
+    flush_interval_s: float = Field(default=0.05, gt=0)
+    queue_size: int = Field(default=10_000, ge=1)
+
+
+class GatewaySection(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    listen: ListenConfig = Field(default_factory=ListenConfig)
+    limits: LimitsConfig = Field(default_factory=LimitsConfig)
+    breaker: BreakerConfig = Field(default_factory=BreakerConfig)
+    retry: RetryConfig = Field(default_factory=RetryConfig)
+    admin_token_env: str = Field(
+        default="SWITCHYARD_ADMIN_TOKEN", description="Env var holding the admin credential."
+    )
+
+
+class SwitchyardConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    gateway: GatewaySection = Field(default_factory=GatewaySection)
+    backends: dict[str, BackendConfig]
+    routing: RoutingConfig
+    store: StoreSection = Field(default_factory=StoreSection)
+    telemetry: TelemetryConfig = Field(default_factory=TelemetryConfig)
+
+    @model_validator(mode="after")
+    def _routing_refers_to_backends(self) -> SwitchyardConfig:
+        unknown = self.routing.referenced_targets() - set(self.backends)
+        if unknown:
+            raise ValueError(
+                f"routing refers to undefined backends {sorted(unknown)}; "
+                f"defined: {sorted(self.backends)}"
+            )
+        return self
+
+
+class ConfigFileError(Exception):
+    """The config file is missing, not YAML, or invalid; the message says where."""
+
+
+def _expand_env(value: Any) -> Any:
+    if isinstance(value, str):
+        return os.path.expandvars(value)
+    if isinstance(value, list):
+        return [_expand_env(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _expand_env(v) for k, v in value.items()}
+    return value
+
+
+def parse_config(data: Any, source: str = "<config>") -> SwitchyardConfig:
+    try:
+        return SwitchyardConfig.model_validate(_expand_env(data))
+    except ValidationError as exc:
+        raise ConfigFileError(f"{source}: invalid config:\n{exc}") from exc
+
+
+def load_config(path: str | Path) -> SwitchyardConfig:
+    """Read and validate a YAML config; ``${VAR}`` in strings expands from the environment."""
+    p = Path(path)
+    try:
+        data = yaml.safe_load(p.read_text())
+    except OSError as exc:
+        raise ConfigFileError(f"{p}: cannot read: {exc}") from exc
+    except yaml.YAMLError as exc:
+        raise ConfigFileError(f"{p}: not valid YAML: {exc}") from exc
+    return parse_config(data, str(p))

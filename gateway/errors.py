@@ -1,0 +1,172 @@
+"""The gateway's one error hierarchy and its one mapping to HTTP.
+
+GatewayError                      status  OpenAI type
+ +-- InvalidRequestError           400    invalid_request_error   (malformed JSON, bad field)
+ +-- AuthenticationError           401    authentication_error
+ +-- PermissionDeniedError         403    permission_error        (revoked key, budget spent)
+ +-- NotFoundError                 404    not_found_error         (unknown model, unknown id)
+ +-- PayloadTooLargeError          413    invalid_request_error
+ +-- RateLimitedError              429    rate_limit_error        (+ Retry-After)
+ +-- UpstreamError                 502    upstream_error          (a back-end answered badly)
+ |    +-- UpstreamRateLimitedError 429    rate_limit_error        (+ Retry-After, passed on)
+ |    +-- UpstreamClientError      4xx    invalid_request_error   (the back-end refused the input)
+ |    +-- UpstreamTimeoutError     504    timeout_error
+ |    +-- UpstreamUnavailableError 503    service_unavailable     (refused connection, breaker open)
+ +-- AllBackendsFailedError        last failure's status; collects every attempt's error
+
+Router errors (``router.errors``) are mapped here too. :func:`error_response_parts` is the only
+place that turns an exception into a status, headers and body.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from router.errors import PolicyConfigError, RoutingError, UnknownModelError
+from router.replicas import NoHealthyReplicaError
+
+
+class GatewayError(Exception):
+    status = 500
+    error_type = "internal_error"
+    code: str | None = None
+
+    def __init__(self, message: str, *, param: str | None = None, code: str | None = None):
+        super().__init__(message)
+        self.message = message
+        self.param = param
+        if code is not None:
+            self.code = code
+
+    def headers(self) -> dict[str, str]:
+        return {}
+
+
+class InvalidRequestError(GatewayError):
+    status = 400
+    error_type = "invalid_request_error"
+
+
+class AuthenticationError(GatewayError):
+    status = 401
+    error_type = "authentication_error"
+    code = "invalid_api_key"
+
+
+class PermissionDeniedError(GatewayError):
+    status = 403
+    error_type = "permission_error"
+
+
+class NotFoundError(GatewayError):
+    status = 404
+    error_type = "not_found_error"
+
+
+class PayloadTooLargeError(GatewayError):
+    status = 413
+    error_type = "invalid_request_error"
+    code = "request_too_large"
+
+
+class RateLimitedError(GatewayError):
+    status = 429
+    error_type = "rate_limit_error"
+    code = "rate_limit_exceeded"
+
+    def __init__(self, message: str, *, retry_after_s: float, code: str | None = None):
+        super().__init__(message, code=code)
+        self.retry_after_s = retry_after_s
+
+    def headers(self) -> dict[str, str]:
+        return {"Retry-After": str(max(1, round(self.retry_after_s)))}
+
+
+class UpstreamError(GatewayError):
+    """A back-end failed. ``retriable`` says whether another back-end may be tried."""
+
+    status = 502
+    error_type = "upstream_error"
+    retriable = True
+
+    def __init__(self, message: str, *, backend: str, code: str | None = None):
+        super().__init__(message, code=code)
+        self.backend = backend
+
+
+class UpstreamRateLimitedError(UpstreamError):
+    status = 429
+    error_type = "rate_limit_error"
+    code = "upstream_rate_limited"
+
+    def __init__(self, message: str, *, backend: str, retry_after_s: float = 1.0):
+        super().__init__(message, backend=backend)
+        self.retry_after_s = retry_after_s
+
+    def headers(self) -> dict[str, str]:
+        return {"Retry-After": str(max(1, round(self.retry_after_s)))}
+
+
+class UpstreamClientError(UpstreamError):
+    """The back-end refused the request itself (4xx); trying elsewhere would not help."""
+
+    error_type = "invalid_request_error"
+    retriable = False
+
+    def __init__(self, message: str, *, backend: str, status: int, param: str | None = None):
+        super().__init__(message, backend=backend)
+        self.status = status if 400 <= status < 500 else 400
+        self.param = param
+
+
+class UpstreamTimeoutError(UpstreamError):
+    status = 504
+    error_type = "timeout_error"
+    code = "upstream_timeout"
+
+
+class UpstreamUnavailableError(UpstreamError):
+    status = 503
+    error_type = "service_unavailable"
+    code = "upstream_unavailable"
+
+
+class AllBackendsFailedError(GatewayError):
+    """Every target of the chain failed; carries each attempt's error, answers with the last."""
+
+    def __init__(self, errors: Sequence[UpstreamError]):
+        self.errors = list(errors)
+        last = self.errors[-1]
+        summary = "; ".join(f"{e.backend}: {e.message}" for e in self.errors)
+        super().__init__(f"all back-ends failed ({summary})", code=last.code)
+        self.status = last.status
+        self.error_type = last.error_type
+
+    def headers(self) -> dict[str, str]:
+        return self.errors[-1].headers()
+
+
+def error_body(
+    message: str, error_type: str, param: str | None = None, code: str | None = None
+) -> dict[str, Any]:
+    return {"error": {"message": message, "type": error_type, "param": param, "code": code}}
+
+
+def error_response_parts(exc: Exception) -> tuple[int, dict[str, str], dict[str, Any]]:
+    """Map any exception to (status, headers, OpenAI-shaped body). The single mapping."""
+    if isinstance(exc, GatewayError):
+        return (
+            exc.status,
+            exc.headers(),
+            error_body(exc.message, exc.error_type, exc.param, exc.code),
+        )
+    if isinstance(exc, UnknownModelError):
+        return 404, {}, error_body(str(exc), "invalid_request_error", "model", "model_not_found")
+    if isinstance(exc, NoHealthyReplicaError):
+        return 503, {}, error_body(str(exc), "service_unavailable", None, "no_healthy_replica")
+    if isinstance(exc, PolicyConfigError):
+        return 500, {}, error_body(str(exc), "internal_error", None, "policy_config")
+    if isinstance(exc, RoutingError):
+        return 500, {}, error_body(str(exc), "internal_error", None, None)
+    return 500, {}, error_body("internal error", "internal_error", None, None)

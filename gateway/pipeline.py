@@ -1,0 +1,290 @@
+"""One request's way through the gateway: route, call with failover, answer, record.
+
+    body -> validate -> RequestFeatures -> policy.decide -> [target, fallback...]
+      for each target (at most retry.max_attempts, breaker closed, retry budget left):
+          complete() / open_stream()   -> success: answer the client, stop
+          UpstreamError retriable       -> breaker.failure, next target
+          UpstreamError not retriable   -> answer with it (the input was refused)
+      none left -> AllBackendsFailedError (every attempt's error, last one's status)
+    finally: metrics, trace span, one InferenceRecord to the async writer
+
+A stream fails over only before its first byte. After that a failure is sent to the client as an
+OpenAI error event (``data: {"error": ...}``) and no ``[DONE]``, so the SDK raises instead of
+returning a silently truncated answer; the record says what happened.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, TypeVar
+
+import orjson
+from starlette.responses import Response, StreamingResponse
+
+from gateway.backends.base import Backend, UpstreamCall, UpstreamResult, UpstreamStream, Usage
+from gateway.backends.frontier import cost_usd
+from gateway.errors import (
+    AllBackendsFailedError,
+    GatewayError,
+    UpstreamError,
+    UpstreamUnavailableError,
+    error_body,
+    error_response_parts,
+)
+from gateway.state import GatewayState, Routing
+from gateway.store.ids import new_id
+from gateway.store.records import InferenceRecord
+from gateway.wire.assemble import assemble_chat, assemble_completion, parse_stream
+from gateway.wire.sse import encode_event
+from router.decision import RouteDecision
+from router.features import RequestFeatures
+
+T = TypeVar("T")
+SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+
+
+@dataclass(slots=True)
+class Exchange:
+    """What the gateway knows about one request while serving it."""
+
+    id: str
+    endpoint: str
+    wire_format: str
+    started: float
+    request: dict[str, Any] | None = None
+    features: RequestFeatures | None = None
+    decision: RouteDecision | None = None
+    target: str | None = None
+    served_model: str | None = None
+    replica: str | None = None
+    weights_version: str | None = None
+    attempts: list[dict[str, Any]] = field(default_factory=list)
+    ttft_s: float | None = None
+
+    def route_headers(self) -> dict[str, str]:
+        h = {"x-request-id": self.id}
+        if self.target is not None:
+            h["x-switchyard-target"] = self.target
+        if self.served_model is not None:
+            h["x-switchyard-model"] = self.served_model
+        if self.replica is not None:
+            h["x-switchyard-replica"] = self.replica
+        if self.weights_version is not None:
+            h["x-switchyard-weights-version"] = self.weights_version
+        if self.decision is not None:
+            h["x-switchyard-policy-version"] = self.decision.policy_version
+            h["x-switchyard-route-reason"] = self.decision.reason
+        return h
+
+
+def new_exchange(state: GatewayState, endpoint: str, wire_format: str) -> Exchange:
+    """Start an exchange; :func:`finish` ends it (exactly once), which also ends its in-flight."""
+    state.in_flight += 1
+    return Exchange(new_id(), endpoint, wire_format, time.perf_counter())
+
+
+async def _with_failover(
+    state: GatewayState,
+    routing: Routing,
+    ex: Exchange,
+    attempt: Callable[[Backend], Awaitable[T]],
+) -> T:
+    assert ex.decision is not None
+    max_attempts = routing.config.gateway.retry.max_attempts
+    errors: list[UpstreamError] = []
+    state.retry_budget.record_request()
+    tried = 0
+    for target in ex.decision.targets:
+        if tried >= max_attempts:
+            break
+        breaker = state.breakers[target]
+        if not breaker.allow():
+            errors.append(UpstreamUnavailableError(f"{target}: circuit open", backend=target))
+            ex.attempts.append({"target": target, "status": 503, "error": "circuit open"})
+            continue
+        if tried > 0:
+            if not state.retry_budget.try_spend():
+                breaker.release()
+                break
+            state.metrics.failovers.labels(ex.target or "").inc()
+        tried += 1
+        ex.target = target
+        t0 = time.perf_counter()
+        try:
+            result = await attempt(routing.backends[target])
+        except UpstreamError as exc:
+            ms = (time.perf_counter() - t0) * 1000
+            ex.attempts.append(
+                {"target": target, "status": exc.status, "error": exc.message, "latency_ms": ms}
+            )
+            state.metrics.backend_errors.labels(target, type(exc).__name__).inc()
+            if not exc.retriable:
+                breaker.record_success()  # the back-end answered; the input was the problem
+                raise
+            breaker.record_failure()
+            errors.append(exc)
+            continue
+        except BaseException:
+            breaker.release()
+            raise
+        breaker.record_success()
+        ex.attempts.append(
+            {"target": target, "status": 200, "latency_ms": (time.perf_counter() - t0) * 1000}
+        )
+        return result
+    if not errors:
+        raise UpstreamUnavailableError("no target could be tried", backend="none")
+    if len(errors) == 1:
+        raise errors[0]
+    raise AllBackendsFailedError(errors)
+
+
+def error_response(state: GatewayState, ex: Exchange, exc: Exception) -> Response:
+    status, headers, body = error_response_parts(exc)
+    headers = {**headers, **ex.route_headers()}
+    finish(state, ex, status, None, Usage(), error=body["error"]["message"], stream=False)
+    return Response(orjson.dumps(body), status, headers, media_type="application/json")
+
+
+async def serve_unary(
+    state: GatewayState, routing: Routing, ex: Exchange, call: UpstreamCall
+) -> Response:
+    try:
+        result: UpstreamResult = await _with_failover(
+            state, routing, ex, lambda b: b.complete(call)
+        )
+    except GatewayError as exc:
+        return error_response(state, ex, exc)
+    ex.served_model, ex.replica = result.served_model, result.replica
+    ex.weights_version = result.weights_version
+    finish(state, ex, 200, result.parsed, result.usage, error=None, stream=False)
+    return Response(result.body, 200, ex.route_headers(), media_type="application/json")
+
+
+async def serve_stream(
+    state: GatewayState, routing: Routing, ex: Exchange, call: UpstreamCall
+) -> Response:
+    try:
+        stream: UpstreamStream = await _with_failover(
+            state, routing, ex, lambda b: b.open_stream(call)
+        )
+    except GatewayError as exc:
+        return error_response(state, ex, exc)
+    ex.ttft_s = time.perf_counter() - ex.started
+    ex.served_model, ex.replica = stream.served_model, stream.replica
+    ex.weights_version = stream.weights_version
+    return StreamingResponse(
+        _relay(state, ex, stream),
+        200,
+        {**SSE_HEADERS, **ex.route_headers()},
+        media_type="text/event-stream",
+    )
+
+
+async def _relay(state: GatewayState, ex: Exchange, stream: UpstreamStream) -> AsyncIterator[bytes]:
+    status, error = 200, None
+    try:
+        async for block in stream:
+            yield block
+    except UpstreamError as exc:
+        status, error = 502, exc.message
+        yield encode_event(error_body(exc.message, "upstream_error", None, "stream_interrupted"))
+    except BaseException:
+        status, error = 499, "client disconnected"
+        raise
+    finally:
+        await _close_quietly(stream)
+        out = stream.outcome
+        chunks = out.chunks or parse_stream(b"".join(out.raw))
+        assemble = assemble_chat if ex.endpoint == "chat.completions" else assemble_completion
+        response = assemble(chunks) if chunks else None
+        finish(state, ex, status, response, out.usage, error=error, stream=True)
+
+
+async def _close_quietly(stream: UpstreamStream) -> None:
+    try:
+        await stream.aclose()
+    except Exception:  # closing a broken upstream may fail again; the record already says why
+        return
+
+
+def finish(
+    state: GatewayState,
+    ex: Exchange,
+    status: int,
+    response: dict[str, Any] | None,
+    usage: Usage,
+    *,
+    error: str | None,
+    stream: bool,
+) -> None:
+    """Metrics, trace span and the record; sync and cheap (the writer does the I/O later)."""
+    latency = time.perf_counter() - ex.started
+    state.in_flight -= 1
+    target = ex.target or "none"
+    m = state.metrics
+    m.requests.labels(ex.endpoint, target, str(status)).inc()
+    m.latency.labels(ex.endpoint, target).observe(latency)
+    if ex.ttft_s is not None:
+        m.ttft.labels(ex.endpoint, target).observe(ex.ttft_s)
+    backend_cfg = state.config.backends.get(ex.target) if ex.target else None
+    cost = None
+    if usage.prompt_tokens is not None:
+        m.tokens.labels(target, "prompt").inc(usage.prompt_tokens)
+        m.tokens.labels(target, "completion").inc(usage.completion_tokens or 0)
+        if usage.cached_tokens:
+            m.tokens.labels(target, "cached").inc(usage.cached_tokens)
+        if backend_cfg is not None:
+            cost = cost_usd(backend_cfg, usage, state.litellm)
+            if cost:
+                m.cost.labels(target).inc(cost)
+    if state.tracer is not None:
+        _span(state, ex, status, latency)
+    if state.recorder is None:
+        return
+    f = ex.features
+    state.recorder.submit(
+        InferenceRecord(
+            id=ex.id,
+            ts=datetime.now(UTC),
+            api_key_id=f.api_key_id if f else None,
+            episode_id=f.episode_id if f else None,
+            endpoint=ex.endpoint,
+            wire_format=ex.wire_format,
+            request=ex.request if ex.request is not None else {},
+            response=response,
+            route_target=ex.target or "",
+            served_model=ex.served_model or "",
+            weights_version=ex.weights_version,
+            replica=ex.replica,
+            policy_version=ex.decision.policy_version if ex.decision else None,
+            policy_reason=ex.decision.reason if ex.decision else None,
+            status=status,
+            error=error,
+            stream=stream,
+            latency_ms=latency * 1000,
+            ttft_ms=ex.ttft_s * 1000 if ex.ttft_s is not None else None,
+            prompt_tokens=usage.prompt_tokens,
+            completion_tokens=usage.completion_tokens,
+            cached_tokens=usage.cached_tokens,
+            cost_usd=cost,
+            tags=dict(f.tags) if f else {},
+            attempts=ex.attempts,
+        )
+    )
+
+
+def _span(state: GatewayState, ex: Exchange, status: int, latency: float) -> None:
+    assert state.tracer is not None
+    start_ns = time.time_ns() - int(latency * 1e9)
+    span = state.tracer.start_span(f"switchyard {ex.endpoint}", start_time=start_ns)
+    span.set_attribute("switchyard.request_id", ex.id)
+    span.set_attribute("switchyard.endpoint", ex.endpoint)
+    span.set_attribute("http.response.status_code", status)
+    for key, value in ex.route_headers().items():
+        span.set_attribute(key.replace("x-switchyard-", "switchyard.route."), value)
+    span.set_attribute("switchyard.attempts", len(ex.attempts))
+    span.end()

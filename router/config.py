@@ -1,0 +1,101 @@
+"""Routing policy config: declarative and strict (unknown keys are errors).
+
+A routing config names *targets* (back-ends defined by the gateway's config), *aliases* (the model
+names a client may call), *rules* (first match wins) and a *default* target. ``auto`` is the
+alias that lets the rules decide. A fallback chain per target says where a request goes when its
+target fails.
+
+Example (YAML, under ``routing:``)::
+
+    version: v1
+    default: local
+    aliases:
+      auto: null               # rules decide
+      switchyard-local: local
+      gpt-4o-mini: frontier-openai
+    rules:
+      - name: tools-to-frontier
+        match: {has_tools: true}
+        target: frontier-openai
+      - name: long-prompts
+        match: {min_prompt_tokens: 6000}
+        target: frontier-anthropic
+    fallbacks:
+      local: [frontier-openai]
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from router.features import Endpoint
+
+AUTO_ALIAS = "auto"
+
+
+def _default_aliases() -> dict[str, str | None]:
+    return {AUTO_ALIAS: None}
+
+
+class MatchConfig(BaseModel):
+    """Conditions on request features; every condition given must hold (AND)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    models: list[str] | None = Field(
+        default=None, description="Requested model names (aliases) this rule applies to."
+    )
+    endpoints: list[Endpoint] | None = Field(default=None, description="API endpoints.")
+    route_hint: list[str] | None = Field(
+        default=None, description="Values of the `x-switchyard-route` header or `route` metadata."
+    )
+    tags: dict[str, str] | None = Field(
+        default=None, description="Metadata tags that must all be present with these values."
+    )
+    min_prompt_tokens: int | None = Field(default=None, ge=0)
+    max_prompt_tokens: int | None = Field(default=None, ge=0)
+    has_tools: bool | None = None
+    stream: bool | None = None
+
+
+class RuleConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str
+    match: MatchConfig
+    target: str
+
+
+class RoutingConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    version: str = Field(default="v1", description="Recorded with every decision.")
+    default: str = Field(description="Target used when no alias or rule decides.")
+    aliases: dict[str, str | None] = Field(
+        default_factory=_default_aliases,
+        description="Model name a client may call -> target (null: rules decide).",
+    )
+    rules: list[RuleConfig] = Field(default_factory=list)
+    fallbacks: dict[str, list[str]] = Field(
+        default_factory=dict, description="Target -> targets to try next, in order."
+    )
+    pinned_aliases_use_rules: bool = Field(
+        default=False,
+        description="When true, rules apply to every request, not only to `auto`-like aliases.",
+    )
+
+    @model_validator(mode="after")
+    def _no_self_fallback(self) -> RoutingConfig:
+        for target, chain in self.fallbacks.items():
+            if target in chain:
+                raise ValueError(f"fallbacks.{target} lists itself; remove `{target}` from it")
+        return self
+
+    def referenced_targets(self) -> set[str]:
+        refs = {self.default}
+        refs.update(t for t in self.aliases.values() if t is not None)
+        refs.update(r.target for r in self.rules)
+        for target, chain in self.fallbacks.items():
+            refs.add(target)
+            refs.update(chain)
+        return refs

@@ -1,0 +1,36 @@
+"""The request as the router sees it: one frozen struct, so adding an input never changes a
+signature (SGLang's policy interface, see STYLE.md #2).
+
+The gateway builds it from the parsed request body and headers without tokenizing: the prompt
+size is an estimate (characters / 4, the usual rule of thumb for BPE on English and code), which is
+what rules on "prompt token count" compare against.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+Endpoint = Literal["chat.completions", "completions", "responses", "messages"]
+
+CHARS_PER_TOKEN = 4
+
+
+def estimate_tokens(chars: int) -> int:
+    """Approximate token count from a character count (never below 1 for a non-empty text)."""
+    return (chars + CHARS_PER_TOKEN - 1) // CHARS_PER_TOKEN
+
+
+@dataclass(frozen=True, slots=True)
+class RequestFeatures:
+    endpoint: Endpoint
+    requested_model: str
+    prompt_tokens: int
+    has_tools: bool = False
+    stream: bool = False
+    route_hint: str | None = None
+    tags: Mapping[str, str] = field(default_factory=dict)
+    api_key_id: str | None = None
+    episode_id: str | None = None
+    cache_key: str | None = None
