@@ -70,6 +70,9 @@ class BackendConfig(BaseModel):
     timeout_s: float = Field(default=60.0, gt=0, description="Per attempt, until the last byte.")
     connect_timeout_s: float = Field(default=5.0, gt=0)
     first_byte_timeout_s: float = Field(default=30.0, gt=0)
+    extra_headers: dict[str, str] = Field(
+        default_factory=dict, description="Headers sent with every call to this back-end."
+    )
     weights_version: str | None = Field(
         default=None, description="vllm: weights version served (the supervisor updates it)."
     )

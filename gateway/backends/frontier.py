@@ -69,6 +69,9 @@ _COMPLETION_FIELDS = (
 )
 
 
+TEXT_COMPLETION_PREFIXES = ("text-completion-openai/", "text-completion-codestral/")
+
+
 def import_litellm() -> ModuleType:
     """Import litellm offline and quiet. Call at startup, never on the request path."""
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
@@ -178,6 +181,29 @@ def _clean_chunk(chunk: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _clean_text_chunk(chunk: dict[str, Any]) -> dict[str, Any]:
+    """litellm's text-completion stream chunk as OpenAI's ``text_completion`` chunk."""
+    out: dict[str, Any] = {
+        "id": chunk.get("id"),
+        "object": "text_completion",
+        "created": chunk.get("created"),
+        "model": chunk.get("model"),
+        "system_fingerprint": chunk.get("system_fingerprint"),
+        "choices": [
+            {
+                "index": ch.get("index", 0),
+                "text": ch.get("text") or "",
+                "logprobs": ch.get("logprobs"),
+                "finish_reason": ch.get("finish_reason"),
+            }
+            for ch in chunk.get("choices") or []
+        ],
+    }
+    if chunk.get("usage"):
+        out["usage"] = _drop_nulls(chunk["usage"])
+    return out
+
+
 class LitellmStream:
     def __init__(
         self,
@@ -187,7 +213,9 @@ class LitellmStream:
         want_usage: bool,
         name: str,
         litellm: ModuleType,
+        text: bool = False,
     ) -> None:
+        self._clean = _clean_text_chunk if text else _clean_chunk
         self._first = first
         self._rest = rest
         self.served_model = served_model
@@ -200,10 +228,13 @@ class LitellmStream:
         self._usage_chunk: dict[str, Any] | None = None
 
     def _encode(self, raw: Any) -> bytes:
-        chunk = _clean_chunk(_dump(raw))
+        chunk = self._clean(_dump(raw))
         if "usage" in chunk:
             self.outcome.usage = Usage.from_openai(chunk["usage"])
-            if all(not c["delta"] and not c["finish_reason"] for c in chunk["choices"]):
+            if all(
+                not c.get("delta") and not c.get("text") and not c["finish_reason"]
+                for c in chunk["choices"]
+            ):
                 chunk["choices"] = []
                 self._usage_chunk = chunk
                 return b""
@@ -261,10 +292,26 @@ class LitellmBackend:
         if self.config.api_base:
             params["api_base"] = self.config.api_base
         params["api_key"] = self._api_key or "sk-no-key"
+        if self.config.extra_headers:
+            params["extra_headers"] = dict(self.config.extra_headers)
         return params
 
     async def _call(self, call: UpstreamCall, stream: bool) -> Any:
         lm = self._litellm
+        if (
+            call.endpoint == "completions"
+            and call.body.get("suffix")
+            and not self.config.model.startswith(TEXT_COMPLETION_PREFIXES)
+        ):
+            # litellm turns legacy completions for chat models into chat calls, which would
+            # drop the suffix silently; refuse instead, naming the fix.
+            raise UpstreamClientError(
+                f"{self.name}: `suffix` needs a text-completion model; configure it as "
+                f"`text-completion-openai/<model>` or route this request to a local target",
+                backend=self.name,
+                status=400,
+                param="suffix",
+            )
         fn = lm.acompletion if call.endpoint == "chat.completions" else lm.atext_completion
         try:
             return await fn(**self._params(call, stream))
@@ -292,7 +339,13 @@ class LitellmBackend:
         except Exception as exc:  # first-byte failure: mapped so the chain can fail over
             raise map_litellm_error(self.name, exc, self._litellm) from exc
         return LitellmStream(
-            first, rest, self.config.model, call.client_wants_usage, self.name, self._litellm
+            first,
+            rest,
+            self.config.model,
+            call.client_wants_usage,
+            self.name,
+            self._litellm,
+            text=call.endpoint == "completions",
         )
 
     async def aclose(self) -> None:

@@ -149,6 +149,7 @@ class VllmBackend:
         self._session = session
         self._selector = selector
         self.pool = pool
+        self._headers = {**_JSON_HEADERS, **config.extra_headers}
         self._timeout = aiohttp.ClientTimeout(
             total=config.timeout_s,
             sock_connect=config.connect_timeout_s,
@@ -181,17 +182,17 @@ class VllmBackend:
             state.in_flight += 1
             try:
                 resp = await self._session.post(
-                    replica + path, data=payload, headers=_JSON_HEADERS, timeout=self._timeout
+                    replica + path, data=payload, headers=self._headers, timeout=self._timeout
                 )
-            except aiohttp.ClientConnectionError:
-                state.in_flight -= 1
-                self.pool.mark_down(replica)
-                continue
-            except TimeoutError as exc:
+            except TimeoutError as exc:  # first: aiohttp's ServerTimeoutError is both kinds
                 state.in_flight -= 1
                 raise UpstreamTimeoutError(
                     f"{self.name}: replica {replica} timed out", backend=self.name
                 ) from exc
+            except aiohttp.ClientConnectionError:
+                state.in_flight -= 1
+                self.pool.mark_down(replica)
+                continue
             if resp.status != 200:
                 try:
                     body = await resp.read()
@@ -208,15 +209,13 @@ class VllmBackend:
         state = self.pool.replicas[replica]
         try:
             body = await resp.read()
-        except (aiohttp.ClientError, TimeoutError) as exc:
-            raise (
-                UpstreamTimeoutError(
-                    f"{self.name}: replica {replica} failed mid-answer: {exc}", backend=self.name
-                )
-                if isinstance(exc, TimeoutError)
-                else UpstreamError(
-                    f"{self.name}: replica {replica} failed mid-answer: {exc}", backend=self.name
-                )
+        except TimeoutError as exc:
+            raise UpstreamTimeoutError(
+                f"{self.name}: replica {replica} timed out mid-answer", backend=self.name
+            ) from exc
+        except aiohttp.ClientError as exc:
+            raise UpstreamError(
+                f"{self.name}: replica {replica} failed mid-answer: {exc}", backend=self.name
             ) from exc
         finally:
             state.in_flight -= 1
