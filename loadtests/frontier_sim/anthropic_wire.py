@@ -1,0 +1,231 @@
+"""Anthropic Messages wire format: parse requests, build bodies, SSE events and errors.
+
+Shapes follow https://docs.anthropic.com/en/api/messages and its streaming page: events are
+``event: <type>\\ndata: {json}\\n\\n`` in the order message_start, content_block_start, ping,
+content_block_delta..., content_block_stop, message_delta, message_stop.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from loadtests.frontier_sim.answers import (
+    Answer,
+    BadRequest,
+    RequestView,
+    ToolCall,
+    ToolMode,
+    ToolSpec,
+    estimate_tokens,
+)
+
+_STOP_REASONS = {"natural": "end_turn", "length": "max_tokens", "stop": "stop_sequence"}
+_ERROR_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    503: "overloaded_error",
+    529: "overloaded_error",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class ParsedMessages:
+    """A Messages request: the answer's view and whether to stream."""
+
+    view: RequestView
+    stream: bool
+
+    @property
+    def views(self) -> tuple[RequestView, ...]:
+        return (self.view,)
+
+
+def _event(kind: str, payload: dict[str, Any]) -> bytes:
+    return b"event: " + kind.encode() + b"\ndata: " + orjson.dumps(payload) + b"\n\n"
+
+
+def _blocks_text(content: Any, kind: str = "text") -> str:
+    """Text of a content string or of its blocks of type ``kind``."""
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        raise BadRequest("content must be a string or an array of content blocks")
+    texts: list[str] = []
+    for block in content:
+        if not isinstance(block, dict):
+            raise BadRequest("each content block must be an object")
+        if block.get("type") != kind:
+            continue
+        if kind == "tool_result":
+            texts.append(_blocks_text(block.get("content") or ""))
+        elif isinstance(block.get("text"), str):
+            texts.append(block["text"])
+    return " ".join(texts)
+
+
+def _tools(body: dict[str, Any]) -> tuple[tuple[ToolSpec, ...], ToolMode, str | None]:
+    tools: list[ToolSpec] = []
+    for tool in body.get("tools") or []:
+        if not isinstance(tool, dict) or not isinstance(tool.get("name"), str):
+            raise BadRequest("tools: each tool needs a name")
+        tools.append(ToolSpec(tool["name"], tool.get("input_schema") or {}))
+    choice = body.get("tool_choice") or {"type": "auto"}
+    kind = choice.get("type") if isinstance(choice, dict) else None
+    if kind == "tool":
+        if not isinstance(choice.get("name"), str):
+            raise BadRequest("tool_choice: type tool needs a name")
+        return tuple(tools), "required", choice["name"]
+    modes: dict[Any, ToolMode] = {"auto": "auto", "any": "required", "none": "none"}
+    if kind not in modes:
+        raise BadRequest("tool_choice.type must be auto, any, tool or none")
+    return tuple(tools), modes[kind], None
+
+
+def parse_messages_request(body: Any) -> ParsedMessages:
+    """Parse a ``POST /v1/messages`` body; raises :class:`BadRequest`."""
+    if not isinstance(body, dict):
+        raise BadRequest("the request body must be a JSON object")
+    model = body.get("model")
+    if not isinstance(model, str) or not model:
+        raise BadRequest("model: Field required")
+    max_tokens = body.get("max_tokens")
+    if not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 1:
+        raise BadRequest("max_tokens: Field required (an integer >= 1)")
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise BadRequest("messages: must be a non-empty array")
+    if not all(isinstance(m, dict) and m.get("role") in ("user", "assistant") for m in messages):
+        raise BadRequest("messages: each message needs role user or assistant")
+    stop = body.get("stop_sequences") or []
+    if not isinstance(stop, list) or not all(isinstance(s, str) for s in stop):
+        raise BadRequest("stop_sequences: must be an array of strings")
+    texts = [_blocks_text(m.get("content", "")) for m in messages]
+    user_texts = [t for m, t in zip(messages, texts, strict=True) if m["role"] == "user" and t]
+    last = messages[-1]
+    has_result = last["role"] == "user" and isinstance(last.get("content"), list)
+    tool_result = _blocks_text(last["content"], "tool_result") if has_result else ""
+    tools, tool_mode, forced_tool = _tools(body)
+    system = _blocks_text(body.get("system") or "")
+    tools_text = orjson.dumps(body["tools"]).decode() if tools else ""
+    view = RequestView(
+        model=model,
+        prompt_tokens=estimate_tokens(system + " ".join(texts) + tools_text + tool_result),
+        last_user_text=user_texts[-1] if user_texts else "",
+        tool_result=tool_result or None,
+        tools=tools,
+        tool_mode=tool_mode,
+        forced_tool=forced_tool,
+        max_tokens=max_tokens,
+        stop=tuple(stop),
+    )
+    return ParsedMessages(view, bool(body.get("stream")))
+
+
+def _stop_reason(answer: Answer) -> str:
+    return "tool_use" if isinstance(answer, ToolCall) else _STOP_REASONS[answer.finish]
+
+
+def _stop_sequence(answer: Answer) -> str | None:
+    return None if isinstance(answer, ToolCall) else answer.stop_sequence
+
+
+def _usage(input_tokens: int, output_tokens: int) -> dict[str, int]:
+    return {
+        "input_tokens": input_tokens,
+        "cache_creation_input_tokens": 0,
+        "cache_read_input_tokens": 0,
+        "output_tokens": output_tokens,
+    }
+
+
+def _head(request: ParsedMessages) -> dict[str, Any]:
+    return {
+        "id": "msg_" + uuid.uuid4().hex[:24],
+        "type": "message",
+        "role": "assistant",
+        "model": request.view.model,
+    }
+
+
+def message(request: ParsedMessages, answer: Answer) -> bytes:
+    """A ``message`` JSON body."""
+    block: dict[str, Any]
+    if isinstance(answer, ToolCall):
+        block = {
+            "type": "tool_use",
+            "id": "toolu_" + uuid.uuid4().hex[:24],
+            "name": answer.name,
+            "input": answer.arguments,
+        }
+    else:
+        block = {"type": "text", "text": answer.text}
+    return orjson.dumps(
+        {
+            **_head(request),
+            "content": [block],
+            "stop_reason": _stop_reason(answer),
+            "stop_sequence": _stop_sequence(answer),
+            "usage": _usage(request.view.prompt_tokens, answer.tokens),
+        }
+    )
+
+
+def message_stream(request: ParsedMessages, answer: Answer) -> Iterator[bytes]:
+    """The SSE events of a streamed message, ``message_stop`` included."""
+    start = {
+        **_head(request),
+        "content": [],
+        "stop_reason": None,
+        "stop_sequence": None,
+        "usage": _usage(request.view.prompt_tokens, 1),
+    }
+    yield _event("message_start", {"type": "message_start", "message": start})
+    block: dict[str, Any]
+    if isinstance(answer, ToolCall):
+        block = {"type": "tool_use", "id": "toolu_" + uuid.uuid4().hex[:24], "name": answer.name}
+        block["input"] = {}
+        deltas = [
+            {"type": "input_json_delta", "partial_json": f} for f in answer.argument_fragments()
+        ]
+    else:
+        block = {"type": "text", "text": ""}
+        deltas = [{"type": "text_delta", "text": piece} for piece in answer.pieces()]
+    yield _event(
+        "content_block_start", {"type": "content_block_start", "index": 0, "content_block": block}
+    )
+    yield _event("ping", {"type": "ping"})
+    for delta in deltas:
+        yield _event(
+            "content_block_delta", {"type": "content_block_delta", "index": 0, "delta": delta}
+        )
+    yield _event("content_block_stop", {"type": "content_block_stop", "index": 0})
+    stop = {"stop_reason": _stop_reason(answer), "stop_sequence": _stop_sequence(answer)}
+    usage = {"output_tokens": answer.tokens}
+    yield _event("message_delta", {"type": "message_delta", "delta": stop, "usage": usage})
+    yield _event("message_stop", {"type": "message_stop"})
+
+
+def model_list(models: Sequence[str]) -> bytes:
+    data = [
+        {"type": "model", "id": m, "display_name": m, "created_at": "2024-10-22T00:00:00Z"}
+        for m in models
+    ]
+    return orjson.dumps(
+        {"data": data, "has_more": False, "first_id": models[0], "last_id": models[-1]}
+    )
+
+
+def error_body(status: int, message: str) -> bytes:
+    """Anthropic's error shape for ``status``."""
+    default = "api_error" if status >= 500 else "invalid_request_error"
+    kind = _ERROR_TYPES.get(status, default)
+    return orjson.dumps({"type": "error", "error": {"type": kind, "message": message}})

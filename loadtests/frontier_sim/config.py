@@ -1,0 +1,135 @@
+"""Knobs of the frontier simulator, each defined and documented once.
+
+The same model feeds the CLI (flags are generated from the fields), the programmatic runners and
+the per-request overrides: a request may carry ``x-sim-<field-name-with-dashes>`` headers for the
+fields in :data:`PER_REQUEST_KNOBS` (e.g. ``x-sim-ttft-ms: 250``), plus the shorthand
+``x-sim-error: <status>`` which fails that one request with the given HTTP status.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+DEFAULT_MODELS: tuple[str, ...] = (
+    "gpt-4o-mini",
+    "gpt-4o",
+    "claude-3-5-sonnet-latest",
+    "claude-3-5-haiku-latest",
+    "sim-local",
+)
+
+HEADER_PREFIX = "x-sim-"
+FORCE_ERROR_HEADER = "x-sim-error"
+
+
+class SimulatorConfig(BaseModel):
+    """Behaviour of a simulated frontier provider (OpenAI and Anthropic wire formats)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    # Latency
+    ttft_ms: float = Field(
+        default=0.0, ge=0, description="Delay before the first byte of every answer, in ms."
+    )
+    tokens_per_s: float = Field(
+        default=0.0, ge=0, description="Streaming pace in chunks per second; 0 means unpaced."
+    )
+    slow_model_ttft_ms: float = Field(
+        default=2000.0,
+        ge=0,
+        description="Extra delay for model names containing 'slow', in ms.",
+    )
+
+    # Answers
+    answer_tokens: int = Field(
+        default=16, ge=1, description="Words in a default answer (one word is one token)."
+    )
+    seed: int = Field(
+        default=0, description="Seeds answer words (with the request's seed) and the error RNG."
+    )
+    models: tuple[str, ...] = Field(
+        default=DEFAULT_MODELS, min_length=1, description="Model names listed by GET /v1/models."
+    )
+    reject_unknown_models: bool = Field(
+        default=False,
+        description="Answer 404 for models not in `models` (by default any name is served).",
+    )
+
+    # Failures
+    error_rate: float = Field(
+        default=0.0, ge=0, le=1, description="Probability of failing a request (seeded RNG)."
+    )
+    error_status: int = Field(
+        default=500, ge=400, le=599, description="HTTP status of failures drawn by error_rate."
+    )
+    ratelimit_retry_after_s: int = Field(
+        default=1,
+        ge=0,
+        description="Retry-After of the 429 answered to model names containing 'ratelimit'.",
+    )
+    cut_stream_after_chunks: int | None = Field(
+        default=None,
+        ge=0,
+        description="Close streamed answers abruptly after this many SSE events (no [DONE]).",
+    )
+
+    # Prices, reported by GET /sim/prices and the x-sim-cost-usd response header
+    input_usd_per_mtok: float = Field(
+        default=2.5, ge=0, description="Price of a million prompt tokens, in USD."
+    )
+    output_usd_per_mtok: float = Field(
+        default=10.0, ge=0, description="Price of a million completion tokens, in USD."
+    )
+
+    def cost_usd(self, prompt_tokens: int, completion_tokens: int) -> float:
+        """Price of one answer under this configuration."""
+        return (
+            prompt_tokens * self.input_usd_per_mtok + completion_tokens * self.output_usd_per_mtok
+        ) / 1_000_000
+
+
+PER_REQUEST_KNOBS: frozenset[str] = frozenset(
+    {
+        "ttft_ms",
+        "tokens_per_s",
+        "answer_tokens",
+        "error_rate",
+        "error_status",
+        "cut_stream_after_chunks",
+        "input_usd_per_mtok",
+        "output_usd_per_mtok",
+    }
+)
+
+
+class KnobHeaderError(ValueError):
+    """An ``x-sim-*`` header names no knob or carries an invalid value."""
+
+
+def apply_header_overrides(config: SimulatorConfig, headers: Mapping[str, str]) -> SimulatorConfig:
+    """Return ``config`` with the request's ``x-sim-*`` headers applied (``config`` if none).
+
+    ``headers`` must have lower-case keys or be case-insensitive (aiohttp's are).
+    Raises :class:`KnobHeaderError` for an unknown knob or an invalid value.
+    """
+    overrides: dict[str, object] = {}
+    for raw_name, value in headers.items():
+        name = raw_name.lower()
+        if not name.startswith(HEADER_PREFIX):
+            continue
+        if name == FORCE_ERROR_HEADER:
+            overrides["error_rate"] = 1.0
+            overrides["error_status"] = value
+            continue
+        field = name[len(HEADER_PREFIX) :].replace("-", "_")
+        if field not in PER_REQUEST_KNOBS:
+            raise KnobHeaderError(f"unknown simulator header {raw_name!r}")
+        overrides[field] = None if value.lower() in ("", "none") else value
+    if not overrides:
+        return config
+    try:
+        return SimulatorConfig.model_validate({**config.model_dump(), **overrides})
+    except ValidationError as exc:
+        raise KnobHeaderError(f"invalid simulator header: {exc.errors()[0]['msg']}") from exc
