@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator, Callable, Iterable
 from pathlib import Path
 
 import aiohttp
+from opentelemetry.sdk.trace.export import SpanExporter
 from fastapi import FastAPI
 from starlette.requests import Request
 from starlette.responses import Response
@@ -78,8 +79,10 @@ def create_app(
     config: SwitchyardConfig,
     config_path: Path | None = None,
     recorder: RecordSink | None = None,
+    span_exporter: SpanExporter | None = None,
 ) -> FastAPI:
-    """Build the app. ``recorder`` overrides the store section (tests inject a sink)."""
+    """Build the app. ``recorder`` overrides the store section, ``span_exporter`` the trace
+    exporter (tests inject both)."""
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -93,7 +96,7 @@ def create_app(
             sink = handle
         metrics = GatewayMetrics()
         state = new_state(config, config_path, session, litellm, sink, metrics)
-        state.tracer_provider, state.tracer = build_tracer(config.telemetry)
+        state.tracer_provider, state.tracer = build_tracer(config.telemetry, span_exporter)
         metrics.add_live_gauges(_live_gauges(state, handle))
         app.state.switchyard = state
         app.state.recorder = handle

@@ -1,0 +1,58 @@
+"""The import direction of ../shared/design/ARCHITECTURE.md, enforced on the source tree.
+
+router   -> (nothing of the project)
+serving  -> (nothing of the project)
+gateway  -> router
+rl_loop  -> gateway.store (read API), gateway.export, serving, router
+loadtests-> nothing but itself (it talks to the gateway over HTTP)
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("gateway", "router", "serving", "rl_loop", "loadtests")
+
+ALLOWED: dict[str, tuple[str, ...]] = {
+    "router": ("router",),
+    "serving": ("serving",),
+    "gateway": ("gateway", "router"),
+    "rl_loop": ("rl_loop", "gateway.store", "gateway.export", "serving", "router"),
+    "loadtests": ("loadtests",),
+}
+
+
+def _project_imports(path: Path) -> list[tuple[int, str]]:
+    tree = ast.parse(path.read_text(), filename=str(path))
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.extend((node.lineno, a.name) for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.append((node.lineno, node.module))
+    return [(n, m) for n, m in found if m.split(".")[0] in PACKAGES]
+
+
+def _allowed(module: str, rules: tuple[str, ...]) -> bool:
+    return any(module == r or module.startswith(r + ".") for r in rules)
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_package_imports_only_what_the_architecture_allows(package: str) -> None:
+    violations = []
+    for path in sorted((ROOT / package).rglob("*.py")):
+        for lineno, module in _project_imports(path):
+            if not _allowed(module, ALLOWED[package]):
+                violations.append(f"{path.relative_to(ROOT)}:{lineno} imports {module}")
+    assert not violations, "\n".join(violations)
+
+
+def test_the_rule_catches_a_violation(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.py"
+    bad.write_text("from gateway.app import create_app\nimport router.policy\n")
+    modules = [m for _, m in _project_imports(bad)]
+    assert not all(_allowed(m, ALLOWED["router"]) for m in modules)
