@@ -17,7 +17,7 @@ from starlette.responses import Response
 
 from gateway.backends.base import UpstreamCall, UpstreamEndpoint
 from gateway.errors import InvalidRequestError, PayloadTooLargeError
-from gateway.pipeline import error_response, new_exchange, serve_stream, serve_unary
+from gateway.pipeline import FrontDoor, error_response, new_exchange, serve_stream, serve_unary
 from gateway.state import GatewayState
 from gateway.wire.openai_requests import (
     ChatCompletionRequest,
@@ -30,6 +30,9 @@ from router.errors import RoutingError
 from router.features import Endpoint, RequestFeatures, estimate_tokens
 
 log = logging.getLogger(__name__)
+
+CHAT_DOOR = FrontDoor("chat.completions", "openai.chat")
+COMPLETIONS_DOOR = FrontDoor("completions", "openai.completions")
 
 ROUTE_HEADER = "x-switchyard-route"
 TAGS_HEADER = "x-switchyard-tags"
@@ -98,8 +101,7 @@ def build_features(
 async def _handle(request: Request, endpoint: UpstreamEndpoint) -> Response:
     state: GatewayState = request.app.state.switchyard
     routing = state.routing  # fixed for this request even if a reload happens meanwhile
-    wire = "openai.chat" if endpoint == "chat.completions" else "openai.completions"
-    ex = new_exchange(state, endpoint, wire)
+    ex = new_exchange(state, CHAT_DOOR if endpoint == "chat.completions" else COMPLETIONS_DOOR)
     raw = b""
     try:
         try:

@@ -15,8 +15,8 @@ from collections.abc import AsyncIterator, Callable, Iterable
 from pathlib import Path
 
 import aiohttp
-from opentelemetry.sdk.trace.export import SpanExporter
 from fastapi import FastAPI
+from opentelemetry.sdk.trace.export import SpanExporter
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route

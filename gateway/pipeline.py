@@ -19,7 +19,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import orjson
 from starlette.responses import Response, StreamingResponse
@@ -46,6 +46,39 @@ T = TypeVar("T")
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
 
+class StreamEncoder(Protocol):
+    """Turns the internal stream (OpenAI chat/completion chunks) into one wire format's events."""
+
+    def encode(self, chunk: dict[str, Any]) -> bytes: ...
+
+    def finish(self) -> bytes:
+        """Events after the last chunk (the upstream sent ``[DONE]``)."""
+        ...
+
+    def error(self, message: str) -> bytes:
+        """The event that tells the client the stream failed mid-answer."""
+        ...
+
+    def final_response(self) -> dict[str, Any] | None:
+        """The whole response in this wire format, for the record."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class FrontDoor:
+    """How one API door speaks: the internal format is OpenAI's chat/completions.
+
+    ``render``/``stream_encoder`` of ``None`` mean "pass the upstream bytes through" (the OpenAI
+    doors: no re-encoding on the hot path). ``error_body`` reshapes an OpenAI error body.
+    """
+
+    endpoint: str
+    wire_format: str
+    render: Callable[[dict[str, Any], Exchange], dict[str, Any]] | None = None
+    stream_encoder: Callable[[Exchange], StreamEncoder] | None = None
+    error_body: Callable[[int, dict[str, Any]], dict[str, Any]] | None = None
+
+
 @dataclass(slots=True)
 class Exchange:
     """What the gateway knows about one request while serving it."""
@@ -63,6 +96,8 @@ class Exchange:
     weights_version: str | None = None
     attempts: list[dict[str, Any]] = field(default_factory=list)
     ttft_s: float | None = None
+    door: FrontDoor | None = None
+    notes: dict[str, Any] = field(default_factory=dict)
 
     def route_headers(self) -> dict[str, str]:
         h = {"x-request-id": self.id}
@@ -80,10 +115,10 @@ class Exchange:
         return h
 
 
-def new_exchange(state: GatewayState, endpoint: str, wire_format: str) -> Exchange:
+def new_exchange(state: GatewayState, door: FrontDoor) -> Exchange:
     """Start an exchange; :func:`finish` ends it (exactly once), which also ends its in-flight."""
     state.in_flight += 1
-    return Exchange(new_id(), endpoint, wire_format, time.perf_counter())
+    return Exchange(new_id(), door.endpoint, door.wire_format, time.perf_counter(), door=door)
 
 
 async def _with_failover(
@@ -146,6 +181,8 @@ def error_response(state: GatewayState, ex: Exchange, exc: Exception) -> Respons
     status, headers, body = error_response_parts(exc)
     headers = {**headers, **ex.route_headers()}
     finish(state, ex, status, None, Usage(), error=body["error"]["message"], stream=False)
+    if ex.door is not None and ex.door.error_body is not None:
+        body = ex.door.error_body(status, body)
     return Response(orjson.dumps(body), status, headers, media_type="application/json")
 
 
@@ -160,8 +197,13 @@ async def serve_unary(
         return error_response(state, ex, exc)
     ex.served_model, ex.replica = result.served_model, result.replica
     ex.weights_version = result.weights_version
-    finish(state, ex, 200, result.parsed, result.usage, error=None, stream=False)
-    return Response(result.body, 200, ex.route_headers(), media_type="application/json")
+    door = ex.door
+    if door is None or door.render is None:
+        finish(state, ex, 200, result.parsed, result.usage, error=None, stream=False)
+        return Response(result.body, 200, ex.route_headers(), media_type="application/json")
+    rendered = door.render(result.parsed, ex)
+    finish(state, ex, 200, rendered, result.usage, error=None, stream=False)
+    return Response(orjson.dumps(rendered), 200, ex.route_headers(), media_type="application/json")
 
 
 async def serve_stream(
@@ -185,22 +227,37 @@ async def serve_stream(
 
 
 async def _relay(state: GatewayState, ex: Exchange, stream: UpstreamStream) -> AsyncIterator[bytes]:
+    encoder = ex.door.stream_encoder(ex) if ex.door and ex.door.stream_encoder else None
     status, error = 200, None
     try:
-        async for block in stream:
-            yield block
+        if encoder is None:
+            async for block in stream:
+                yield block
+        else:
+            async for block in stream:
+                encoded = b"".join(encoder.encode(c) for c in parse_stream(block))
+                if encoded:
+                    yield encoded
+            yield encoder.finish()
     except UpstreamError as exc:
         status, error = 502, exc.message
-        yield encode_event(error_body(exc.message, "upstream_error", None, "stream_interrupted"))
+        if encoder is None:
+            body = error_body(exc.message, "upstream_error", None, "stream_interrupted")
+            yield encode_event(body)
+        else:
+            yield encoder.error(exc.message)
     except BaseException:
         status, error = 499, "client disconnected"
         raise
     finally:
         await _close_quietly(stream)
         out = stream.outcome
-        chunks = out.chunks or parse_stream(b"".join(out.raw))
-        assemble = assemble_chat if ex.endpoint == "chat.completions" else assemble_completion
-        response = assemble(chunks) if chunks else None
+        if encoder is not None:
+            response = encoder.final_response()
+        else:
+            chunks = out.chunks or parse_stream(b"".join(out.raw))
+            assemble = assemble_chat if ex.endpoint == "chat.completions" else assemble_completion
+            response = assemble(chunks) if chunks else None
         finish(state, ex, status, response, out.usage, error=error, stream=True)
 
 

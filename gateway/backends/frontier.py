@@ -134,8 +134,12 @@ def clean_response(data: dict[str, Any]) -> dict[str, Any]:
                 if msg.get(k) is None:
                     msg.pop(k, None)
             choices.append(
-                {"index": ch.get("index", 0), "message": msg, "logprobs": ch.get("logprobs"),
-                 "finish_reason": ch.get("finish_reason")}
+                {
+                    "index": ch.get("index", 0),
+                    "message": msg,
+                    "logprobs": ch.get("logprobs"),
+                    "finish_reason": ch.get("finish_reason"),
+                }
             )
         else:  # text completion choice
             choices.append({k: v for k, v in ch.items() if k != "provider_specific_fields"})

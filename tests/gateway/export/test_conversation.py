@@ -1,0 +1,231 @@
+"""Every wire format maps to the same OpenAI chat conversation; odd shapes skip with a reason."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from gateway.export.conversation import (
+    AssistantTurn,
+    ToolCall,
+    UnsupportedShape,
+    answer_of,
+    to_messages,
+    tools_of,
+)
+from tests.gateway.export import synthetic as syn
+
+
+def test_chat_with_tool_round_trip() -> None:
+    r = syn.chat_tool_row(1)
+    assert to_messages(r) == [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "Weather in Paris?"},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": "call_1",
+                    "type": "function",
+                    "function": {"name": "get_weather", "arguments": '{"city":"Paris"}'},
+                }
+            ],
+        },
+        {"role": "tool", "tool_call_id": "call_1", "content": "18C, sunny"},
+    ]
+    assert tools_of(r) == [syn.WEATHER_TOOL_CHAT]
+    assert answer_of(r) == AssistantTurn("18C and sunny.")
+
+
+def test_chat_answer_with_tool_calls() -> None:
+    call = {"id": "c9", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+    r = syn.row(1, "openai.chat", {"messages": [{"role": "user", "content": "x"}]},
+                syn.chat_response(None, [call]))
+    turn = answer_of(r)
+    assert turn == AssistantTurn(None, (ToolCall("c9", "f", "{}"),))
+    assert turn.to_message() == {"role": "assistant", "content": None, "tool_calls": [call]}
+
+
+def test_legacy_completion_prompt_is_one_user_message() -> None:
+    r = syn.completions_row(1, "def add(a, b):", "\n    return a + b")
+    assert to_messages(r) == [{"role": "user", "content": "def add(a, b):"}]
+    assert tools_of(r) == []
+    assert answer_of(r) == AssistantTurn("\n    return a + b")
+
+
+def test_responses_items_map_to_chat() -> None:
+    r = syn.responses_row(1)
+    assert to_messages(r) == [
+        {"role": "system", "content": "You are a coding assistant."},
+        {"role": "user", "content": "ls"},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": "fc_1",
+                    "type": "function",
+                    "function": {"name": "shell", "arguments": '{"cmd":"ls"}'},
+                }
+            ],
+        },
+        {"role": "tool", "tool_call_id": "fc_1", "content": "a.py\nb.py"},
+    ]
+    assert tools_of(r) == [
+        {
+            "type": "function",
+            "function": {
+                "name": "shell",
+                "description": "Run a command",
+                "parameters": {"type": "object", "properties": {"cmd": {"type": "string"}}},
+            },
+        }
+    ]
+    assert answer_of(r) == AssistantTurn(
+        "Two files.", (ToolCall("fc_2", "shell", '{"cmd":"cat a.py"}'),)
+    )
+
+
+def test_responses_plain_string_input() -> None:
+    r = syn.row(1, "openai.responses", {"input": "hi"},
+                {"output": [{"type": "message", "role": "assistant",
+                             "content": [{"type": "output_text", "text": "hello"}]}]})
+    assert to_messages(r) == [{"role": "user", "content": "hi"}]
+    assert answer_of(r) == AssistantTurn("hello")
+
+
+def test_anthropic_blocks_map_to_chat() -> None:
+    r = syn.anthropic_row(1)
+    assert to_messages(r) == [
+        {"role": "system", "content": "You fix bugs."},
+        {"role": "user", "content": "Fix test_a."},
+        {
+            "role": "assistant",
+            "content": "Reading it.",
+            "tool_calls": [
+                {
+                    "id": "toolu_1",
+                    "type": "function",
+                    "function": {"name": "read_file", "arguments": '{"path":"test_a.py"}'},
+                }
+            ],
+        },
+        {"role": "tool", "tool_call_id": "toolu_1", "content": "assert 1 == 2"},
+        {"role": "user", "content": "Go on."},
+    ]
+    assert tools_of(r) == [
+        {
+            "type": "function",
+            "function": {
+                "name": "read_file",
+                "description": "Read a file",
+                "parameters": {"type": "object", "properties": {"path": {"type": "string"}}},
+            },
+        }
+    ]
+    assert answer_of(r) == AssistantTurn(
+        "The assertion is wrong.",
+        (ToolCall("toolu_2", "write_file", '{"path":"test_a.py","text":"assert 1 == 1"}'),),
+    )
+
+
+def test_parsing_does_not_mutate_the_row() -> None:
+    r = syn.anthropic_row(1)
+    before = copy.deepcopy(r)
+    to_messages(r)
+    tools_of(r)
+    answer_of(r)
+    assert r == before
+
+
+@pytest.mark.parametrize("status", [400, 500, 502])
+def test_failed_call_has_no_answer(status: int) -> None:
+    assert answer_of(syn.chat_row(1, "q", "a", status=status)) is None
+    assert answer_of(syn.chat_row(1, "q", None)) is None
+
+
+def test_empty_answer_is_none() -> None:
+    assert answer_of(syn.chat_row(1, "q", "")) is None
+
+
+def _skip_reason(fn, r) -> str:  # type: ignore[no-untyped-def]
+    with pytest.raises(UnsupportedShape) as info:
+        fn(r)
+    return info.value.reason
+
+
+IMAGE_CHAT = {"messages": [{"role": "user", "content": [
+    {"type": "text", "text": "what is this"},
+    {"type": "image_url", "image_url": {"url": "data:..."}}]}]}
+
+
+@pytest.mark.parametrize(
+    ("wire_format", "request_body", "reason"),
+    [
+        ("openai.chat", IMAGE_CHAT, "non_text_content"),
+        ("openai.chat", {"messages": "hi"}, "malformed_request"),
+        ("openai.chat", {"messages": [{"role": "wizard", "content": "x"}]}, "unknown_role"),
+        ("openai.chat", {"messages": [{"role": "function", "name": "f", "content": "1"}]},
+         "legacy_function_call"),
+        ("openai.completions", {"prompt": ["a", "b"]}, "batched_prompt"),
+        ("openai.completions", {"prompt": [1, 2, 3]}, "batched_prompt"),
+        ("openai.completions", {"prompt": "def f(", "suffix": "return x"}, "fim_suffix"),
+        ("openai.responses", {"input": "x", "previous_response_id": "resp_1"},
+         "stateful_conversation"),
+        ("openai.responses", {"input": [{"type": "web_search_call", "id": "w"}]},
+         "unsupported_item"),
+        ("anthropic.messages", {"messages": [{"role": "user", "content": [
+            {"type": "image", "source": {}}]}]}, "non_text_content"),
+        ("weird.format", {"messages": []}, "unknown_wire_format"),
+    ],
+)
+def test_unsupported_requests(wire_format: str, request_body: dict, reason: str) -> None:
+    r = syn.row(1, "openai.chat", request_body, None)
+    r["wire_format"] = wire_format  # type: ignore[typeddict-item]
+    assert _skip_reason(to_messages, r) == reason
+
+
+@pytest.mark.parametrize(
+    ("wire_format", "tools"),
+    [
+        ("openai.chat", [{"type": "custom", "custom": {"name": "x"}}]),
+        ("openai.responses", [{"type": "web_search"}]),
+        ("anthropic.messages", [{"type": "bash_20250124", "name": "bash"}]),
+    ],
+)
+def test_non_function_tools_are_skipped(wire_format: str, tools: list) -> None:
+    r = syn.row(1, "openai.chat", {"messages": [], "input": "x", "tools": tools}, None)
+    r["wire_format"] = wire_format  # type: ignore[typeddict-item]
+    assert _skip_reason(tools_of, r) == "non_function_tool"
+
+
+@pytest.mark.parametrize(
+    ("wire_format", "response"),
+    [
+        ("openai.chat", {"choices": []}),
+        ("openai.chat", {"choices": [{"message": {"role": "assistant", "content": 5}}]}),
+        ("openai.completions", {"choices": [{"index": 0}]}),
+        ("openai.responses", {"output": "text"}),
+        ("anthropic.messages", {"content": "text"}),
+    ],
+)
+def test_malformed_responses(wire_format: str, response: dict) -> None:
+    r = syn.row(1, "openai.chat", {}, response)
+    r["wire_format"] = wire_format  # type: ignore[typeddict-item]
+    assert _skip_reason(answer_of, r) == "malformed_response"
+
+
+def test_missing_tool_call_ids_get_stable_fallbacks() -> None:
+    request = {"messages": [
+        {"role": "user", "content": "x"},
+        {"role": "assistant", "tool_calls": [{"type": "function",
+                                              "function": {"name": "f", "arguments": {"a": 1}}}]},
+    ]}
+    r = syn.row(1, "openai.chat", request, None)
+    first = to_messages(r)
+    assert first == to_messages(r)
+    call = first[1]["tool_calls"][0]
+    assert call["id"] == "call_messages_1_0"
+    assert call["function"]["arguments"] == '{"a":1}'
