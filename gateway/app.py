@@ -21,7 +21,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
-from gateway import api_admin, api_openai
+from gateway import api_admin, api_anthropic, api_openai, api_responses
 from gateway.backends.frontier import import_litellm
 from gateway.config import SwitchyardConfig
 from gateway.metrics import GatewayMetrics
@@ -132,6 +132,8 @@ def create_app(
         Route("/ready", ready, methods=["GET"]),
         Route("/metrics", metrics_endpoint, methods=["GET"]),
         *api_admin.routes(),
+        *api_responses.routes(),
+        *api_anthropic.routes(),
     ]
     app = FastAPI(title="Switchyard", lifespan=lifespan, routes=routes, docs_url="/docs")
     api_admin.install_error_handlers(app)
