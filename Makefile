@@ -22,7 +22,7 @@ $(STAMP): pyproject.toml
 	sha256sum pyproject.toml > $(STAMP)
 
 demo: setup
-	$(PY) -m gateway.demo
+	$(PY) scripts/demo.py
 
 test: setup
 	$(PY) -m pytest -q -rs

@@ -1,0 +1,192 @@
+"""`make demo`: the whole front door on one machine, on embedded defaults.
+
+1. Build the local model if missing (byte-level BPE tokenizer + tiny Qwen3-MoE, `serving.build`).
+2. Start vLLM on the CPU serving it (`serving.replica`).
+3. Start the frontier simulator, unless OPENAI_API_KEY / ANTHROPIC_API_KEY are set, in which
+   case the frontier targets are the real providers.
+4. Write the gateway config under `.cache/demo/` and start the gateway (SQLite traffic store).
+5. Print a curl line and an `openai` SDK snippet, check that both paths answer, and wait.
+
+This script is the one place that starts every part; the parts import nothing of each other
+(see ARCHITECTURE.md). `DEMO_SMOKE=1` exits after the check (used by the tests).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import yaml
+
+from serving.build import ensure_demo_model
+from serving.replica import VllmReplica
+from serving.vllm_config import VllmLaunchConfig
+
+REPO = Path(__file__).resolve().parents[1]
+CACHE = Path(os.environ.get("SWITCHYARD_CACHE", REPO / ".cache"))
+DEMO_DIR = CACHE / "demo"
+GATEWAY_PORT = int(os.environ.get("SWITCHYARD_PORT", "8080"))
+VLLM_PORT = int(os.environ.get("SWITCHYARD_VLLM_PORT", "8000"))
+SIM_PORT = int(os.environ.get("SWITCHYARD_SIM_PORT", "8901"))
+LOCAL_MODEL = "switchyard-local"
+
+
+def frontier_backends(sim_url: str) -> dict[str, Any]:
+    """Real providers where a key is set, the simulator otherwise."""
+    openai_real = bool(os.environ.get("OPENAI_API_KEY"))
+    anthropic_real = bool(os.environ.get("ANTHROPIC_API_KEY"))
+    return {
+        "frontier-openai": {
+            "kind": "litellm",
+            "model": "openai/gpt-4o-mini",
+            **({"api_key_env": "OPENAI_API_KEY"} if openai_real else {"api_base": sim_url + "/v1"}),
+        },
+        "frontier-anthropic": {
+            "kind": "litellm",
+            "model": "anthropic/claude-3-5-haiku-latest",
+            **(
+                {"api_key_env": "ANTHROPIC_API_KEY"}
+                if anthropic_real
+                else {"api_base": sim_url}
+            ),
+        },
+    }
+
+
+def demo_config(vllm_url: str, sim_url: str) -> dict[str, Any]:
+    return {
+        "gateway": {"listen": {"host": "127.0.0.1", "port": GATEWAY_PORT}},
+        "backends": {
+            "local": {"kind": "vllm", "model": LOCAL_MODEL, "replicas": [vllm_url]},
+            **frontier_backends(sim_url),
+        },
+        "routing": {
+            "version": "demo-v1",
+            "default": "local",
+            "aliases": {
+                "auto": None,
+                LOCAL_MODEL: "local",
+                "gpt-4o-mini": "frontier-openai",
+                "claude-3-5-haiku": "frontier-anthropic",
+            },
+            "rules": [
+                {"name": "tools-to-frontier", "match": {"has_tools": True},
+                 "target": "frontier-openai"},
+                {"name": "long-context-to-frontier", "match": {"min_prompt_tokens": 3000},
+                 "target": "frontier-anthropic"},
+            ],
+            "fallbacks": {"local": ["frontier-openai"]},
+        },
+        "store": {"url": f"sqlite:///{DEMO_DIR / 'traffic.db'}", "spool_dir": str(DEMO_DIR / "spool")},
+    }
+
+
+def wait_http(url: str, proc: subprocess.Popen[bytes], what: str, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"{what} exited with {proc.returncode}; see {DEMO_DIR}/*.log")
+        try:
+            if httpx.get(url, timeout=2).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        time.sleep(0.3)
+    raise SystemExit(f"{what} not ready after {timeout:.0f}s")
+
+
+def spawn(args: list[str], log_name: str) -> subprocess.Popen[bytes]:
+    log = (DEMO_DIR / log_name).open("ab")
+    env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+    return subprocess.Popen(
+        [sys.executable, *args], cwd=REPO, stdout=log, stderr=subprocess.STDOUT, env=env,
+        start_new_session=True,
+    )
+
+
+def check(base: str) -> None:
+    body = {"model": "auto", "messages": [{"role": "user", "content": "def fib(n):"}],
+            "max_tokens": 16}
+    local = httpx.post(base + "/v1/chat/completions", json=body, timeout=60)
+    local.raise_for_status()
+    body["model"] = "gpt-4o-mini"
+    frontier = httpx.post(base + "/v1/chat/completions", json=body, timeout=60)
+    frontier.raise_for_status()
+    print(f"  local path    -> {local.headers['x-switchyard-target']} "
+          f"({local.headers.get('x-switchyard-replica')}), 200")
+    print(f"  frontier path -> {frontier.headers['x-switchyard-target']}, 200")
+
+
+def banner(base: str) -> None:
+    print(f"""
+Switchyard is up: {base}
+  curl {base}/v1/chat/completions -H 'Content-Type: application/json' \\
+    -d '{{"model": "auto", "messages": [{{"role": "user", "content": "def fib(n):"}}]}}'
+
+  python - <<'PY'
+from openai import OpenAI
+client = OpenAI(base_url="{base}/v1", api_key="demo")
+r = client.chat.completions.with_raw_response.create(
+    model="auto", messages=[{{"role": "user", "content": "Write a docstring"}}])
+print(r.headers["x-switchyard-target"], r.parse().choices[0].message.content)
+PY
+
+Models: auto (router decides), {LOCAL_MODEL} (vLLM), gpt-4o-mini, claude-3-5-haiku.
+Metrics: {base}/metrics   Traffic store: {DEMO_DIR / 'traffic.db'}   Logs: {DEMO_DIR}/*.log
+Ctrl-C stops everything.""")
+
+
+def main() -> int:
+    DEMO_DIR.mkdir(parents=True, exist_ok=True)
+    print("[1/4] local model: building if missing ...", flush=True)
+    model_dir = ensure_demo_model(CACHE, progress=True)
+    print(f"      {model_dir}")
+    procs: list[subprocess.Popen[bytes]] = []
+    replica = VllmReplica(
+        VllmLaunchConfig(model_dir=model_dir, cache_dir=CACHE, served_model_name=LOCAL_MODEL,
+                         port=VLLM_PORT, enforce_eager=True),
+        log_path=DEMO_DIR / "vllm.log",
+    )
+    try:
+        print("[2/4] vLLM (CPU) starting, about a minute ...", flush=True)
+        replica.start()
+        sim_url = f"http://127.0.0.1:{SIM_PORT}"
+        if not (os.environ.get("OPENAI_API_KEY") and os.environ.get("ANTHROPIC_API_KEY")):
+            print("[3/4] frontier simulator (no API keys set) ...", flush=True)
+            procs.append(spawn(["-m", "loadtests.frontier_sim", "--port", str(SIM_PORT)], "sim.log"))
+            wait_http(sim_url + "/health", procs[-1], "frontier simulator")
+        asyncio.run(replica.wait_ready(timeout=600))
+        cfg_path = DEMO_DIR / "switchyard.yaml"
+        cfg_path.write_text(yaml.safe_dump(demo_config(replica.base_url, sim_url), sort_keys=False))
+        print(f"[4/4] gateway with {cfg_path} ...", flush=True)
+        procs.append(spawn(["-m", "gateway", "--config", str(cfg_path)], "gateway.log"))
+        base = f"http://127.0.0.1:{GATEWAY_PORT}"
+        wait_http(base + "/ready", procs[-1], "gateway")
+        check(base)
+        banner(base)
+        if os.environ.get("DEMO_SMOKE"):
+            return 0
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+        signal.sigwait({signal.SIGINT, signal.SIGTERM})
+        print("\nstopping ...")
+        return 0
+    finally:
+        for p in reversed(procs):
+            p.terminate()
+        for p in procs:
+            try:
+                p.wait(30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+        replica.stop()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
