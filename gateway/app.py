@@ -21,7 +21,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
-from gateway import api_admin, api_anthropic, api_openai, api_responses
+from gateway import api_admin, api_anthropic, api_feedback, api_openai, api_responses
 from gateway.backends.frontier import import_litellm
 from gateway.config import SwitchyardConfig
 from gateway.metrics import GatewayMetrics
@@ -65,6 +65,11 @@ def _live_gauges(
     return read
 
 
+def _as_handle(sink: RecordSink | None) -> RecorderHandle | None:
+    """An injected sink that is a full handle (tests pass one) also serves feedback."""
+    return sink if isinstance(sink, RecorderHandle) else None
+
+
 async def drain(state: GatewayState, timeout_s: float) -> None:
     """Wait for in-flight requests (streams included) to finish, at most ``timeout_s``."""
     state.draining = True
@@ -99,7 +104,7 @@ def create_app(
         state.tracer_provider, state.tracer = build_tracer(config.telemetry, span_exporter)
         metrics.add_live_gauges(_live_gauges(state, handle))
         app.state.switchyard = state
-        app.state.recorder = handle
+        app.state.recorder = handle if handle is not None else _as_handle(sink)
         try:
             yield
         finally:
@@ -132,6 +137,7 @@ def create_app(
         Route("/ready", ready, methods=["GET"]),
         Route("/metrics", metrics_endpoint, methods=["GET"]),
         *api_admin.routes(),
+        *api_feedback.routes(),
         *api_responses.routes(),
         *api_anthropic.routes(),
     ]

@@ -14,6 +14,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from gateway.store.config import StoreConfig
 from router.config import RoutingConfig
 
 
@@ -96,15 +97,10 @@ class TelemetryConfig(BaseModel):
     service_name: str = "switchyard-gateway"
 
 
-class StoreSection(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class StoreSection(StoreConfig):
+    """The traffic store (``gateway.store.config``) plus whether the gateway records at all."""
 
     enabled: bool = True
-    url: str = Field(default="sqlite:///.cache/switchyard.db")
-    spool_dir: str = ".cache/spool"
-    batch_size: int = Field(default=256, ge=1)
-    flush_interval_s: float = Field(default=0.05, gt=0)
-    queue_size: int = Field(default=10_000, ge=1)
 
 
 class GatewaySection(BaseModel):

@@ -328,10 +328,17 @@ def finish(
             completion_tokens=usage.completion_tokens,
             cached_tokens=usage.cached_tokens,
             cost_usd=cost,
-            tags=dict(f.tags) if f else {},
+            tags=_tags(f, ex),
             attempts=ex.attempts,
         )
     )
+
+
+def _tags(f: RequestFeatures | None, ex: Exchange) -> dict[str, str]:
+    tags = dict(f.tags) if f else {}
+    for key, value in ex.notes.items():
+        tags[f"note.{key}"] = value if isinstance(value, str) else orjson.dumps(value).decode()
+    return tags
 
 
 def _span(state: GatewayState, ex: Exchange, status: int, latency: float) -> None:

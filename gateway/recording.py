@@ -1,23 +1,79 @@
-"""The gateway's handle on the traffic store: open the backend, run the async writer."""
+"""The gateway's handle on the traffic store: the backend plus its async record writer.
+
+The request path only calls :meth:`RecorderHandle.submit` (sync, O(1), never blocks or raises).
+Feedback needs to know whether an inference exists; a record may still be queued in the writer,
+so ids submitted recently are remembered (bounded) and checked before the database.
+"""
 
 from __future__ import annotations
 
-from gateway.config import StoreSection
-from gateway.store.records import InferenceRecord
+import dataclasses
+import logging
+from collections import OrderedDict
+
+from gateway.store import (
+    FeedbackRecord,
+    InferenceRecord,
+    RecordWriter,
+    StoreBackend,
+    StoreConfig,
+    StoreError,
+    open_store,
+)
+
+log = logging.getLogger(__name__)
+
+RECENT_IDS = 200_000
 
 
 class RecorderHandle:
-    """Placeholder until the writer lands."""
+    def __init__(self, backend: StoreBackend, writer: RecordWriter) -> None:
+        self.backend = backend
+        self.writer = writer
+        self._recent: OrderedDict[str, None] = OrderedDict()
 
     def submit(self, record: InferenceRecord) -> None:
-        return None
+        self.writer.submit(record)
+        recent = self._recent
+        recent[record.id] = None
+        if len(recent) > RECENT_IDS:
+            recent.popitem(last=False)
+
+    def submit_feedback(self, record: FeedbackRecord) -> None:
+        self.writer.submit(record)
+
+    async def inference_exists(self, inference_id: str) -> bool:
+        if inference_id in self._recent:
+            return True
+        return await self.backend.inference_exists(inference_id)
 
     def stats(self) -> dict[str, float]:
-        return {}
+        snapshot = self.writer.stats()
+        return {
+            f.name: float(getattr(snapshot, f.name))
+            for f in dataclasses.fields(snapshot)
+            if isinstance(getattr(snapshot, f.name), int | float)
+            and not isinstance(getattr(snapshot, f.name), bool)
+        }
 
     async def aclose(self) -> None:
-        return None
+        try:
+            await self.writer.close()
+        finally:
+            await self.backend.close()
 
 
-async def open_recorder(config: StoreSection) -> RecorderHandle:
-    return RecorderHandle()
+async def open_recorder(config: StoreConfig) -> RecorderHandle:
+    """Connect (and migrate) the store and start the writer.
+
+    A database that is down at startup does not stop the gateway: the writer spools until it
+    returns.
+    """
+    backend = open_store(config)
+    try:
+        await backend.connect()
+    except StoreError as exc:
+        log.error("traffic store unreachable at startup, spooling until it returns: %s", exc)
+    writer = RecordWriter(backend, config)
+    await writer.start()
+    return RecorderHandle(backend, writer)

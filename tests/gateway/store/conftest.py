@@ -7,6 +7,7 @@ no server answers at 127.0.0.1:5432 (``SWITCHYARD_TEST_PG`` overrides the URL).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -42,11 +43,12 @@ def pg_schema() -> Iterator[str]:
 @pytest.fixture
 def pg_empty_schema(pg_schema: str) -> str:
     """The session schema, emptied for this test."""
-    with psycopg.connect(pg_dsn(pg_schema), autocommit=True) as conn:
-        try:
-            conn.execute(f"TRUNCATE {', '.join(t.name for t in TABLES)}")
-        except psycopg.errors.UndefinedTable:
-            pass  # first test of the session: connect() migrates
+    # The first test of the session finds no tables yet: connect() migrates.
+    with (
+        psycopg.connect(pg_dsn(pg_schema), autocommit=True) as conn,
+        contextlib.suppress(psycopg.errors.UndefinedTable),
+    ):
+        conn.execute(f"TRUNCATE {', '.join(t.name for t in TABLES)}")
     return pg_schema
 
 

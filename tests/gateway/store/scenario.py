@@ -43,10 +43,10 @@ def day(d: int, hour: int = 12) -> datetime:
     return datetime(2025, 3, d, hour, 0, tzinfo=UTC)
 
 
-async def wait_until(condition: Callable[[], bool], timeout: float = 15.0) -> None:
-    """Poll ``condition`` until true; fail the test after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
+async def wait_until(condition: Callable[[], bool], within_s: float = 15.0) -> None:
+    """Poll ``condition`` until true; fail the test after ``within_s`` seconds."""
+    deadline = time.monotonic() + within_s
     while not condition():
         if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {timeout}s")
+            raise AssertionError(f"condition not met within {within_s}s")
         await asyncio.sleep(0.01)

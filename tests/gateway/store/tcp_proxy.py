@@ -1,7 +1,8 @@
 """A tiny asyncio TCP forwarder, to cut a client off a server that stays up.
 
 ``stop()`` closes the listening socket and aborts every forwarded connection (the client sees
-"server closed the connection"); ``start()`` again listens on the same port.
+"server closed the connection"); ``start()`` again listens on the same port. ``stall()`` keeps
+connections open but forwards nothing until ``resume()``.
 """
 
 from __future__ import annotations
@@ -16,8 +17,10 @@ class TcpProxy:
         self.target_port = target_port
         self.port = 0
         self._server: asyncio.Server | None = None
-        self._transports: set[asyncio.BaseTransport] = set()
+        self._transports: set[asyncio.WriteTransport] = set()
         self._tasks: set[asyncio.Task[None]] = set()
+        self._flowing = asyncio.Event()
+        self._flowing.set()
 
     async def start(self) -> None:
         self._server = await asyncio.start_server(self._handle, "127.0.0.1", self.port)
@@ -34,11 +37,16 @@ class TcpProxy:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
 
+    def stall(self) -> None:
+        """Keep connections open but forward nothing: a server that never answers."""
+        self._flowing.clear()
+
+    def resume(self) -> None:
+        self._flowing.set()
+
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
-            up_reader, up_writer = await asyncio.open_connection(
-                self.target_host, self.target_port
-            )
+            up_reader, up_writer = await asyncio.open_connection(self.target_host, self.target_port)
         except OSError:
             writer.transport.abort()
             return
@@ -48,10 +56,10 @@ class TcpProxy:
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
 
-    @staticmethod
-    async def _pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+    async def _pipe(self, src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
         with contextlib.suppress(ConnectionError, OSError):
             while data := await src.read(65536):
+                await self._flowing.wait()
                 dst.write(data)
                 await dst.drain()
         dst.transport.abort()

@@ -1,14 +1,18 @@
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 
 from gateway.store import (
     ApiKeyRecord,
+    FeedbackKind,
     FeedbackRecord,
     InferenceFilter,
+    InferenceRow,
     ModelVersionRecord,
     PolicyVersionRecord,
     ShadowRecord,
+    StoreBackend,
     StoreConflict,
     StoreDataError,
 )
@@ -16,7 +20,9 @@ from gateway.store import (
 from .scenario import day, inference
 
 
-async def read_all(backend, filters=None, **kw):
+async def read_all(
+    backend: StoreBackend, filters: InferenceFilter | None = None, **kw: Any
+) -> list[InferenceRow]:
     return [row async for row in backend.iter_inferences(filters, **kw)]
 
 
@@ -94,7 +100,7 @@ async def test_filters(store_backend):
         ]
     )
 
-    async def ids(**kw):
+    async def ids(**kw: Any) -> list[str]:
         return [r.inference.id for r in await read_all(store_backend, InferenceFilter(**kw))]
 
     assert await ids() == [a.id, b.id, c.id, d.id]
@@ -123,7 +129,7 @@ async def test_summarize_known_numbers(store_backend):
     ]
     frontier = [inference(day(1, 4), route_target="frontier", latency_ms=100, cost_usd=2.0)]
     await store_backend.insert_inferences(local + frontier)
-    kinds = ["accepted", "accepted", "rejected", "edited", "score", "comment"]
+    kinds: list[FeedbackKind] = ["accepted", "accepted", "rejected", "edited", "score", "comment"]
     await store_backend.insert_feedback(
         [FeedbackRecord(inference_id=local[i % 2].id, kind=k) for i, k in enumerate(kinds)]
     )

@@ -10,6 +10,7 @@ from gateway.store import (
     RecordWriter,
     ShadowRecord,
     SqliteBackend,
+    StoreBackend,
     StoreUnavailable,
 )
 from gateway.store.spool import DEAD_LETTER_FILE
@@ -19,7 +20,7 @@ from .scenario import inference, wait_until
 from .tcp_proxy import TcpProxy
 
 
-async def count_rows(backend):
+async def count_rows(backend: StoreBackend) -> int:
     return sum([1 async for _ in backend.iter_inferences(None, batch_size=2000)])
 
 
@@ -68,14 +69,18 @@ async def test_refused_records_go_to_dead_letters(store_backend, store_config):
     for rec in good[:5]:
         writer.submit(rec)
     writer.submit(FeedbackRecord(inference_id="not-a-uuid", kind="accepted"))
+    writer.submit(inference(request={"not json": {1, 2}}))
     for rec in good[5:]:
         writer.submit(rec)
     await writer.close()
     assert await count_rows(store_backend) == 9
     stats = writer.stats()
-    assert stats.rejected_total == 1 and stats.written_total == 9
-    (line,) = (store_config.spool_dir / DEAD_LETTER_FILE).read_text().splitlines()
-    assert json.loads(line)["record"]["inference_id"] == "not-a-uuid"
+    assert stats.rejected_total == 2 and stats.written_total == 9
+    lines = (store_config.spool_dir / DEAD_LETTER_FILE).read_text().splitlines()
+    dead = [json.loads(line) for line in lines]
+    assert [d["kind"] for d in dead] == ["feedback", "inference"]
+    assert dead[0]["record"]["inference_id"] == "not-a-uuid"
+    assert all(d["error"] for d in dead)
 
 
 async def test_sqlite_outage_spools_then_replays(tmp_path, writer_config):
@@ -172,4 +177,24 @@ async def test_postgres_outage_spools_then_replays_and_reconnects(pg_empty_schem
         await writer.close()
         await backend.close()
         await direct.close()
+        await proxy.stop()
+
+
+@pytest.mark.postgres
+async def test_postgres_server_that_never_answers_is_unavailable(pg_empty_schema):
+    proxy = TcpProxy("127.0.0.1", 5432)
+    await proxy.start()
+    dsn = pg_dsn(pg_empty_schema, f"postgresql://postgres@127.0.0.1:{proxy.port}/test")
+    backend = PostgresBackend(dsn, connect_timeout_s=2, operation_timeout_s=0.3)
+    try:
+        await backend.connect()
+        await backend.insert_inferences([inference()])
+        proxy.stall()
+        with pytest.raises(StoreUnavailable, match="no answer"):
+            await backend.insert_inferences([inference()])
+        proxy.resume()
+        await backend.insert_inferences([inference()])  # a fresh connection
+        assert await count_rows(backend) == 2
+    finally:
+        await backend.close()
         await proxy.stop()

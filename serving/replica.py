@@ -1,0 +1,182 @@
+"""One vLLM server process: start it, wait until it serves, stop it.
+
+Lifecycle of a `VllmReplica`:
+
+    created --start()--> starting --wait_ready()--> ready --stop()--> stopped
+                             \\--(process exits or timeout)--> ReplicaStartError
+
+- `start()` launches `config.command()` with `config.environment(os.environ)` in its own
+  process group (so stopping it also stops vLLM's engine-core and worker children), stdout and
+  stderr appended to one log file.
+- `wait_ready(timeout)` polls `GET /health` until 200, then `GET /v1/models` until it lists the
+  served model name. It fails fast, with the tail of the log, as soon as the process exits.
+- `stop(grace)` sends SIGTERM to the group, then SIGKILL after `grace` seconds.
+
+A replica holds no restart policy: a supervisor over several replicas owns that and uses
+`is_alive()`, `returncode` and `log_tail()` to decide.
+
+Errors: `ReplicaError` is the base; `ReplicaStartError` (the process died or never became
+ready) is the only one raised here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Mapping
+from pathlib import Path
+
+import httpx
+
+from serving.vllm_config import VllmLaunchConfig
+
+_LOG_TAIL_BYTES = 8_000
+
+
+class ReplicaError(Exception):
+    """Base of the errors a vLLM replica raises."""
+
+
+class ReplicaStartError(ReplicaError):
+    """The replica exited or did not become ready in time; the message holds the log tail."""
+
+
+def find_free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port that was free a moment ago (another process may still take it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+class VllmReplica:
+    """A single vLLM OpenAI-compatible server process described by a `VllmLaunchConfig`."""
+
+    def __init__(
+        self,
+        config: VllmLaunchConfig,
+        *,
+        log_path: Path | None = None,
+        base_env: Mapping[str, str] | None = None,
+    ) -> None:
+        """`log_path` defaults to `<cache_dir>/logs/vllm-<served name>-<port>.log`;
+        `base_env` defaults to this process's environment."""
+        self.config = config
+        self.log_path = log_path or (
+            config.cache_dir / "logs" / f"vllm-{config.served_model_name}-{config.port}.log"
+        )
+        self._base_env = base_env
+        self._process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def base_url(self) -> str:
+        """`http://host:port` (append `/v1` for the OpenAI API)."""
+        return self.config.base_url
+
+    @property
+    def pid(self) -> int | None:
+        """Process id of the server (its process group id too), once started."""
+        return self._process.pid if self._process is not None else None
+
+    @property
+    def returncode(self) -> int | None:
+        """Exit status once the process has exited, else None."""
+        return self._process.poll() if self._process is not None else None
+
+    def is_alive(self) -> bool:
+        """True while the started process has not exited."""
+        return self._process is not None and self._process.poll() is None
+
+    def start(self) -> None:
+        """Launch the server; returns at once. Raises ReplicaError if already running."""
+        if self.is_alive():
+            raise ReplicaError(f"replica on {self.base_url} is already running")
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        env = self.config.environment(os.environ if self._base_env is None else self._base_env)
+        with self.log_path.open("ab") as log:
+            log.write(f"\n=== start {time.strftime('%Y-%m-%dT%H:%M:%S')} ===\n".encode())
+            log.flush()
+            self._process = subprocess.Popen(
+                self.config.command(),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+                start_new_session=True,
+            )
+
+    # A caller-side asyncio.timeout could not put the log tail into the error, hence `timeout`.
+    async def wait_ready(self, timeout: float = 300.0, poll_interval: float = 0.5) -> None:  # noqa: ASYNC109
+        """Return once `/health` answers 200 and `/v1/models` lists the served model.
+
+        Raises ReplicaStartError (with the log tail) if the process exits first, or if it is
+        not ready within `timeout` seconds (the process is left running; call `stop()`).
+        """
+        if self._process is None:
+            raise ReplicaError("wait_ready() called before start()")
+        deadline = time.monotonic() + timeout
+        async with httpx.AsyncClient(base_url=self.base_url, timeout=5.0) as client:
+            for path in ("/health", "/v1/models"):
+                while not await self._probe(client, path):
+                    if not self.is_alive():
+                        raise ReplicaStartError(
+                            f"vLLM exited with status {self.returncode} before it was ready "
+                            f"(log {self.log_path}):\n{self.log_tail()}"
+                        )
+                    if time.monotonic() > deadline:
+                        raise ReplicaStartError(
+                            f"vLLM on {self.base_url} not ready after {timeout:.0f}s "
+                            f"(waiting for {path}; log {self.log_path}):\n{self.log_tail()}"
+                        )
+                    await asyncio.sleep(poll_interval)
+
+    async def _probe(self, client: httpx.AsyncClient, path: str) -> bool:
+        try:
+            response = await client.get(path)
+        except httpx.TransportError:
+            return False
+        if response.status_code != 200:
+            return False
+        if path != "/v1/models":
+            return True
+        served = {model.get("id") for model in response.json().get("data", [])}
+        return self.config.served_model_name in served
+
+    def stop(self, grace: float = 20.0) -> int | None:
+        """Stop the process group: SIGTERM, then SIGKILL after `grace` seconds.
+
+        Idempotent; returns the exit status (None if never started).
+        """
+        process = self._process
+        if process is None:
+            return None
+        if process.poll() is None:
+            self._signal_group(process.pid, signal.SIGTERM)
+            try:
+                process.wait(timeout=grace)
+            except subprocess.TimeoutExpired:
+                self._signal_group(process.pid, signal.SIGKILL)
+                process.wait()
+        # Children (engine core, workers) may outlive a leader that exited on its own.
+        self._signal_group(process.pid, signal.SIGKILL)
+        return process.returncode
+
+    @staticmethod
+    def _signal_group(pgid: int, sig: signal.Signals) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pgid, sig)
+
+    def log_tail(self, max_bytes: int = _LOG_TAIL_BYTES) -> str:
+        """The last `max_bytes` of the log file, decoded leniently ('' if there is none)."""
+        try:
+            with self.log_path.open("rb") as log:
+                log.seek(0, os.SEEK_END)
+                log.seek(max(0, log.tell() - max_bytes))
+                return log.read().decode("utf-8", errors="replace")
+        except FileNotFoundError:
+            return ""

