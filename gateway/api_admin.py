@@ -12,6 +12,7 @@ from typing import Any
 
 import orjson
 from fastapi import FastAPI
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import Request
 from starlette.responses import Response
@@ -21,6 +22,8 @@ from gateway.config import ConfigFileError
 from gateway.errors import (
     AuthenticationError,
     GatewayError,
+    InvalidRequestError,
+    NotFoundError,
     PermissionDeniedError,
     error_body,
     error_response_parts,
@@ -101,8 +104,60 @@ async def backends_info(request: Request) -> Response:
     return _json(out)
 
 
+class ReplicaCommand(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    target: str
+    replica: str
+    timeout_s: float = Field(default=60.0, gt=0)
+    weights_version: str | None = None
+
+
+async def _replica_command(request: Request) -> tuple[GatewayState, ReplicaCommand]:
+    state = check_admin(request)
+    try:
+        cmd = ReplicaCommand.model_validate(orjson.loads(await request.body()))
+    except (orjson.JSONDecodeError, ValidationError) as exc:
+        raise InvalidRequestError(f"invalid replica command: {exc}") from exc
+    pool = state.pools().get(cmd.target)
+    if pool is None or cmd.replica.rstrip("/") not in pool.replicas:
+        raise NotFoundError(f"no replica {cmd.replica} in local target {cmd.target}")
+    return state, cmd.model_copy(update={"replica": cmd.replica.rstrip("/")})
+
+
+async def drain_replica(request: Request) -> Response:
+    """Take a replica out of rotation and wait for its in-flight requests (weight swaps)."""
+    try:
+        state, cmd = await _replica_command(request)
+    except GatewayError as exc:
+        return _error(exc)
+    left = await state.pools()[cmd.target].drain(cmd.replica, cmd.timeout_s)
+    return _json({"replica": cmd.replica, "drained": left == 0, "in_flight": left})
+
+
+async def undrain_replica(request: Request) -> Response:
+    """Put a replica back into rotation, optionally with the weights version it now serves."""
+    try:
+        state, cmd = await _replica_command(request)
+    except GatewayError as exc:
+        return _error(exc)
+    pool = state.pools()[cmd.target]
+    if cmd.weights_version is not None:
+        pool.set_weights_version(cmd.replica, cmd.weights_version)
+    pool.undrain(cmd.replica)
+    return _json(
+        {
+            "replica": cmd.replica,
+            "drained": False,
+            "weights_version": pool.replicas[cmd.replica].weights_version,
+        }
+    )
+
+
 def routes() -> list[Route]:
     return [
+        Route("/admin/replicas/drain", drain_replica, methods=["POST"]),
+        Route("/admin/replicas/undrain", undrain_replica, methods=["POST"]),
         Route("/admin/reload", reload_config, methods=["POST"]),
         Route("/admin/routing", routing_info, methods=["GET"]),
         Route("/admin/backends", backends_info, methods=["GET"]),

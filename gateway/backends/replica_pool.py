@@ -26,6 +26,7 @@ class ReplicaState:
     healthy: bool = True
     in_flight: int = 0
     weights_version: str | None = None
+    drained: bool = False  # taken out of rotation by an operator (e.g. during a weight swap)
 
 
 class ReplicaPool:
@@ -37,13 +38,31 @@ class ReplicaPool:
         self._task: asyncio.Task[None] | None = None
 
     def views(self) -> list[ReplicaView]:
-        return [ReplicaView(r.url, r.healthy, r.in_flight) for r in self.replicas.values()]
+        return [
+            ReplicaView(r.url, r.healthy and not r.drained, r.in_flight)
+            for r in self.replicas.values()
+        ]
 
     def mark_down(self, url: str) -> None:
         self.replicas[url].healthy = False
 
     def set_weights_version(self, url: str, version: str | None) -> None:
         self.replicas[url].weights_version = version
+
+    async def drain(self, url: str, timeout_s: float) -> int:
+        """Stop routing to ``url`` and wait until its requests in flight are done (or the timeout).
+
+        Returns the requests still in flight (0 when fully drained).
+        """
+        state = self.replicas[url]
+        state.drained = True
+        deadline = asyncio.get_running_loop().time() + timeout_s
+        while state.in_flight > 0 and asyncio.get_running_loop().time() < deadline:  # noqa: ASYNC110
+            await asyncio.sleep(0.01)
+        return state.in_flight
+
+    def undrain(self, url: str) -> None:
+        self.replicas[url].drained = False
 
     async def _probe(self, session: aiohttp.ClientSession, state: ReplicaState) -> None:
         try:
