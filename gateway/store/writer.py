@@ -234,8 +234,7 @@ class RecordWriter:
                 await self._reject(rejected)
                 return
         self._inflight = []  # the spool write below is tracked; close() must not respool them
-        if not await self._to_spool(batch):
-            self._overflow_ready.set()  # the overflow task retries the spool with back-off
+        await self._to_spool(batch)
 
     async def _store(self, records: Sequence[SpoolRecord]) -> tuple[int, Rejected]:
         """Insert; isolate the records the database refuses. Raises ``StoreUnavailable``."""
@@ -298,6 +297,7 @@ class RecordWriter:
         self._fail(error)
         log.error("record writer: cannot spool %d records: %s", len(records), error)
         self._overflow[:0] = records
+        self._overflow_ready.set()  # the overflow task retries, with back-off
 
     def _spool_now(self, records: list[SpoolRecord]) -> None:
         """After close: spool synchronously (blocking, but nothing else is running)."""
@@ -320,7 +320,6 @@ class RecordWriter:
             if not records or await self._to_spool(records):
                 backoff = self._cfg.retry_initial_s
                 continue
-            self._overflow_ready.set()
             await asyncio.sleep(backoff)
             backoff = min(backoff * 2, self._cfg.retry_max_s)
 

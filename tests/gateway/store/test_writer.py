@@ -198,3 +198,31 @@ async def test_postgres_server_that_never_answers_is_unavailable(pg_empty_schema
     finally:
         await backend.close()
         await proxy.stop()
+
+
+async def test_unwritable_spool_keeps_records_in_memory_until_it_works(tmp_path, writer_config):
+    db = tmp_path / "disk.db"
+    blocked_spool = tmp_path / "spool-is-a-file"
+    blocked_spool.write_text("not a directory")
+    config = writer_config.model_copy(update={"url": f"sqlite:///{db}", "spool_dir": blocked_spool})
+    backend = SqliteBackend(db, busy_timeout_s=0.05)
+    await backend.connect()
+    blocker = sqlite3.connect(db, isolation_level=None)
+    blocker.execute("BEGIN EXCLUSIVE")  # no database ...
+    writer = RecordWriter(backend, config)
+    await writer.start()
+    for _ in range(10):
+        writer.submit(inference())
+    # ... and no disk: the records wait in memory, retried with back-off
+    await wait_until(lambda: writer.stats().spool_errors_total >= 2)
+    assert writer.stats().overflow_depth == 10 and writer.stats().spooled_total == 0
+
+    blocked_spool.unlink()  # the disk comes back
+    await wait_until(lambda: writer.stats().spooled_total == 10)
+    blocker.execute("ROLLBACK")  # the database comes back
+    blocker.close()
+    await wait_until(lambda: writer.stats().replayed_total == 10)
+    await writer.close()
+    assert await count_rows(backend) == 10
+    assert writer.stats().lost_total == 0
+    await backend.close()
