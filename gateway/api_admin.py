@@ -28,7 +28,10 @@ from gateway.errors import (
     error_body,
     error_response_parts,
 )
+from gateway.export import ExportConfig
+from gateway.recording import RecorderHandle
 from gateway.state import GatewayState
+from gateway.traffic import TrafficQuery, export_from_store, summarize
 from router.errors import RoutingError
 
 
@@ -154,8 +157,58 @@ async def undrain_replica(request: Request) -> Response:
     )
 
 
+class ExportRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    query: TrafficQuery = Field(default_factory=TrafficQuery)
+    export: ExportConfig
+
+
+def _recorder(request: Request) -> RecorderHandle:
+    handle: RecorderHandle | None = request.app.state.recorder
+    if handle is None:
+        raise NotFoundError("the traffic store is off (store.enabled: false)")
+    return handle
+
+
+async def traffic_summary(request: Request) -> Response:
+    """``GET /admin/traffic/summary?by=route_target,day&since=...&route_target=...&tag=k=v``."""
+    try:
+        check_admin(request)
+        handle = _recorder(request)
+        params = request.query_params
+        by = [b for b in params.get("by", "").split(",") if b]
+        fields: dict[str, Any] = {
+            k: v for k, v in params.items() if k not in ("by", "tag") and v != ""
+        }
+        fields["tags"] = dict(t.split("=", 1) for t in params.getlist("tag") if "=" in t)
+        query = TrafficQuery.model_validate(fields)
+        rows = await summarize(handle.backend, query, by)
+    except ValidationError as exc:
+        return _error(InvalidRequestError(f"invalid traffic query: {exc}"))
+    except (GatewayError, ValueError) as exc:
+        return _error(exc if isinstance(exc, GatewayError) else InvalidRequestError(str(exc)))
+    return _json({"object": "list", "data": rows})
+
+
+async def traffic_export(request: Request) -> Response:
+    """``POST /admin/traffic/export`` with ``{"query": {...}, "export": ExportConfig}``."""
+    try:
+        check_admin(request)
+        handle = _recorder(request)
+        req = ExportRequest.model_validate(orjson.loads(await request.body()))
+        manifest = await export_from_store(handle.backend, req.query, req.export)
+    except (orjson.JSONDecodeError, ValidationError) as exc:
+        return _error(InvalidRequestError(f"invalid export request: {exc}"))
+    except GatewayError as exc:
+        return _error(exc)
+    return _json(manifest.model_dump(mode="json"))
+
+
 def routes() -> list[Route]:
     return [
+        Route("/admin/traffic/summary", traffic_summary, methods=["GET"]),
+        Route("/admin/traffic/export", traffic_export, methods=["POST"]),
         Route("/admin/replicas/drain", drain_replica, methods=["POST"]),
         Route("/admin/replicas/undrain", undrain_replica, methods=["POST"]),
         Route("/admin/reload", reload_config, methods=["POST"]),

@@ -7,65 +7,18 @@ import asyncio
 import threading
 import time
 import uuid
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import httpx
-import psycopg
 import pytest
 
 from gateway.store import InferenceFilter, InferenceRow, StoreConfig, open_store
-from tests.fixtures.gateway_fixture import GatewayThread, gateway_config
-from tests.gateway.store.conftest import PG_URL, pg_dsn
+from tests.fixtures.gateway_fixture import GatewayThread
+from tests.gateway.conftest import store_gateway as _store_gateway
+from tests.gateway.store.conftest import pg_dsn
 from tests.gateway.store.tcp_proxy import TcpProxy
-
-
-@pytest.fixture(scope="module")
-def pg_module_schema() -> Iterator[str]:
-    try:
-        with psycopg.connect(PG_URL, connect_timeout=3, autocommit=True) as conn:
-            name = f"gw_test_{uuid.uuid4().hex[:12]}"
-            conn.execute(f"CREATE SCHEMA {name}")
-    except psycopg.OperationalError as e:
-        pytest.skip(f"PostgreSQL not reachable at {PG_URL}: {e}".splitlines()[0])
-    yield name
-    with psycopg.connect(PG_URL, autocommit=True) as conn:
-        conn.execute(f"DROP SCHEMA IF EXISTS {name} CASCADE")
-
-
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'traffic.db'}"
-    schema = request.getfixturevalue("pg_module_schema")
-    with psycopg.connect(pg_dsn(schema), autocommit=True) as conn:
-        tables = [
-            r[0]
-            for r in conn.execute(
-                "SELECT tablename FROM pg_tables WHERE schemaname = %s AND tablename <> "
-                "'schema_migrations'",
-                (schema,),
-            )
-        ]
-        if tables:
-            conn.execute(f"TRUNCATE {', '.join(tables)}")
-    return pg_dsn(schema)
-
-
-def _store_gateway(sim_url: str, url: str, spool: Path) -> GatewayThread:
-    cfg = gateway_config(
-        sim_url,
-        store={
-            "enabled": True,
-            "url": url,
-            "spool_dir": str(spool),
-            "retry_initial_s": 0.1,
-            "retry_max_s": 0.5,
-        },
-    )
-    return GatewayThread(cfg, use_store=True)
 
 
 def _read_all(url: str) -> list[InferenceRow]:

@@ -92,7 +92,9 @@ def row(
     }
 
 
-def chat_response(content: str | None, tool_calls: list[dict[str, Any]] | None = None) -> dict:
+def chat_response(
+    content: str | None, tool_calls: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
     message: dict[str, Any] = {"role": "assistant", "content": content}
     if tool_calls:
         message["tool_calls"] = tool_calls

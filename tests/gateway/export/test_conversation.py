@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+from typing import Any
 
 import pytest
 
@@ -41,8 +42,12 @@ def test_chat_with_tool_round_trip() -> None:
 
 def test_chat_answer_with_tool_calls() -> None:
     call = {"id": "c9", "type": "function", "function": {"name": "f", "arguments": "{}"}}
-    r = syn.row(1, "openai.chat", {"messages": [{"role": "user", "content": "x"}]},
-                syn.chat_response(None, [call]))
+    r = syn.row(
+        1,
+        "openai.chat",
+        {"messages": [{"role": "user", "content": "x"}]},
+        syn.chat_response(None, [call]),
+    )
     turn = answer_of(r)
     assert turn == AssistantTurn(None, (ToolCall("c9", "f", "{}"),))
     assert turn.to_message() == {"role": "assistant", "content": None, "tool_calls": [call]}
@@ -89,9 +94,20 @@ def test_responses_items_map_to_chat() -> None:
 
 
 def test_responses_plain_string_input() -> None:
-    r = syn.row(1, "openai.responses", {"input": "hi"},
-                {"output": [{"type": "message", "role": "assistant",
-                             "content": [{"type": "output_text", "text": "hello"}]}]})
+    r = syn.row(
+        1,
+        "openai.responses",
+        {"input": "hi"},
+        {
+            "output": [
+                {
+                    "type": "message",
+                    "role": "assistant",
+                    "content": [{"type": "output_text", "text": "hello"}],
+                }
+            ]
+        },
+    )
     assert to_messages(r) == [{"role": "user", "content": "hi"}]
     assert answer_of(r) == AssistantTurn("hello")
 
@@ -156,9 +172,17 @@ def _skip_reason(fn, r) -> str:  # type: ignore[no-untyped-def]
     return info.value.reason
 
 
-IMAGE_CHAT = {"messages": [{"role": "user", "content": [
-    {"type": "text", "text": "what is this"},
-    {"type": "image_url", "image_url": {"url": "data:..."}}]}]}
+IMAGE_CHAT = {
+    "messages": [
+        {
+            "role": "user",
+            "content": [
+                {"type": "text", "text": "what is this"},
+                {"type": "image_url", "image_url": {"url": "data:..."}},
+            ],
+        }
+    ]
+}
 
 
 @pytest.mark.parametrize(
@@ -167,21 +191,33 @@ IMAGE_CHAT = {"messages": [{"role": "user", "content": [
         ("openai.chat", IMAGE_CHAT, "non_text_content"),
         ("openai.chat", {"messages": "hi"}, "malformed_request"),
         ("openai.chat", {"messages": [{"role": "wizard", "content": "x"}]}, "unknown_role"),
-        ("openai.chat", {"messages": [{"role": "function", "name": "f", "content": "1"}]},
-         "legacy_function_call"),
+        (
+            "openai.chat",
+            {"messages": [{"role": "function", "name": "f", "content": "1"}]},
+            "legacy_function_call",
+        ),
         ("openai.completions", {"prompt": ["a", "b"]}, "batched_prompt"),
         ("openai.completions", {"prompt": [1, 2, 3]}, "batched_prompt"),
         ("openai.completions", {"prompt": "def f(", "suffix": "return x"}, "fim_suffix"),
-        ("openai.responses", {"input": "x", "previous_response_id": "resp_1"},
-         "stateful_conversation"),
-        ("openai.responses", {"input": [{"type": "web_search_call", "id": "w"}]},
-         "unsupported_item"),
-        ("anthropic.messages", {"messages": [{"role": "user", "content": [
-            {"type": "image", "source": {}}]}]}, "non_text_content"),
+        (
+            "openai.responses",
+            {"input": "x", "previous_response_id": "resp_1"},
+            "stateful_conversation",
+        ),
+        (
+            "openai.responses",
+            {"input": [{"type": "web_search_call", "id": "w"}]},
+            "unsupported_item",
+        ),
+        (
+            "anthropic.messages",
+            {"messages": [{"role": "user", "content": [{"type": "image", "source": {}}]}]},
+            "non_text_content",
+        ),
         ("weird.format", {"messages": []}, "unknown_wire_format"),
     ],
 )
-def test_unsupported_requests(wire_format: str, request_body: dict, reason: str) -> None:
+def test_unsupported_requests(wire_format: str, request_body: dict[str, Any], reason: str) -> None:
     r = syn.row(1, "openai.chat", request_body, None)
     r["wire_format"] = wire_format  # type: ignore[typeddict-item]
     assert _skip_reason(to_messages, r) == reason
@@ -195,7 +231,7 @@ def test_unsupported_requests(wire_format: str, request_body: dict, reason: str)
         ("anthropic.messages", [{"type": "bash_20250124", "name": "bash"}]),
     ],
 )
-def test_non_function_tools_are_skipped(wire_format: str, tools: list) -> None:
+def test_non_function_tools_are_skipped(wire_format: str, tools: list[Any]) -> None:
     r = syn.row(1, "openai.chat", {"messages": [], "input": "x", "tools": tools}, None)
     r["wire_format"] = wire_format  # type: ignore[typeddict-item]
     assert _skip_reason(tools_of, r) == "non_function_tool"
@@ -211,18 +247,24 @@ def test_non_function_tools_are_skipped(wire_format: str, tools: list) -> None:
         ("anthropic.messages", {"content": "text"}),
     ],
 )
-def test_malformed_responses(wire_format: str, response: dict) -> None:
+def test_malformed_responses(wire_format: str, response: dict[str, Any]) -> None:
     r = syn.row(1, "openai.chat", {}, response)
     r["wire_format"] = wire_format  # type: ignore[typeddict-item]
     assert _skip_reason(answer_of, r) == "malformed_response"
 
 
 def test_missing_tool_call_ids_get_stable_fallbacks() -> None:
-    request = {"messages": [
-        {"role": "user", "content": "x"},
-        {"role": "assistant", "tool_calls": [{"type": "function",
-                                              "function": {"name": "f", "arguments": {"a": 1}}}]},
-    ]}
+    request = {
+        "messages": [
+            {"role": "user", "content": "x"},
+            {
+                "role": "assistant",
+                "tool_calls": [
+                    {"type": "function", "function": {"name": "f", "arguments": {"a": 1}}}
+                ],
+            },
+        ]
+    }
     r = syn.row(1, "openai.chat", request, None)
     first = to_messages(r)
     assert first == to_messages(r)

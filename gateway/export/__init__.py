@@ -1,0 +1,23 @@
+"""Dataset exporters: recorded traffic in, trainer-ready SFT / preference / RL-prompt files out.
+
+Modules, in pipeline order: ``rows`` (input shape), ``conversation`` (any wire format to OpenAI
+chat messages; ``turns`` holds its types, ``wire_formats`` the per-format parsers), ``labels`` (feedback summary), ``pii`` (scrubbing), ``builders`` (record
+formats), ``dedup`` (exact and MinHash-LSH), ``split`` (time-based, episode-preserving),
+``writers`` (all file output) and ``export`` (the pipeline); ``config`` holds every setting.
+"""
+
+from gateway.export.config import BuildConfig, DedupConfig, ExportConfig, SplitConfig
+from gateway.export.export import ExportCounts, ExportManifest, export_dataset
+from gateway.export.rows import ExportRow, FeedbackItem
+
+__all__ = [
+    "BuildConfig",
+    "DedupConfig",
+    "ExportConfig",
+    "ExportCounts",
+    "ExportManifest",
+    "ExportRow",
+    "FeedbackItem",
+    "SplitConfig",
+    "export_dataset",
+]

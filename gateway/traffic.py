@@ -1,0 +1,123 @@
+"""The read side of the traffic record, for humans and trainers: filters, summaries, exports.
+
+Used by the CLI (``python -m gateway.cli traffic ...``) and the admin API
+(``GET /admin/traffic/summary``, ``POST /admin/traffic/export``). Exports stream rows from the
+store's async reader into the exporter, which runs in a worker thread (it is CPU work: PII
+scrubbing, MinHash), through a bounded queue of row batches.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import queue
+import threading
+from collections.abc import Iterator
+from datetime import datetime
+from typing import Any, Literal, cast
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from gateway.export import ExportConfig, ExportManifest, ExportRow, FeedbackItem, export_dataset
+from gateway.store import FeedbackKind, InferenceFilter, InferenceRow, StoreBackend
+
+QUEUE_BATCHES = 8
+BATCH_ROWS = 500
+
+
+class TrafficQuery(BaseModel):
+    """Which traffic: every field given must hold. Times are ISO 8601 with a zone."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    since: datetime | None = None
+    until: datetime | None = None
+    route_target: str | None = None
+    served_model: str | None = None
+    api_key_id: str | None = None
+    endpoint: str | None = None
+    episode_id: str | None = None
+    tags: dict[str, str] = Field(default_factory=dict)
+    has_feedback: FeedbackKind | Literal["any"] | None = None
+    ok_only: bool = False
+
+    def to_filter(self) -> InferenceFilter:
+        return InferenceFilter(**self.model_dump())
+
+
+def to_export_row(row: InferenceRow) -> ExportRow:
+    inf = row.inference
+    feedback = [
+        FeedbackItem(kind=f.kind, value=f.value, payload=f.payload, ts=f.ts) for f in row.feedback
+    ]
+    return cast(
+        ExportRow,
+        {
+            "id": inf.id,
+            "ts": inf.ts,
+            "api_key_id": inf.api_key_id,
+            "episode_id": inf.episode_id,
+            "endpoint": inf.endpoint,
+            "wire_format": inf.wire_format,
+            "request": inf.request,
+            "response": inf.response,
+            "route_target": inf.route_target,
+            "served_model": inf.served_model,
+            "weights_version": inf.weights_version,
+            "status": inf.status,
+            "tags": inf.tags,
+            "cost_usd": inf.cost_usd,
+            "feedback": feedback,
+        },
+    )
+
+
+async def summarize(
+    backend: StoreBackend, query: TrafficQuery, group_by: list[str]
+) -> list[dict[str, Any]]:
+    return await backend.summarize(query.to_filter(), group_by)
+
+
+_END = object()
+
+
+def _drain(q: queue.Queue[object]) -> Iterator[ExportRow]:
+    while True:
+        item = q.get()
+        if item is _END:
+            return
+        yield from cast(list[ExportRow], item)
+
+
+async def export_from_store(
+    backend: StoreBackend, query: TrafficQuery, config: ExportConfig, *, progress: bool = False
+) -> ExportManifest:
+    """Export the rows ``query`` selects as ``config`` says; the filters go into the manifest."""
+    config = config.model_copy(update={"filters": query.model_dump(mode="json")})
+    q: queue.Queue[object] = queue.Queue(maxsize=QUEUE_BATCHES)
+    result: dict[str, Any] = {}
+
+    def work() -> None:
+        try:
+            result["manifest"] = export_dataset(_drain(q), config, progress=progress)
+        except BaseException as exc:  # handed to the awaiting coroutine
+            result["error"] = exc
+            while q.get() is not _END:  # unblock the producer
+                pass
+
+    worker = threading.Thread(target=work, name="traffic-export", daemon=True)
+    worker.start()
+    batch: list[ExportRow] = []
+    try:
+        async for row in backend.iter_inferences(query.to_filter()):
+            batch.append(to_export_row(row))
+            if len(batch) >= BATCH_ROWS:
+                await asyncio.to_thread(q.put, batch)
+                batch = []
+        if batch:
+            await asyncio.to_thread(q.put, batch)
+    finally:
+        await asyncio.to_thread(q.put, _END)
+        await asyncio.to_thread(worker.join)
+    if "error" in result:
+        raise result["error"]
+    return cast(ExportManifest, result["manifest"])
