@@ -59,6 +59,7 @@ def test_summary_and_exports_from_recorded_traffic(
     gw = store_gateway(frontier_sim.base_url, store_url, tmp_path / "spool").start()
     try:
         ids = _drive_traffic(gw)
+        assert len(ids["edited"]) == 3
         time.sleep(0.5)  # admin API while the gateway runs; the writer flushes every 50 ms
         resp = httpx.get(
             gw.base_url + "/admin/traffic/summary", params={"by": "route_target"}, headers=ADMIN
