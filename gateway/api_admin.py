@@ -29,9 +29,9 @@ from gateway.errors import (
     error_response_parts,
 )
 from gateway.export import ExportConfig
+from gateway.export.from_store import TrafficQuery, export_from_store, summarize
 from gateway.recording import RecorderHandle
 from gateway.state import GatewayState
-from gateway.traffic import TrafficQuery, export_from_store, summarize
 from router.errors import RoutingError
 
 

@@ -24,8 +24,8 @@ from rich.table import Table
 
 from gateway.config import load_config
 from gateway.export import ExportConfig, SplitConfig
+from gateway.export.from_store import TrafficQuery, export_from_store, summarize
 from gateway.store import StoreBackend, StoreConfig, open_store
-from gateway.traffic import TrafficQuery, export_from_store, summarize
 
 
 def _store_config(args: argparse.Namespace) -> StoreConfig:

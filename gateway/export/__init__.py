@@ -8,6 +8,7 @@ formats), ``dedup`` (exact and MinHash-LSH), ``split`` (time-based, episode-pres
 
 from gateway.export.config import BuildConfig, DedupConfig, ExportConfig, SplitConfig
 from gateway.export.export import ExportCounts, ExportManifest, export_dataset
+from gateway.export.from_store import TrafficQuery, export_from_store, summarize
 from gateway.export.rows import ExportRow, FeedbackItem
 
 __all__ = [
@@ -19,5 +20,8 @@ __all__ = [
     "ExportRow",
     "FeedbackItem",
     "SplitConfig",
+    "TrafficQuery",
     "export_dataset",
+    "export_from_store",
+    "summarize",
 ]

@@ -1,7 +1,7 @@
-"""The read side of the traffic record, for humans and trainers: filters, summaries, exports.
+"""Exports straight from the traffic store: a query, the store's rows, the exporter.
 
-Used by the CLI (``python -m gateway.cli traffic ...``) and the admin API
-(``GET /admin/traffic/summary``, ``POST /admin/traffic/export``). Exports stream rows from the
+Used by the CLI (``switchyard traffic ...``), the admin API (``/admin/traffic/*``) and the RL
+loop (which imports ``gateway.store`` and ``gateway.export`` only). Exports stream rows from the
 store's async reader into the exporter, which runs in a worker thread (it is CPU work: PII
 scrubbing, MinHash), through a bounded queue of row batches.
 """
@@ -17,7 +17,9 @@ from typing import Any, Literal, cast
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from gateway.export import ExportConfig, ExportManifest, ExportRow, FeedbackItem, export_dataset
+from gateway.export.config import ExportConfig
+from gateway.export.export import ExportManifest, export_dataset
+from gateway.export.rows import ExportRow, FeedbackItem
 from gateway.store import FeedbackKind, InferenceFilter, InferenceRow, StoreBackend
 
 QUEUE_BATCHES = 8
@@ -74,6 +76,7 @@ def to_export_row(row: InferenceRow) -> ExportRow:
 async def summarize(
     backend: StoreBackend, query: TrafficQuery, group_by: list[str]
 ) -> list[dict[str, Any]]:
+    """Count, errors, cost, latency and TTFT percentiles, acceptance rate per group."""
     return await backend.summarize(query.to_filter(), group_by)
 
 
