@@ -33,6 +33,10 @@ from router.features import Endpoint
 AUTO_ALIAS = "auto"
 
 
+def _default_class_tags() -> list[str]:
+    return ["family"]
+
+
 def _default_aliases() -> dict[str, str | None]:
     return {AUTO_ALIAS: None}
 
@@ -66,6 +70,24 @@ class RuleConfig(BaseModel):
     target: str
 
 
+class LearnedConfig(BaseModel):
+    """Ops knobs of the learned policy (under ``routing.learned``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    local_target: str = Field(description="Target that serves the local model.")
+    frontier_target: str = Field(description="Target used when local is not good enough yet.")
+    class_tags: list[str] = Field(default_factory=_default_class_tags)
+    quality_target: float = Field(default=0.95, gt=0, le=1.5)
+    exploration_share: float = Field(default=0.05, ge=0, le=1)
+    min_samples: int = Field(default=20, ge=1)
+    z: float = Field(default=1.0, ge=0, description="Standard deviations below the mean.")
+    frontier_prior: float = Field(default=0.9, gt=0, le=1)
+    state_file: str | None = Field(
+        default=None, description="JSON file of the fitted state (written by the RL loop)."
+    )
+
+
 class RoutingConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -78,6 +100,9 @@ class RoutingConfig(BaseModel):
     rules: list[RuleConfig] = Field(default_factory=list)
     fallbacks: dict[str, list[str]] = Field(
         default_factory=dict, description="Target -> targets to try next, in order."
+    )
+    learned: LearnedConfig | None = Field(
+        default=None, description="Learned local-vs-frontier decision for `auto` traffic."
     )
     pinned_aliases_use_rules: bool = Field(
         default=False,
@@ -98,4 +123,6 @@ class RoutingConfig(BaseModel):
         for target, chain in self.fallbacks.items():
             refs.add(target)
             refs.update(chain)
+        if self.learned is not None:
+            refs.update((self.learned.local_target, self.learned.frontier_target))
         return refs

@@ -8,6 +8,7 @@ what rules on "prompt token count" compare against.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
@@ -15,6 +16,12 @@ from typing import Literal
 Endpoint = Literal["chat.completions", "completions", "responses", "messages"]
 
 CHARS_PER_TOKEN = 4
+
+
+def unit_hash(key: str, salt: str = "") -> float:
+    """A stable number in [0, 1) for ``key``: the same request always lands in the same share."""
+    digest = hashlib.blake2b((salt + key).encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") / 2**64
 
 
 def estimate_tokens(chars: int) -> int:
@@ -34,3 +41,4 @@ class RequestFeatures:
     api_key_id: str | None = None
     episode_id: str | None = None
     cache_key: str | None = None
+    request_id: str | None = None  # the record's id: a stable key for sampling (canary, explore)

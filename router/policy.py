@@ -80,6 +80,10 @@ class RulePolicy:
         names.extend(t for t in sorted(self._targets) if t not in self._config.aliases)
         return names
 
+    def chain(self, target: str) -> tuple[str, ...]:
+        """``target`` followed by its fallbacks."""
+        return self._chains[target]
+
     def _chain(self, target: str) -> tuple[str, ...]:
         chain = [target]
         for nxt in self._config.fallbacks.get(target, []):
