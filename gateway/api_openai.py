@@ -16,7 +16,12 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from gateway.backends.base import UpstreamCall, UpstreamEndpoint
-from gateway.errors import InvalidRequestError, PayloadTooLargeError
+from gateway.errors import (
+    GatewayError,
+    InvalidRequestError,
+    PayloadTooLargeError,
+    error_response_parts,
+)
 from gateway.pipeline import FrontDoor, error_response, new_exchange, serve_stream, serve_unary
 from gateway.state import GatewayState
 from gateway.wire.openai_requests import (
@@ -82,6 +87,8 @@ def build_features(
     req: ChatCompletionRequest | CompletionRequest,
     request: Request,
     body: dict[str, Any],
+    request_id: str | None = None,
+    api_key_id: str | None = None,
 ) -> RequestFeatures:
     tags = parse_tags(request, req.metadata)
     has_tools = bool(getattr(req, "tools", None))
@@ -95,6 +102,8 @@ def build_features(
         tags=tags,
         episode_id=request.headers.get(EPISODE_HEADER) or tags.get("episode_id"),
         cache_key=body.get("prompt_cache_key") or req.user,
+        request_id=request_id,
+        api_key_id=api_key_id,
     )
 
 
@@ -105,15 +114,16 @@ async def _handle(request: Request, endpoint: UpstreamEndpoint) -> Response:
     raw = b""
     try:
         try:
+            ex.principal = await state.admit(request.headers)
             raw = await read_body(request, routing.config.gateway.limits.max_body_bytes)
             body = parse_json_object(raw)
             ex.request = body
             req = (
                 validate_chat(body) if endpoint == "chat.completions" else validate_completion(body)
             )
-            ex.features = build_features(endpoint, req, request, body)
-            ex.decision = routing.policy.decide(ex.features)
-        except (InvalidRequestError, PayloadTooLargeError, RoutingError) as exc:
+            ex.features = build_features(endpoint, req, request, body, ex.id, ex.principal.key_id)
+            ex.decision = state.decide(routing, ex.features)
+        except (GatewayError, RoutingError) as exc:
             if ex.request is None:
                 # Kept whole (not truncated) so the record shows exactly what was refused.
                 ex.request = {"_unparsed": raw.decode(errors="replace")}
@@ -140,6 +150,11 @@ async def completions(request: Request) -> Response:
 
 async def list_models(request: Request) -> Response:
     state: GatewayState = request.app.state.switchyard
+    try:
+        await state.admit(request.headers, limit=False)
+    except GatewayError as exc:
+        status, headers, body = error_response_parts(exc)
+        return Response(orjson.dumps(body), status, headers, media_type="application/json")
     created = int(time.time())
     data = [
         {"id": name, "object": "model", "created": created, "owned_by": "switchyard"}

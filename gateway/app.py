@@ -22,6 +22,9 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
 from gateway import api_admin, api_anthropic, api_feedback, api_openai, api_responses
+from gateway.auth.budget import BudgetGuard
+from gateway.auth.keys import Authenticator
+from gateway.auth.ratelimit import build_rate_limiter
 from gateway.backends.frontier import import_litellm
 from gateway.config import SwitchyardConfig
 from gateway.metrics import GatewayMetrics
@@ -61,6 +64,9 @@ def _live_gauges(
         if recorder is not None:
             for key, value in recorder.stats().items():
                 yield (f"switchyard_store_{key}", f"Traffic store writer: {key}.", {}, value)
+        if state.rate_limiter is not None:
+            for key, value in state.rate_limiter.stats().items():
+                yield (f"switchyard_ratelimit_{key}", f"Rate limiter: {key}.", {}, value)
 
     return read
 
@@ -102,6 +108,12 @@ def create_app(
         metrics = GatewayMetrics()
         state = new_state(config, config_path, session, litellm, sink, metrics)
         state.tracer_provider, state.tracer = build_tracer(config.telemetry, span_exporter)
+        if handle is not None:  # keys live in the store
+            state.budget = BudgetGuard(
+                handle.backend, flush_interval_s=config.auth.budget_flush_interval_s
+            )
+            state.authenticator = Authenticator(handle.backend, config.auth, state.budget)
+            state.rate_limiter = build_rate_limiter(config.auth)
         metrics.add_live_gauges(_live_gauges(state, handle))
         app.state.switchyard = state
         app.state.recorder = handle if handle is not None else _as_handle(sink)
@@ -110,6 +122,10 @@ def create_app(
         finally:
             await drain(state, state.config.gateway.limits.drain_timeout_s)
             await state.aclose()
+            if state.rate_limiter is not None:
+                await state.rate_limiter.close()
+            if state.budget is not None:
+                await state.budget.close()
             if handle is not None:
                 await handle.aclose()
             if state.tracer_provider is not None:

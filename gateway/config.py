@@ -14,6 +14,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from gateway.auth.config import AuthConfig
 from gateway.store.config import StoreConfig
 from router.config import RoutingConfig
 
@@ -115,6 +116,19 @@ class GatewaySection(BaseModel):
     )
 
 
+class ShadowConfig(BaseModel):
+    """Shadow evaluation: the local model also answers a share of frontier-served requests, off
+    the user's path; the answer is recorded (``shadow`` table) to learn when local is enough."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    share: float = Field(default=0.0, ge=0, le=1, description="Of frontier-served requests.")
+    target: str | None = Field(default=None, description="The local target that answers.")
+    max_in_flight: int = Field(
+        default=4, ge=1, description="Shadow calls at once; beyond, a sampled request is skipped."
+    )
+
+
 class SwitchyardConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -123,9 +137,22 @@ class SwitchyardConfig(BaseModel):
     routing: RoutingConfig
     store: StoreSection = Field(default_factory=StoreSection)
     telemetry: TelemetryConfig = Field(default_factory=TelemetryConfig)
+    shadow: ShadowConfig = Field(default_factory=ShadowConfig)
+    auth: AuthConfig = Field(default_factory=AuthConfig)
 
     @model_validator(mode="after")
     def _routing_refers_to_backends(self) -> SwitchyardConfig:
+        if self.auth.required and not self.store.enabled:
+            raise ValueError(
+                "auth.required needs the traffic store (API keys live there): "
+                "enable `store` or set `auth: {required: false}`"
+            )
+        if self.shadow.share > 0:
+            target = self.shadow.target
+            if target is None or target not in self.backends:
+                raise ValueError("shadow.share > 0 needs shadow.target naming a backend")
+            if self.backends[target].kind != "vllm":
+                raise ValueError(f"shadow.target `{target}` must be a local (vllm) backend")
         unknown = self.routing.referenced_targets() - set(self.backends)
         if unknown:
             raise ValueError(

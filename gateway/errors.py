@@ -7,6 +7,7 @@ GatewayError                      status  OpenAI type
  +-- NotFoundError                 404    not_found_error         (unknown model, unknown id)
  +-- PayloadTooLargeError          413    invalid_request_error
  +-- RateLimitedError              429    rate_limit_error        (+ Retry-After)
+ +-- ServiceUnavailableError       503    service_unavailable     (e.g. the key store is down)
  +-- UpstreamError                 502    upstream_error          (a back-end answered badly)
  |    +-- UpstreamRateLimitedError 429    rate_limit_error        (+ Retry-After, passed on)
  |    +-- UpstreamClientError      4xx    invalid_request_error   (the back-end refused the input)
@@ -81,6 +82,11 @@ class RateLimitedError(GatewayError):
 
     def headers(self) -> dict[str, str]:
         return {"Retry-After": str(max(1, round(self.retry_after_s)))}
+
+
+class ServiceUnavailableError(GatewayError):
+    status = 503
+    error_type = "service_unavailable"
 
 
 class UpstreamError(GatewayError):

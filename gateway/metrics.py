@@ -87,6 +87,12 @@ class GatewayMetrics:
             ["from_target"],
             registry=r,
         )
+        self.shadows = Counter(
+            "switchyard_shadows",
+            "Shadow evaluations by outcome (recorded, error, skipped).",
+            ["outcome"],
+            registry=r,
+        )
         self.in_flight = Gauge("switchyard_in_flight_requests", "Requests in flight.", registry=r)
 
     def add_live_gauges(

@@ -24,6 +24,7 @@ from typing import Any, Protocol, TypeVar
 import orjson
 from starlette.responses import Response, StreamingResponse
 
+from gateway.auth.keys import ANONYMOUS, Principal
 from gateway.backends.base import Backend, UpstreamCall, UpstreamResult, UpstreamStream, Usage
 from gateway.backends.frontier import cost_usd
 from gateway.errors import (
@@ -34,6 +35,7 @@ from gateway.errors import (
     error_body,
     error_response_parts,
 )
+from gateway.shadow import should_shadow, start_shadow
 from gateway.state import GatewayState, Routing
 from gateway.store.ids import new_id
 from gateway.store.records import InferenceRecord
@@ -98,6 +100,7 @@ class Exchange:
     ttft_s: float | None = None
     door: FrontDoor | None = None
     notes: dict[str, Any] = field(default_factory=dict)
+    principal: Principal = ANONYMOUS
 
     def route_headers(self) -> dict[str, str]:
         h = {"x-request-id": self.id}
@@ -198,12 +201,18 @@ async def serve_unary(
     ex.served_model, ex.replica = result.served_model, result.replica
     ex.weights_version = result.weights_version
     door = ex.door
+    _after_success(state, ex, call)
     if door is None or door.render is None:
         finish(state, ex, 200, result.parsed, result.usage, error=None, stream=False)
         return Response(result.body, 200, ex.route_headers(), media_type="application/json")
     rendered = door.render(result.parsed, ex)
     finish(state, ex, 200, rendered, result.usage, error=None, stream=False)
     return Response(orjson.dumps(rendered), 200, ex.route_headers(), media_type="application/json")
+
+
+def _after_success(state: GatewayState, ex: Exchange, call: UpstreamCall) -> None:
+    if should_shadow(state, ex.id, ex.target):
+        start_shadow(state, ex.id, call)
 
 
 async def serve_stream(
@@ -219,14 +228,16 @@ async def serve_stream(
     ex.served_model, ex.replica = stream.served_model, stream.replica
     ex.weights_version = stream.weights_version
     return StreamingResponse(
-        _relay(state, ex, stream),
+        _relay(state, ex, stream, call),
         200,
         {**SSE_HEADERS, **ex.route_headers()},
         media_type="text/event-stream",
     )
 
 
-async def _relay(state: GatewayState, ex: Exchange, stream: UpstreamStream) -> AsyncIterator[bytes]:
+async def _relay(
+    state: GatewayState, ex: Exchange, stream: UpstreamStream, call: UpstreamCall
+) -> AsyncIterator[bytes]:
     encoder = ex.door.stream_encoder(ex) if ex.door and ex.door.stream_encoder else None
     status, error = 200, None
     try:
@@ -259,6 +270,8 @@ async def _relay(state: GatewayState, ex: Exchange, stream: UpstreamStream) -> A
             assemble = assemble_chat if ex.endpoint == "chat.completions" else assemble_completion
             response = assemble(chunks) if chunks else None
         finish(state, ex, status, response, out.usage, error=error, stream=True)
+        if status == 200:
+            _after_success(state, ex, call)
 
 
 async def _close_quietly(stream: UpstreamStream) -> None:
@@ -298,6 +311,7 @@ def finish(
             cost = cost_usd(backend_cfg, usage, state.litellm)
             if cost:
                 m.cost.labels(target).inc(cost)
+    _account(state, ex, usage, cost)
     if state.tracer is not None:
         _span(state, ex, status, latency)
     if state.recorder is None:
@@ -332,6 +346,21 @@ def finish(
             attempts=ex.attempts,
         )
     )
+
+
+def _account(state: GatewayState, ex: Exchange, usage: Usage, cost: float | None) -> None:
+    """Spend against the key's budget now; tokens against its per-minute limit."""
+    principal = ex.principal
+    if principal.key_id is None:
+        return
+    if state.budget is not None and cost:
+        state.budget.record_spend(principal.key_id, cost)
+    if state.rate_limiter is not None and principal.tpm_limit is not None:
+        tokens = (usage.prompt_tokens or (ex.features.prompt_tokens if ex.features else 0)) + (
+            usage.completion_tokens or 0
+        )
+        if tokens:
+            state.spawn(state.rate_limiter.record_tokens(principal, tokens))
 
 
 def _tags(f: RequestFeatures | None, ex: Exchange) -> dict[str, str]:

@@ -15,6 +15,7 @@ from gateway.store import (
     FeedbackRecord,
     InferenceRecord,
     RecordWriter,
+    ShadowRecord,
     StoreBackend,
     StoreConfig,
     StoreError,
@@ -40,6 +41,9 @@ class RecorderHandle:
             recent.popitem(last=False)
 
     def submit_feedback(self, record: FeedbackRecord) -> None:
+        self.writer.submit(record)
+
+    def submit_shadow(self, record: ShadowRecord) -> None:
         self.writer.submit(record)
 
     async def inference_exists(self, inference_id: str) -> bool:

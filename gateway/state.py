@@ -8,14 +8,19 @@ started with, so a reload never drops it.
 from __future__ import annotations
 
 import asyncio
+import json
+from collections.abc import Coroutine, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
-from typing import Protocol
+from typing import Any, Protocol
 
 import aiohttp
 from opentelemetry.sdk.trace import Tracer, TracerProvider
 
+from gateway.auth.budget import BudgetGuard
+from gateway.auth.keys import ANONYMOUS, Authenticator, Principal, presented_key
+from gateway.auth.ratelimit import RateLimiter
 from gateway.backends.base import Backend
 from gateway.backends.frontier import LitellmBackend
 from gateway.backends.replica_pool import ReplicaPool
@@ -24,7 +29,11 @@ from gateway.config import SwitchyardConfig, load_config
 from gateway.metrics import GatewayMetrics
 from gateway.resilience import CircuitBreaker, RetryBudget
 from gateway.store.records import InferenceRecord
-from router.policy import RulePolicy
+from router.config import RoutingConfig
+from router.decision import RouteDecision
+from router.features import RequestFeatures, unit_hash
+from router.learned import LearnedPolicy, LearnedState
+from router.policy import RoutingPolicy, RulePolicy
 from router.replicas import ReplicaSelector, RoundRobinSelector
 
 
@@ -36,9 +45,36 @@ class RecordSink(Protocol):
 class Routing:
     """The swappable unit: a policy and the back-ends it routes to."""
 
-    policy: RulePolicy
+    policy: RoutingPolicy
     backends: dict[str, Backend]
     config: SwitchyardConfig
+
+
+@dataclass(frozen=True, slots=True)
+class Canary:
+    """A candidate policy deciding ``share`` of the requests (by a stable hash of their id)."""
+
+    policy: RoutingPolicy
+    share: float
+
+
+def load_learned_state(config: SwitchyardConfig) -> LearnedState | None:
+    """The fitted state named by ``routing.learned.state_file`` (blocking: call off the loop)."""
+    learned = config.routing.learned
+    if learned is None:
+        return None
+    if learned.state_file and Path(learned.state_file).exists():
+        return LearnedState.from_json(json.loads(Path(learned.state_file).read_text()))
+    return LearnedState("unfitted")
+
+
+def build_policy(
+    config: SwitchyardConfig, routing: RoutingConfig, learned_state: LearnedState | None
+) -> RoutingPolicy:
+    rules = RulePolicy(routing, config.backends)
+    if routing.learned is None:
+        return rules
+    return LearnedPolicy(rules, routing.learned, learned_state or LearnedState("unfitted"))
 
 
 @dataclass
@@ -57,6 +93,29 @@ class GatewayState:
     in_flight: int = 0
     draining: bool = False
     reloads: int = 0
+    canary: Canary | None = None
+    learned_state: LearnedState | None = None
+    shadows_in_flight: int = 0
+    background: set[asyncio.Task[None]] = field(default_factory=set)
+    authenticator: Authenticator | None = None
+    rate_limiter: RateLimiter | None = None
+    budget: BudgetGuard | None = None
+
+    async def admit(self, headers: Mapping[str, str], *, limit: bool = True) -> Principal:
+        """Who calls (401/403) and whether they may now (429); anonymous when auth is off."""
+        if self.authenticator is None:
+            return ANONYMOUS
+        principal = await self.authenticator.authenticate(presented_key(headers))
+        if limit and self.rate_limiter is not None:
+            await self.rate_limiter.admit(principal)
+        return principal
+
+    def spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        """A background task the state keeps a reference to until it ends."""
+        task = asyncio.get_running_loop().create_task(coro)
+        self.background.add(task)
+        task.add_done_callback(self.background.discard)
+
     _pools: dict[str, ReplicaPool] = field(default_factory=dict)
     _reload_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
@@ -83,21 +142,34 @@ class GatewayState:
             if name not in self.breakers:
                 b = config.gateway.breaker
                 self.breakers[name] = CircuitBreaker(b.failure_threshold, b.cooldown_s)
-        policy = RulePolicy(config.routing, config.backends)
+        policy = build_policy(config, config.routing, self.learned_state)
         return Routing(policy, backends, config)
 
-    def apply_config(self, config: SwitchyardConfig) -> None:
+    def apply_config(self, config: SwitchyardConfig, learned: LearnedState | None) -> None:
+        self.learned_state = learned
         self.routing = self.build_routing(config)
         self.reloads += 1
 
     async def reload(self) -> Routing:
-        """Re-read the config file and swap routing atomically; raises on an invalid file."""
-        if self.config_path is None:
-            return self.routing
+        """Re-read the config file (and the learned state) and swap routing atomically.
+
+        Raises on an invalid file; the running routing is kept then.
+        """
         async with self._reload_lock:
-            config = await asyncio.to_thread(load_config, self.config_path)
-            self.apply_config(config)
+            if self.config_path is None:
+                config = self.config
+            else:
+                config = await asyncio.to_thread(load_config, self.config_path)
+            learned = await asyncio.to_thread(load_learned_state, config)
+            self.apply_config(config, learned)
         return self.routing
+
+    def decide(self, routing: Routing, features: RequestFeatures) -> RouteDecision:
+        """The routing decision, by the canary policy for its share of requests."""
+        canary = self.canary
+        if canary is not None and unit_hash(features.request_id or "", "canary") < canary.share:
+            return canary.policy.decide(features)
+        return routing.policy.decide(features)
 
     def pools(self) -> dict[str, ReplicaPool]:
         return dict(self._pools)
@@ -127,5 +199,6 @@ def new_state(
         litellm=litellm,
         recorder=recorder,
     )
+    state.learned_state = load_learned_state(config)
     state.routing = state.build_routing(config)
     return state

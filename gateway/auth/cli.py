@@ -1,0 +1,92 @@
+"""Manage API keys from a shell: ``python -m gateway.auth.cli --store URL COMMAND``.
+
+    create --name N [--rpm R] [--tpm T] [--budget-usd B]   prints the key once, and its id
+    list [--active] [--json]                               every key (no hashes, no keys)
+    revoke KEY_ID                                          exit status 1 if unknown/revoked
+
+``--store`` defaults to the traffic store's default URL (:mod:`gateway.store.config`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from collections.abc import Sequence
+
+from gateway.auth.config import DEFAULT_KEY_PREFIX
+from gateway.auth.keys import KeyService, public_view
+from gateway.store import StoreConfig, StoreError, open_store
+from gateway.store.config import DEFAULT_URL
+
+_COLUMNS = ("id", "name", "prefix", "created_at", "revoked_at", "rpm_limit", "tpm_limit")
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m gateway.auth.cli", description=__doc__.split("\n")[0]
+    )
+    p.add_argument("--store", default=DEFAULT_URL, help="sqlite:///path or postgresql://...")
+    p.add_argument("--key-prefix", default=DEFAULT_KEY_PREFIX, help="start of created keys")
+    sub = p.add_subparsers(dest="command", required=True)
+    c = sub.add_parser("create", help="create a key and print it (shown only this once)")
+    c.add_argument("--name", required=True)
+    c.add_argument("--rpm", type=int, default=None, help="requests per minute (default: none)")
+    c.add_argument("--tpm", type=int, default=None, help="tokens per minute (default: none)")
+    c.add_argument("--budget-usd", type=float, default=None, help="USD budget (default: none)")
+    ls = sub.add_parser("list", help="list keys")
+    ls.add_argument("--active", action="store_true", help="leave out revoked keys")
+    ls.add_argument("--json", action="store_true", help="one JSON object per line")
+    r = sub.add_parser("revoke", help="revoke a key")
+    r.add_argument("key_id")
+    return p
+
+
+async def _run(args: argparse.Namespace) -> int:
+    store = open_store(StoreConfig(url=args.store))
+    await store.connect()
+    try:
+        keys = KeyService(store, key_prefix=args.key_prefix)
+        if args.command == "create":
+            record, plaintext = await keys.create(args.name, args.rpm, args.tpm, args.budget_usd)
+            print(f"id:  {record.id}")
+            print(f"key: {plaintext}")
+            print("Store the key now: it is not kept and cannot be shown again.", file=sys.stderr)
+            return 0
+        if args.command == "list":
+            records = await keys.list(include_revoked=not args.active)
+            views = [public_view(r) for r in records]
+            if args.json:
+                for v in views:
+                    print(json.dumps(v))
+                return 0
+            print("\t".join((*_COLUMNS, "budget_usd", "spent_usd")))
+            for v in views:
+                cells = [str(v[c]) if v[c] is not None else "-" for c in _COLUMNS]
+                budget = f"{v['budget_usd']:.2f}" if v["budget_usd"] is not None else "-"
+                print("\t".join((*cells, budget, f"{v['spent_usd']:.4f}")))
+            return 0
+        if await keys.revoke(args.key_id):
+            print(f"revoked {args.key_id}")
+            return 0
+        print(f"no active key with id {args.key_id}", file=sys.stderr)
+        return 1
+    finally:
+        await store.close()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        return asyncio.run(_run(args))
+    except ValueError as exc:  # a refused argument (bad URL, empty name, limit < 1)
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except StoreError as exc:
+        print(f"store error: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

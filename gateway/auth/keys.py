@@ -1,0 +1,304 @@
+"""API keys: generated once, stored as a hash, checked on every call through a short-lived cache.
+
+A key is ``key_prefix`` + 43 url-safe characters from :mod:`secrets` (256 random bits). The store
+keeps only ``sha256(key)`` in hex and the first characters (``prefix``) to recognise it in
+listings; the plaintext is returned once by :meth:`KeyService.create` and never kept or logged.
+
+Why a plain SHA-256 and not bcrypt/argon2: slow, salted hashes protect *low-entropy* secrets
+(passwords) against offline guessing once the hashes leak. A 256-bit random key cannot be guessed
+whatever the hash speed (2**256 candidates), so a fast hash loses nothing, and it lets the store
+find a key by its hash with an index (bcrypt's per-row salt would force comparing every row).
+
+:class:`Authenticator` turns a presented key into a :class:`Principal`:
+
+    no key             -> anonymous if auth is optional, else 401 invalid_api_key
+    wrong prefix/size  -> 401 without a store lookup (anonymous if auth is optional)
+    hash in the cache (fresh, < cache_ttl_s) -> the cached record, no store round trip
+    otherwise          -> one store read per key, shared by concurrent requests (single flight)
+    unknown            -> 401 invalid_api_key (anonymous if auth is optional)
+    revoked            -> 403 key_revoked
+    budget spent       -> 403 budget_exceeded (:class:`~gateway.auth.budget.BudgetGuard`)
+
+While the store is unreachable, a key validated less than ``max_stale_s`` ago keeps working; any
+other key gets 503 ``auth_store_unavailable``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+import hashlib
+import logging
+import math
+import secrets
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+from gateway.auth.budget import BudgetGuard
+from gateway.auth.config import DEFAULT_KEY_PREFIX, AuthConfig
+from gateway.errors import AuthenticationError, PermissionDeniedError, ServiceUnavailableError
+from gateway.store.backend import StoreBackend
+from gateway.store.errors import StoreUnavailable
+from gateway.store.records import ApiKeyRecord
+
+log = logging.getLogger(__name__)
+
+KEY_RANDOM_BYTES: Final = 32  # 256 bits -> 43 url-safe characters
+SHOWN_PREFIX_CHARS: Final = 6  # random characters kept in ``ApiKeyRecord.prefix``
+MAX_KEY_CHARS: Final = 256  # longer presented keys are refused before hashing
+
+MISSING_KEY_MESSAGE: Final = (
+    "You didn't provide an API key. Send it as 'Authorization: Bearer <key>' "
+    "(or in the 'x-api-key' header)."
+)
+INVALID_KEY_MESSAGE: Final = "Incorrect API key provided."
+
+
+def generate_key(prefix: str) -> str:
+    """A new plaintext key: ``prefix`` + 43 url-safe characters (256 random bits)."""
+    return prefix + secrets.token_urlsafe(KEY_RANDOM_BYTES)
+
+
+def hash_key(key: str) -> str:
+    """What the store keeps of a key: SHA-256 hex (see the module docstring for why)."""
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+def presented_key(headers: Mapping[str, str]) -> str | None:
+    """The key a client sent: ``Authorization: Bearer``, else ``x-api-key`` (Anthropic clients),
+    else ``api-key`` (Azure-style clients). ``headers`` must be case-insensitive (Starlette's
+    ``Headers``) or have lower-case names."""
+    auth = headers.get("authorization")
+    if auth:
+        scheme, _, token = auth.strip().partition(" ")
+        if scheme.lower() == "bearer" and token.strip():
+            return token.strip()
+    for name in ("x-api-key", "api-key"):
+        value = headers.get(name)
+        if value and value.strip():
+            return value.strip()
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    """Who is calling, and the limits that apply (None: unlimited). ``key_id`` None: anonymous."""
+
+    key_id: str | None
+    name: str
+    rpm_limit: int | None = None
+    tpm_limit: int | None = None
+    budget_usd: float | None = None
+
+    @property
+    def anonymous(self) -> bool:
+        return self.key_id is None
+
+
+ANONYMOUS: Final = Principal(key_id=None, name="anonymous")
+
+
+def public_view(record: ApiKeyRecord) -> dict[str, Any]:
+    """A key as the admin API and CLI show it: everything but the hash."""
+    return {
+        "id": record.id,
+        "name": record.name,
+        "prefix": record.prefix,
+        "created_at": record.created_at.isoformat(),
+        "revoked_at": record.revoked_at.isoformat() if record.revoked_at else None,
+        "rpm_limit": record.rpm_limit,
+        "tpm_limit": record.tpm_limit,
+        "budget_usd": record.budget_usd,
+        "spent_usd": record.spent_usd,
+    }
+
+
+class KeyService:
+    """Create, revoke and list keys in a :class:`StoreBackend` (admin API and CLI)."""
+
+    def __init__(self, store: StoreBackend, *, key_prefix: str = DEFAULT_KEY_PREFIX) -> None:
+        self._store = store
+        self._prefix = key_prefix
+
+    async def create(
+        self,
+        name: str,
+        rpm_limit: int | None = None,
+        tpm_limit: int | None = None,
+        budget_usd: float | None = None,
+    ) -> tuple[ApiKeyRecord, str]:
+        """Store a new key; return its record and the plaintext, which exists nowhere else."""
+        name = name.strip()
+        if not name:
+            raise ValueError("a key needs a non-empty name")
+        for label, limit in (("rpm_limit", rpm_limit), ("tpm_limit", tpm_limit)):
+            if limit is not None and limit < 1:
+                raise ValueError(f"{label} must be >= 1 (or None for unlimited), got {limit}")
+        if budget_usd is not None and (not math.isfinite(budget_usd) or budget_usd < 0):
+            raise ValueError(f"budget_usd must be >= 0 (or None for unlimited), got {budget_usd}")
+        plaintext = generate_key(self._prefix)
+        record = ApiKeyRecord(
+            name=name,
+            key_hash=hash_key(plaintext),
+            prefix=plaintext[: len(self._prefix) + SHOWN_PREFIX_CHARS],
+            rpm_limit=rpm_limit,
+            tpm_limit=tpm_limit,
+            budget_usd=budget_usd,
+        )
+        await self._store.create_api_key(record)
+        log.info("api key created: id=%s name=%s", record.id, record.name)
+        return record, plaintext
+
+    async def revoke(self, key_id: str) -> bool:
+        """Revoke a key; False when it is unknown or revoked already. Processes that cached it
+        stop accepting it within ``cache_ttl_s`` (call :meth:`Authenticator.invalidate` in this
+        one to make it immediate)."""
+        revoked = await self._store.revoke_api_key(key_id)
+        if revoked:
+            log.info("api key revoked: id=%s", key_id)
+        return revoked
+
+    async def list(self, *, include_revoked: bool = True) -> builtins.list[ApiKeyRecord]:
+        return await self._store.list_api_keys(include_revoked=include_revoked)
+
+
+def _retrieve_exception(task: asyncio.Task[_Cached]) -> None:
+    if not task.cancelled():
+        task.exception()
+
+
+@dataclass(slots=True)
+class _Cached:
+    record: ApiKeyRecord | None  # None: the store does not know this hash
+    principal: Principal | None  # built once per read, with the config's default limits
+    read_at: float  # when the store was read (how stale the record is)
+    checked_at: float  # when the store was last tried (freshness; also paces retries when down)
+
+
+class Authenticator:
+    """Presented key -> :class:`Principal`, with a TTL cache of hash -> record.
+
+    Limits a key does not set come from the config's ``default_rpm``/``default_tpm``; build a new
+    Authenticator when the config changes (the cache refills within one read per key).
+    """
+
+    def __init__(
+        self,
+        store: StoreBackend,
+        config: AuthConfig,
+        budget: BudgetGuard | None = None,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._store = store
+        self._config = config
+        self._required = config.required
+        self._prefix = config.key_prefix
+        self._ttl = config.cache_ttl_s
+        self._budget = budget
+        self._clock = clock
+        # Insertion order = age; separate maps so unknown keys never evict known ones.
+        self._known: dict[str, _Cached] = {}
+        self._unknown: dict[str, _Cached] = {}
+        self._loading: dict[str, asyncio.Task[_Cached]] = {}
+        self.store_reads = 0
+
+    async def authenticate(self, presented: str | None) -> Principal:
+        """The caller's principal; raises AuthenticationError (401) or PermissionDeniedError
+        (403), or ServiceUnavailableError (503) when the store is down and the key not cached."""
+        if not presented:
+            if self._required:
+                raise AuthenticationError(MISSING_KEY_MESSAGE, code="invalid_api_key")
+            return ANONYMOUS
+        if not presented.startswith(self._prefix) or len(presented) > MAX_KEY_CHARS:
+            return self._unknown_key()
+        key_hash = hash_key(presented)
+        entry = self._known.get(key_hash)
+        if entry is None or self._clock() - entry.checked_at >= self._ttl:
+            entry = await self._lookup(key_hash, entry)
+        principal = entry.principal
+        if principal is None:
+            return self._unknown_key()
+        if entry.record is not None and entry.record.revoked_at is not None:
+            raise PermissionDeniedError(
+                f"API key '{principal.name}' has been revoked.", code="key_revoked"
+            )
+        if self._budget is not None:
+            self._budget.check(principal)
+        return principal
+
+    def invalidate(self, key_id: str) -> None:
+        """Forget a key now (after revoking it in this process); the next call reads the store."""
+        for key_hash in [h for h, c in self._known.items() if c.record and c.record.id == key_id]:
+            del self._known[key_hash]
+
+    def _unknown_key(self) -> Principal:
+        if self._required:
+            raise AuthenticationError(INVALID_KEY_MESSAGE, code="invalid_api_key")
+        return ANONYMOUS
+
+    async def _lookup(self, key_hash: str, cached: _Cached | None) -> _Cached:
+        now = self._clock()
+        if cached is None:
+            cached = self._unknown.get(key_hash)
+            if cached is not None and now - cached.checked_at < self._ttl:
+                return cached
+        task = self._loading.get(key_hash)
+        if task is None:
+            task = asyncio.get_running_loop().create_task(self._load(key_hash))
+            # Retrieved here too, so a failure nobody waits for any more is not reported as lost.
+            task.add_done_callback(_retrieve_exception)
+            self._loading[key_hash] = task
+        try:
+            # Shielded: a caller that gives up (client gone) does not cancel the others' read.
+            return await asyncio.shield(task)
+        except StoreUnavailable as exc:
+            if (
+                cached is not None
+                and cached.record is not None
+                and now - cached.read_at < self._config.max_stale_s
+            ):
+                if now - cached.checked_at >= self._ttl:  # once per key and TTL, not per call
+                    log.warning("auth: store unavailable, trusting cached key %s", cached.record.id)
+                cached.checked_at = now  # the store is tried again after another TTL
+                return cached
+            raise ServiceUnavailableError(
+                "API keys cannot be checked right now; retry shortly.",
+                code="auth_store_unavailable",
+            ) from exc
+
+    async def _load(self, key_hash: str) -> _Cached:
+        try:
+            read_at = self._clock()
+            self.store_reads += 1
+            record = await self._store.get_api_key_by_hash(key_hash)
+            if record is None:
+                entry = _Cached(None, None, read_at, read_at)
+                self._remember(self._unknown, key_hash, entry)
+                self._known.pop(key_hash, None)
+                return entry
+            entry = _Cached(record, self._principal(record), read_at, read_at)
+            self._remember(self._known, key_hash, entry)
+            if self._budget is not None:
+                self._budget.observe(record, read_at)
+            return entry
+        finally:
+            self._loading.pop(key_hash, None)
+
+    def _principal(self, record: ApiKeyRecord) -> Principal:
+        cfg = self._config
+        return Principal(
+            key_id=record.id,
+            name=record.name,
+            rpm_limit=record.rpm_limit if record.rpm_limit is not None else cfg.default_rpm,
+            tpm_limit=record.tpm_limit if record.tpm_limit is not None else cfg.default_tpm,
+            budget_usd=record.budget_usd,
+        )
+
+    def _remember(self, cache: dict[str, _Cached], key_hash: str, entry: _Cached) -> None:
+        cache.pop(key_hash, None)  # re-inserted at the end: the newest
+        cache[key_hash] = entry
+        while len(cache) > self._config.cache_max_keys:
+            del cache[next(iter(cache))]

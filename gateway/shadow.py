@@ -1,0 +1,81 @@
+"""Shadow evaluation: for a sampled share of frontier-served requests the local model answers
+too, off the user's path, and its answer is recorded next to the served one.
+
+The sample is a stable hash of the request id (``shadow.share``). The shadow call starts after the
+client's answer is complete, runs as a background task with at most ``shadow.max_in_flight`` at
+once (a sampled request beyond that is skipped and counted, never queued without bound), is never
+streamed, and never touches the client. Its record carries the local answer and the facts needed
+to compare later (latency, tokens); the verdict is added by whoever can verify it (the RL loop's
+verifiers), since correctness is a property of the task, not of the gateway.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from gateway.backends.base import UpstreamCall
+from gateway.errors import UpstreamError
+from gateway.state import GatewayState
+from gateway.store import ShadowRecord
+from router.features import unit_hash
+
+log = logging.getLogger(__name__)
+
+
+def should_shadow(state: GatewayState, inference_id: str, served_target: str | None) -> bool:
+    cfg = state.config.shadow
+    if cfg.share <= 0 or cfg.target is None or served_target is None:
+        return False
+    served = state.config.backends.get(served_target)
+    return (
+        served is not None
+        and served.kind == "litellm"
+        and (unit_hash(inference_id, "shadow") < cfg.share)
+    )
+
+
+def start_shadow(state: GatewayState, inference_id: str, call: UpstreamCall) -> None:
+    """Fire the shadow call if there is room (sync; the work happens in a task)."""
+    cfg = state.config.shadow
+    if state.shadows_in_flight >= cfg.max_in_flight:
+        state.metrics.shadows.labels("skipped").inc()
+        return
+    state.shadows_in_flight += 1
+    state.spawn(_run(state, inference_id, call))
+
+
+async def _run(state: GatewayState, inference_id: str, call: UpstreamCall) -> None:
+    target = state.config.shadow.target
+    assert target is not None
+    body = {k: v for k, v in call.body.items() if k not in ("stream", "stream_options")}
+    shadow_call = UpstreamCall(call.endpoint, body, call.features)
+    t0 = time.perf_counter()
+    try:
+        backend = state.routing.backends[target]
+        result = await backend.complete(shadow_call)
+    except UpstreamError as exc:
+        state.metrics.shadows.labels("error").inc()
+        log.info("shadow call for %s failed: %s", inference_id, exc.message)
+        return
+    finally:
+        state.shadows_in_flight -= 1
+    state.metrics.shadows.labels("recorded").inc()
+    recorder = state.recorder
+    submit = getattr(recorder, "submit_shadow", None)
+    if submit is None:
+        return
+    submit(
+        ShadowRecord(
+            inference_id=inference_id,
+            target=target,
+            response=result.parsed,
+            comparison={
+                "latency_ms": (time.perf_counter() - t0) * 1000,
+                "served_model": result.served_model,
+                "replica": result.replica,
+                "weights_version": result.weights_version,
+                "completion_tokens": result.usage.completion_tokens,
+            },
+        )
+    )
