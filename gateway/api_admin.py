@@ -18,6 +18,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from gateway.auth.keys import KeyService, public_view
 from gateway.config import ConfigFileError
 from gateway.errors import (
     AuthenticationError,
@@ -31,7 +32,8 @@ from gateway.errors import (
 from gateway.export import ExportConfig
 from gateway.export.from_store import TrafficQuery, export_from_store, summarize
 from gateway.recording import RecorderHandle
-from gateway.state import GatewayState
+from gateway.state import Canary, GatewayState, build_policy
+from router.config import RoutingConfig
 from router.errors import RoutingError
 
 
@@ -205,8 +207,116 @@ async def traffic_export(request: Request) -> Response:
     return _json(manifest.model_dump(mode="json"))
 
 
+class KeyCreate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(min_length=1)
+    rpm_limit: int | None = Field(default=None, ge=1)
+    tpm_limit: int | None = Field(default=None, ge=1)
+    budget_usd: float | None = Field(default=None, ge=0)
+
+
+def _keys(request: Request) -> tuple[GatewayState, KeyService]:
+    state = check_admin(request)
+    handle = _recorder(request)
+    return state, KeyService(handle.backend, key_prefix=state.config.auth.key_prefix)
+
+
+async def create_key(request: Request) -> Response:
+    """``POST /admin/keys``: the plaintext key is in this answer and nowhere else, ever."""
+    try:
+        _, keys = _keys(request)
+        spec = KeyCreate.model_validate(orjson.loads(await request.body() or b"{}"))
+        record, plaintext = await keys.create(
+            spec.name, spec.rpm_limit, spec.tpm_limit, spec.budget_usd
+        )
+    except (orjson.JSONDecodeError, ValidationError) as exc:
+        return _error(InvalidRequestError(f"invalid key spec: {exc}"))
+    except GatewayError as exc:
+        return _error(exc)
+    return _json({**public_view(record), "key": plaintext}, 201)
+
+
+async def list_keys(request: Request) -> Response:
+    try:
+        _, keys = _keys(request)
+        records = await keys.list()
+    except GatewayError as exc:
+        return _error(exc)
+    return _json({"object": "list", "data": [public_view(r) for r in records]})
+
+
+async def revoke_key(request: Request) -> Response:
+    try:
+        state, keys = _keys(request)
+        key_id = request.path_params["key_id"]
+        if not await keys.revoke(key_id):
+            raise NotFoundError(f"no active key {key_id}")
+        if state.authenticator is not None:
+            state.authenticator.invalidate(key_id)
+    except GatewayError as exc:
+        return _error(exc)
+    return _json({"id": key_id, "revoked": True})
+
+
+class CanaryRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    routing: RoutingConfig
+    share: float = Field(ge=0, le=1)
+
+
+async def set_canary(request: Request) -> Response:
+    """``POST /admin/canary``: a candidate routing decides ``share`` of the requests."""
+    try:
+        state = check_admin(request)
+        req = CanaryRequest.model_validate(orjson.loads(await request.body()))
+        policy = build_policy(state.config, req.routing, state.learned_state)
+    except (orjson.JSONDecodeError, ValidationError) as exc:
+        return _error(InvalidRequestError(f"invalid canary: {exc}"))
+    except (GatewayError, RoutingError) as exc:
+        return _error(exc)
+    state.canary = Canary(policy, req.share, req.routing)
+    return _json(
+        {"canary": policy.version, "share": req.share, "current": state.routing.policy.version}
+    )
+
+
+async def promote_canary(request: Request) -> Response:
+    """``POST /admin/canary/promote``: the candidate decides every request from now on."""
+    try:
+        state = check_admin(request)
+        canary = state.canary
+        if canary is None:
+            raise NotFoundError("no canary to promote")
+    except GatewayError as exc:
+        return _error(exc)
+    state.apply_config(
+        state.routing.config.model_copy(update={"routing": canary.routing}), state.learned_state
+    )
+    state.canary = None
+    return _json({"promoted": state.routing.policy.version})
+
+
+async def drop_canary(request: Request) -> Response:
+    """``DELETE /admin/canary``: roll the candidate back; the current policy decides all."""
+    try:
+        state = check_admin(request)
+    except GatewayError as exc:
+        return _error(exc)
+    dropped = state.canary.policy.version if state.canary else None
+    state.canary = None
+    return _json({"dropped": dropped, "current": state.routing.policy.version})
+
+
 def routes() -> list[Route]:
     return [
+        Route("/admin/keys", create_key, methods=["POST"]),
+        Route("/admin/keys", list_keys, methods=["GET"]),
+        Route("/admin/keys/{key_id}/revoke", revoke_key, methods=["POST"]),
+        Route("/admin/canary", set_canary, methods=["POST"]),
+        Route("/admin/canary", drop_canary, methods=["DELETE"]),
+        Route("/admin/canary/promote", promote_canary, methods=["POST"]),
         Route("/admin/traffic/summary", traffic_summary, methods=["GET"]),
         Route("/admin/traffic/export", traffic_export, methods=["POST"]),
         Route("/admin/replicas/drain", drain_replica, methods=["POST"]),

@@ -56,6 +56,7 @@ class Canary:
 
     policy: RoutingPolicy
     share: float
+    routing: RoutingConfig
 
 
 def load_learned_state(config: SwitchyardConfig) -> LearnedState | None:
