@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -31,7 +32,7 @@ from serving.vllm_config import VllmLaunchConfig
 
 REPO = Path(__file__).resolve().parents[1]
 CACHE = Path(os.environ.get("SWITCHYARD_CACHE", REPO / ".cache"))
-DEMO_DIR = CACHE / "demo"
+DEMO_DIR = Path(os.environ.get("SWITCHYARD_DEMO_DIR", CACHE / "demo"))
 GATEWAY_PORT = int(os.environ.get("SWITCHYARD_PORT", "8080"))
 VLLM_PORT = int(os.environ.get("SWITCHYARD_VLLM_PORT", "8000"))
 SIM_PORT = int(os.environ.get("SWITCHYARD_SIM_PORT", "8901"))
@@ -51,11 +52,7 @@ def frontier_backends(sim_url: str) -> dict[str, Any]:
         "frontier-anthropic": {
             "kind": "litellm",
             "model": "anthropic/claude-3-5-haiku-latest",
-            **(
-                {"api_key_env": "ANTHROPIC_API_KEY"}
-                if anthropic_real
-                else {"api_base": sim_url}
-            ),
+            **({"api_key_env": "ANTHROPIC_API_KEY"} if anthropic_real else {"api_base": sim_url}),
         },
     }
 
@@ -77,14 +74,23 @@ def demo_config(vllm_url: str, sim_url: str) -> dict[str, Any]:
                 "claude-3-5-haiku": "frontier-anthropic",
             },
             "rules": [
-                {"name": "tools-to-frontier", "match": {"has_tools": True},
-                 "target": "frontier-openai"},
-                {"name": "long-context-to-frontier", "match": {"min_prompt_tokens": 3000},
-                 "target": "frontier-anthropic"},
+                {
+                    "name": "tools-to-frontier",
+                    "match": {"has_tools": True},
+                    "target": "frontier-openai",
+                },
+                {
+                    "name": "long-context-to-frontier",
+                    "match": {"min_prompt_tokens": 3000},
+                    "target": "frontier-anthropic",
+                },
             ],
             "fallbacks": {"local": ["frontier-openai"]},
         },
-        "store": {"url": f"sqlite:///{DEMO_DIR / 'traffic.db'}", "spool_dir": str(DEMO_DIR / "spool")},
+        "store": {
+            "url": f"sqlite:///{DEMO_DIR / 'traffic.db'}",
+            "spool_dir": str(DEMO_DIR / "spool"),
+        },
     }
 
 
@@ -102,44 +108,75 @@ def wait_http(url: str, proc: subprocess.Popen[bytes], what: str, timeout: float
     raise SystemExit(f"{what} not ready after {timeout:.0f}s")
 
 
+ADMIN_TOKEN = os.environ.get("SWITCHYARD_ADMIN_TOKEN") or secrets.token_urlsafe(24)
+
+
 def spawn(args: list[str], log_name: str) -> subprocess.Popen[bytes]:
     log = (DEMO_DIR / log_name).open("ab")
-    env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+    env = {
+        **os.environ,
+        "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+        "SWITCHYARD_ADMIN_TOKEN": ADMIN_TOKEN,
+    }
     return subprocess.Popen(
-        [sys.executable, *args], cwd=REPO, stdout=log, stderr=subprocess.STDOUT, env=env,
+        [sys.executable, *args],
+        cwd=REPO,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env=env,
         start_new_session=True,
     )
 
 
-def check(base: str) -> None:
-    body = {"model": "auto", "messages": [{"role": "user", "content": "def fib(n):"}],
-            "max_tokens": 16}
-    local = httpx.post(base + "/v1/chat/completions", json=body, timeout=60)
+def create_key(base: str) -> str:
+    """An API key for the demo user, through the admin API (shown once)."""
+    resp = httpx.post(
+        base + "/admin/keys",
+        json={"name": "demo", "rpm_limit": 600},
+        headers={"Authorization": f"Bearer {ADMIN_TOKEN}"},
+        timeout=30,
+    )
+    resp.raise_for_status()
+    return str(resp.json()["key"])
+
+
+def check(base: str, key: str) -> None:
+    body = {
+        "model": "auto",
+        "messages": [{"role": "user", "content": "def fib(n):"}],
+        "max_tokens": 16,
+    }
+    auth = {"Authorization": f"Bearer {key}"}
+    local = httpx.post(base + "/v1/chat/completions", json=body, headers=auth, timeout=60)
     local.raise_for_status()
     body["model"] = "gpt-4o-mini"
-    frontier = httpx.post(base + "/v1/chat/completions", json=body, timeout=60)
+    frontier = httpx.post(base + "/v1/chat/completions", json=body, headers=auth, timeout=60)
     frontier.raise_for_status()
-    print(f"  local path    -> {local.headers['x-switchyard-target']} "
-          f"({local.headers.get('x-switchyard-replica')}), 200")
+    print(
+        f"  local path    -> {local.headers['x-switchyard-target']} "
+        f"({local.headers.get('x-switchyard-replica')}), 200"
+    )
     print(f"  frontier path -> {frontier.headers['x-switchyard-target']}, 200")
 
 
-def banner(base: str) -> None:
+def banner(base: str, key: str) -> None:
     print(f"""
 Switchyard is up: {base}
-  curl {base}/v1/chat/completions -H 'Content-Type: application/json' \\
-    -d '{{"model": "auto", "messages": [{{"role": "user", "content": "def fib(n):"}}]}}'
+API key (shown once): {key}
+Admin token: {ADMIN_TOKEN}
+  curl {base}/v1/chat/completions -H "Authorization: Bearer {key}" \\
+    -H 'Content-Type: application/json' -d '{{"model": "auto", "messages": [{{"role": "user", "content": "def fib(n):"}}]}}'
 
   python - <<'PY'
 from openai import OpenAI
-client = OpenAI(base_url="{base}/v1", api_key="demo")
+client = OpenAI(base_url="{base}/v1", api_key="{key}")
 r = client.chat.completions.with_raw_response.create(
     model="auto", messages=[{{"role": "user", "content": "Write a docstring"}}])
 print(r.headers["x-switchyard-target"], r.parse().choices[0].message.content)
 PY
 
 Models: auto (router decides), {LOCAL_MODEL} (vLLM), gpt-4o-mini, claude-3-5-haiku.
-Metrics: {base}/metrics   Traffic store: {DEMO_DIR / 'traffic.db'}   Logs: {DEMO_DIR}/*.log
+Metrics: {base}/metrics   Traffic store: {DEMO_DIR / "traffic.db"}   Logs: {DEMO_DIR}/*.log
 Ctrl-C stops everything.""")
 
 
@@ -150,8 +187,13 @@ def main() -> int:
     print(f"      {model_dir}")
     procs: list[subprocess.Popen[bytes]] = []
     replica = VllmReplica(
-        VllmLaunchConfig(model_dir=model_dir, cache_dir=CACHE, served_model_name=LOCAL_MODEL,
-                         port=VLLM_PORT, enforce_eager=True),
+        VllmLaunchConfig(
+            model_dir=model_dir,
+            cache_dir=CACHE,
+            served_model_name=LOCAL_MODEL,
+            port=VLLM_PORT,
+            enforce_eager=True,
+        ),
         log_path=DEMO_DIR / "vllm.log",
     )
     try:
@@ -160,7 +202,9 @@ def main() -> int:
         sim_url = f"http://127.0.0.1:{SIM_PORT}"
         if not (os.environ.get("OPENAI_API_KEY") and os.environ.get("ANTHROPIC_API_KEY")):
             print("[3/4] frontier simulator (no API keys set) ...", flush=True)
-            procs.append(spawn(["-m", "loadtests.frontier_sim", "--port", str(SIM_PORT)], "sim.log"))
+            procs.append(
+                spawn(["-m", "loadtests.frontier_sim", "--port", str(SIM_PORT)], "sim.log")
+            )
             wait_http(sim_url + "/health", procs[-1], "frontier simulator")
         asyncio.run(replica.wait_ready(timeout=600))
         cfg_path = DEMO_DIR / "switchyard.yaml"
@@ -169,8 +213,9 @@ def main() -> int:
         procs.append(spawn(["-m", "gateway", "--config", str(cfg_path)], "gateway.log"))
         base = f"http://127.0.0.1:{GATEWAY_PORT}"
         wait_http(base + "/ready", procs[-1], "gateway")
-        check(base)
-        banner(base)
+        key = create_key(base)
+        check(base, key)
+        banner(base, key)
         if os.environ.get("DEMO_SMOKE"):
             return 0
         signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
