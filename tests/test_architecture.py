@@ -4,7 +4,8 @@ router   -> (nothing of the project)
 serving  -> (nothing of the project)
 gateway  -> router
 rl_loop  -> gateway.store (read API), gateway.export, serving, router
-loadtests-> nothing but itself (it talks to the gateway over HTTP)
+loadtests-> router only (its pure selectors, driven by the replica simulator); the gateway,
+            serving and the store are reached over HTTP or a command line
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ ALLOWED: dict[str, tuple[str, ...]] = {
     "serving": ("serving",),
     "gateway": ("gateway", "router"),
     "rl_loop": ("rl_loop", "gateway.store", "gateway.export", "serving", "router"),
-    "loadtests": ("loadtests",),
+    "loadtests": ("loadtests", "router"),
 }
 
 
