@@ -103,7 +103,7 @@ class Exchange:
     principal: Principal = ANONYMOUS
 
     def route_headers(self) -> dict[str, str]:
-        h = {"x-request-id": self.id}
+        h = {"x-request-id": self.id, "request-id": self.id}
         if self.target is not None:
             h["x-switchyard-target"] = self.target
         if self.served_model is not None:

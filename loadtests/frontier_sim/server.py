@@ -25,7 +25,7 @@ from typing import Any, Generic, Protocol, TypeVar
 import orjson
 from aiohttp import web
 
-from loadtests.frontier_sim import anthropic_wire, openai_wire
+from loadtests.frontier_sim import anthropic_wire, openai_wire, responses_wire
 from loadtests.frontier_sim.answers import Answer, BadRequest, RequestView, answer_request
 from loadtests.frontier_sim.config import KnobHeaderError, SimulatorConfig, apply_header_overrides
 
@@ -112,6 +112,13 @@ _COMPLETIONS = _Wire(
     openai_wire.parse_completion_request,
     openai_wire.text_completion,
     openai_wire.text_completion_stream,
+    openai_wire.error_body,
+)
+_RESPONSES = _Wire(
+    "responses",
+    responses_wire.parse_responses_request,
+    responses_wire.response_body,
+    responses_wire.response_stream,
     openai_wire.error_body,
 )
 _MESSAGES = _Wire(
@@ -225,6 +232,10 @@ async def _messages(request: web.Request) -> web.StreamResponse:
     return await _serve(request, _MESSAGES)
 
 
+async def _responses(request: web.Request) -> web.StreamResponse:
+    return await _serve(request, _RESPONSES)
+
+
 async def _models(request: web.Request) -> web.Response:
     state = request.app[STATE]
     state.stats.requests["models"] += 1
@@ -258,14 +269,16 @@ async def _prices(request: web.Request) -> web.Response:
 def build_app(config: SimulatorConfig | None = None) -> web.Application:
     """The simulator as an aiohttp application (serve it with any aiohttp runner).
 
-    Routes: POST /v1/chat/completions, POST /v1/completions, POST /v1/messages, GET /v1/models,
-    GET /health, GET|DELETE /sim/stats (DELETE resets the counters), GET /sim/prices.
+    Routes: POST /v1/chat/completions, POST /v1/completions, POST /v1/responses,
+    POST /v1/messages, GET /v1/models, GET /health, GET|DELETE /sim/stats (DELETE resets the
+    counters), GET /sim/prices.
     """
     config = config or SimulatorConfig()
     app = web.Application()
     app[STATE] = SimulatorState(config=config, rng=random.Random(config.seed))
     app.router.add_post("/v1/chat/completions", _chat_completions)
     app.router.add_post("/v1/completions", _completions)
+    app.router.add_post("/v1/responses", _responses)
     app.router.add_post("/v1/messages", _messages)
     app.router.add_get("/v1/models", _models)
     app.router.add_get("/health", _health)
