@@ -203,11 +203,20 @@ async def serve_unary(
     door = ex.door
     _after_success(state, ex, call)
     if door is None or door.render is None:
-        finish(state, ex, 200, result.parsed, result.usage, error=None, stream=False)
-        return Response(result.body, 200, ex.route_headers(), media_type="application/json")
+        cost = finish(state, ex, 200, result.parsed, result.usage, error=None, stream=False)
+        return Response(result.body, 200, _with_cost(ex, cost), media_type="application/json")
     rendered = door.render(result.parsed, ex)
-    finish(state, ex, 200, rendered, result.usage, error=None, stream=False)
-    return Response(orjson.dumps(rendered), 200, ex.route_headers(), media_type="application/json")
+    cost = finish(state, ex, 200, rendered, result.usage, error=None, stream=False)
+    return Response(
+        orjson.dumps(rendered), 200, _with_cost(ex, cost), media_type="application/json"
+    )
+
+
+def _with_cost(ex: Exchange, cost: float | None) -> dict[str, str]:
+    headers = ex.route_headers()
+    if cost is not None:
+        headers["x-switchyard-cost-usd"] = f"{cost:.8f}"
+    return headers
 
 
 def _after_success(state: GatewayState, ex: Exchange, call: UpstreamCall) -> None:
@@ -290,8 +299,10 @@ def finish(
     *,
     error: str | None,
     stream: bool,
-) -> None:
-    """Metrics, trace span and the record; sync and cheap (the writer does the I/O later)."""
+) -> float | None:
+    """Metrics, trace span and the record; sync and cheap (the writer does the I/O later).
+
+    Returns the request's cost in USD (None when unknown)."""
     latency = time.perf_counter() - ex.started
     state.in_flight -= 1
     target = ex.target or "none"
@@ -315,7 +326,7 @@ def finish(
     if state.tracer is not None:
         _span(state, ex, status, latency)
     if state.recorder is None:
-        return
+        return cost
     f = ex.features
     state.recorder.submit(
         InferenceRecord(
@@ -346,6 +357,7 @@ def finish(
             attempts=ex.attempts,
         )
     )
+    return cost
 
 
 def _account(state: GatewayState, ex: Exchange, usage: Usage, cost: float | None) -> None:

@@ -5,9 +5,11 @@ from that view alone, so OpenAI and Anthropic endpoints behave the same:
 
 - a tool call when tools are offered and the tool choice forces one, or when it is ``auto`` and
   the last message is a user message containing the word "tool" or "call";
-- otherwise text from :func:`compose_answer`: deterministic given the model, the last user
-  message, the request's seed, the choice index and the simulator's seed, so tests can assert on
-  it. One word is one token; prompts cost ``len(text) // 4 + 1`` tokens.
+- otherwise text from :func:`compose_answer`: the oracle's answer for an IDE task prompt (see
+  ``oracle.py``), else filler deterministic given the model, the last user message, the
+  request's seed, the choice index and the simulator's seed, so tests can assert on it. One
+  whitespace-separated word is one token (its leading whitespace kept, so code keeps its
+  layout); prompts cost ``len(text) // 4 + 1`` tokens.
 - :func:`finish_answer` then applies stop sequences and the token limit.
 """
 
@@ -23,11 +25,13 @@ from typing import Any, Literal
 import orjson
 
 from loadtests.frontier_sim.config import SimulatorConfig
+from loadtests.frontier_sim.oracle import oracle_answer
 
 ANSWER_PREFIX = "Simulated answer from {model}:"
 ToolMode = Literal["auto", "none", "required"]
 FinishKind = Literal["natural", "length", "stop"]
 
+_TOKEN = re.compile(r"\s*\S+")
 _TOOL_REQUEST_WORDS = re.compile(r"\b(tools?|calls?)\b", re.IGNORECASE)
 _FILLER_WORDS: tuple[str, ...] = (
     "alpha", "buffer", "cache", "delta", "engine", "factor", "gateway", "handler",
@@ -93,7 +97,11 @@ class ToolCall:
 
 @dataclass(frozen=True, slots=True)
 class FinishedAnswer:
-    """A text answer after stop sequences and the token limit."""
+    """A text answer after stop sequences and the token limit.
+
+    ``words`` are the tokens with the whitespace before them (none before the first), so code
+    answers keep their newlines and indentation.
+    """
 
     words: tuple[str, ...]
     finish: FinishKind
@@ -101,7 +109,7 @@ class FinishedAnswer:
 
     @property
     def text(self) -> str:
-        return " ".join(self.words)
+        return "".join(self.words)
 
     @property
     def tokens(self) -> int:
@@ -109,7 +117,7 @@ class FinishedAnswer:
 
     def pieces(self) -> list[str]:
         """The streamed deltas, one per token; their concatenation is :attr:`text`."""
-        return [word if i == 0 else " " + word for i, word in enumerate(self.words)]
+        return list(self.words)
 
 
 def estimate_tokens(text: str) -> int:
@@ -125,6 +133,9 @@ def compose_answer(view: RequestView, config: SimulatorConfig) -> str:
     prefix = ANSWER_PREFIX.format(model=view.model)
     if view.tool_result is not None:
         return f"{prefix} the tool returned {view.tool_result}"
+    oracle = oracle_answer(view.last_user_text, config, f"{view.seed}|{view.choice_index}")
+    if oracle is not None:
+        return oracle
     key = f"{config.seed}|{view.seed}|{view.choice_index}|{view.last_user_text}".encode()
     rng = random.Random(hashlib.blake2b(key, digest_size=16).digest())
     words = prefix.split()
@@ -139,7 +150,7 @@ def finish_answer(text: str, view: RequestView) -> FinishedAnswer:
         found = text.find(candidate) if candidate else -1
         if 0 <= found < stop_at:
             stop_at, stop_sequence = found, candidate
-    words = tuple(text[:stop_at].split())
+    words = tuple(_TOKEN.findall(text[:stop_at].lstrip()))
     if view.max_tokens is not None and len(words) > view.max_tokens:
         return FinishedAnswer(words[: view.max_tokens], "length")
     if stop_sequence is not None:

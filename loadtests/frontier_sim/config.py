@@ -57,6 +57,19 @@ class SimulatorConfig(BaseModel):
         description="Answer 404 for models not in `models` (by default any name is served).",
     )
 
+    # Oracle for IDE task prompts (see oracle.py)
+    oracle: bool = Field(
+        default=True,
+        description="Answer prompts carrying a '# task: <id>' line from the task generators.",
+    )
+    oracle_accuracy: float = Field(
+        default=0.97,
+        ge=0,
+        le=1,
+        description="Probability that the oracle gives the task's reference answer (else a "
+        "plausible wrong one).",
+    )
+
     # Failures
     error_rate: float = Field(
         default=0.0, ge=0, le=1, description="Probability of failing a request (seeded RNG)."
@@ -100,6 +113,7 @@ PER_REQUEST_KNOBS: frozenset[str] = frozenset(
         "cut_stream_after_chunks",
         "input_usd_per_mtok",
         "output_usd_per_mtok",
+        "oracle_accuracy",
     }
 )
 

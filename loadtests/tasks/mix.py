@@ -1,0 +1,69 @@
+"""The fixed traffic mix: which families an IDE session sends, and how often.
+
+The weights below are the documented mix (they sum to 1). 70% of requests come from families we
+expect a tiny model to learn (naming, renaming, tiny expressions, loop rewrites, one-line
+completions); 30% from families we expect to stay beyond it (tracing programs, fixing bugs from a
+failing assertion, writing tests that catch bugs). Changing a weight changes every benchmark's
+baseline, so treat it like a schema change.
+
+``sample_tasks(n, seed, split)`` draws ``n`` tasks: each draw picks a family by weight and a task
+seed inside the split's seed range, both from one RNG seeded by ``seed`` and ``split``, so a run
+is reproducible and train/held-out runs never share a task.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Mapping
+
+from loadtests.tasks.families import FAMILIES, get_family
+from loadtests.tasks.task import HELDOUT_SEED_START, SEED_LIMIT, Split, Task
+
+MIX: Mapping[str, float] = {
+    "function_name": 0.14,
+    "rename_symbol": 0.14,
+    "eval_expression": 0.14,
+    "loop_to_comprehension": 0.14,
+    "complete_function": 0.14,
+    "trace_output": 0.10,
+    "fix_assertion": 0.10,
+    "write_test": 0.10,
+}
+
+_SEED_RANGES: Mapping[Split, tuple[int, int]] = {
+    "train": (0, HELDOUT_SEED_START),
+    "heldout": (HELDOUT_SEED_START, SEED_LIMIT),
+}
+
+
+def check_mix(mix: Mapping[str, float]) -> None:
+    """Raise ValueError unless ``mix`` names registered families with weights summing to 1."""
+    unknown = sorted(set(mix) - set(FAMILIES))
+    if unknown:
+        raise ValueError(f"the mix names unknown families: {unknown}")
+    if any(w < 0 for w in mix.values()) or abs(sum(mix.values()) - 1.0) > 1e-9:
+        raise ValueError("mix weights must be >= 0 and sum to 1")
+
+
+def sample_tasks(
+    n: int, seed: int, split: Split = "train", mix: Mapping[str, float] = MIX
+) -> list[Task]:
+    """``n`` tasks drawn from ``mix`` in ``split``, reproducibly for ``seed``."""
+    if n < 0:
+        raise ValueError("n must be >= 0")
+    if split not in _SEED_RANGES:
+        raise ValueError(f"split must be 'train' or 'heldout', got {split!r}")
+    check_mix(mix)
+    rng = random.Random(f"mix:{seed}:{split}")
+    names = sorted(mix)
+    weights = [mix[name] for name in names]
+    low, high = _SEED_RANGES[split]
+    return [
+        get_family(rng.choices(names, weights)[0]).generate(rng.randrange(low, high))
+        for _ in range(n)
+    ]
+
+
+def learnable_families() -> list[str]:
+    """Names of the families we expect the tiny model to learn."""
+    return sorted(name for name, family in FAMILIES.items() if family.learnable)
