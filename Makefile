@@ -6,7 +6,7 @@ STAMP := $(VENV)/.switchyard-installed
 export LITELLM_LOCAL_MODEL_COST_MAP := True
 export SWITCHYARD_CACHE := $(CURDIR)/.cache
 
-.PHONY: setup demo test test-fast check lint typecheck bench-gateway clean-cache
+.PHONY: setup demo test test-fast check lint typecheck bench-gateway bench-kv bench-serving flywheel clean-cache
 
 # Idempotent: re-installs only when pyproject.toml changed since the last install.
 setup: $(STAMP)
@@ -31,16 +31,25 @@ test-fast: setup
 	$(PY) -m pytest -q -rs -m "not slow"
 
 lint: setup
-	$(VENV)/bin/ruff check gateway router serving rl_loop loadtests tests
-	$(VENV)/bin/ruff format --check gateway router serving rl_loop loadtests tests
+	$(VENV)/bin/ruff check gateway router serving rl_loop loadtests tests scripts
+	$(VENV)/bin/ruff format --check gateway router serving rl_loop loadtests tests scripts
 
 typecheck: setup
-	$(VENV)/bin/mypy gateway router serving rl_loop loadtests
+	$(VENV)/bin/mypy gateway router serving rl_loop loadtests scripts
 
 check: lint typecheck test
 
 bench-gateway: setup
 	$(PY) -m loadtests.bench_gateway
+
+bench-kv: setup
+	$(PY) -m loadtests.bench_kv
+
+bench-serving: setup
+	$(PY) -m serving.bench
+
+flywheel: setup
+	$(PY) scripts/flywheel.py
 
 clean-cache:
 	rm -rf .cache
