@@ -165,7 +165,8 @@ Switchyard is up: {base}
 API key (shown once): {key}
 Admin token: {ADMIN_TOKEN}
   curl {base}/v1/chat/completions -H "Authorization: Bearer {key}" \\
-    -H 'Content-Type: application/json' -d '{{"model": "auto", "messages": [{{"role": "user", "content": "def fib(n):"}}]}}'
+    -H 'Content-Type: application/json' \\
+    -d '{{"model": "auto", "messages": [{{"role": "user", "content": "def fib(n):"}}]}}'
 
   python - <<'PY'
 from openai import OpenAI
