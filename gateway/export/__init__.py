@@ -1,9 +1,11 @@
 """Dataset exporters: recorded traffic in, trainer-ready SFT / preference / RL-prompt files out.
 
 Modules, in pipeline order: ``rows`` (input shape), ``conversation`` (any wire format to OpenAI
-chat messages; ``turns`` holds its types, ``wire_formats`` the per-format parsers), ``labels`` (feedback summary), ``pii`` (scrubbing), ``builders`` (record
-formats), ``dedup`` (exact and MinHash-LSH), ``split`` (time-based, episode-preserving),
-``writers`` (all file output) and ``export`` (the pipeline); ``config`` holds every setting.
+chat messages; its types live in ``turns``, its per-format parsers in ``wire_formats``),
+``labels`` (feedback summary), ``pii`` (scrubbing), ``builders`` (record formats; shared
+pieces in ``records``, pairs in ``preference``), ``dedup`` (exact and MinHash-LSH), ``split``
+(time-based, episode-preserving), ``writers`` (all file output) and ``export`` (the pipeline);
+``config`` holds every setting.
 """
 
 from gateway.export.config import BuildConfig, DedupConfig, ExportConfig, SplitConfig

@@ -34,79 +34,38 @@ Rows that give nothing are counted in the builder's ``skipped`` counter by reaso
 
 from __future__ import annotations
 
-import hashlib
 from collections import Counter
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from typing import Any, Protocol
-
-import orjson
+from collections.abc import Callable
+from typing import Any
 
 from gateway.export.config import BuildConfig, DatasetKind
-from gateway.export.conversation import (
-    AssistantTurn,
-    Message,
-    answer_of,
-    to_messages,
-    tools_of,
+from gateway.export.conversation import AssistantTurn
+from gateway.export.preference import PreferenceBuilder
+from gateway.export.records import (
+    BuiltRecord,
+    DatasetBuilder,
+    Example,
+    example_of,
+    prompt_problem,
+    record_texts,
+    with_tools,
 )
-from gateway.export.dedup import normalize_text
-from gateway.export.labels import FeedbackSummary, Grade, answer_grade, summarize_feedback
-from gateway.export.rows import ExportRow
 from gateway.export.writers import ColumnType
 
-
-@dataclass(frozen=True)
-class Example:
-    """One row, parsed: prompt as chat messages, offered tools, model answer and feedback."""
-
-    row_id: str
-    route_target: str | None
-    tags: Mapping[str, str]
-    prompt: list[Message]
-    tools: list[dict[str, Any]]
-    answer: AssistantTurn | None
-    feedback: FeedbackSummary
-
-
-def example_of(row: ExportRow) -> Example:
-    """Parse ``row``; raises :class:`~gateway.export.conversation.UnsupportedShape`."""
-    return Example(
-        row_id=row["id"],
-        route_target=row.get("route_target"),
-        tags=dict(sorted((row.get("tags") or {}).items())),
-        prompt=to_messages(row),
-        tools=tools_of(row),
-        answer=answer_of(row),
-        feedback=summarize_feedback(row.get("feedback") or []),
-    )
-
-
-@dataclass(frozen=True)
-class BuiltRecord:
-    """A finished record plus what dedup and split need: the rows it came from, the text that
-    identifies it exactly (whole conversation and tools) and the text compared for near
-    duplicates (the last turn, after the prompt's last assistant message, and the answers)."""
-
-    record: dict[str, Any]
-    source_ids: tuple[str, ...]
-    exact_text: str
-    near_text: str
-
-    @property
-    def sort_id(self) -> str:
-        """Output position: when the record became complete (its latest row)."""
-        return max(self.source_ids)
-
-
-class DatasetBuilder(Protocol):
-    """Feed examples with :meth:`add`, then call :meth:`finish` once."""
-
-    skipped: Counter[str]
-
-    def add(self, example: Example) -> list[BuiltRecord]: ...
-
-    def finish(self) -> list[BuiltRecord]: ...
+__all__ = [
+    "BuiltRecord",
+    "DatasetBuilder",
+    "Example",
+    "PreferenceBuilder",
+    "columns_for",
+    "example_of",
+    "make_builder",
+    "prompt_problem",
+    "reference_answer",
+    "rl_prompt_record",
+    "sft_record",
+    "sft_target",
+]
 
 
 def columns_for(kind: DatasetKind) -> tuple[tuple[str, ColumnType], ...]:
@@ -138,57 +97,29 @@ def columns_for(kind: DatasetKind) -> tuple[tuple[str, ColumnType], ...]:
 def make_builder(kind: DatasetKind, config: BuildConfig) -> DatasetBuilder:
     """The builder for ``kind``."""
     if kind == "sft":
-        return _PerRowBuilder(lambda ex: sft_record(ex, config))
+        return _PerRowBuilder(
+            lambda ex: sft_record(ex, config),
+            lambda ex: prompt_problem(ex) or _reason(sft_target(ex, config)),
+        )
     if kind == "rl_prompts":
-        return _PerRowBuilder(lambda ex: rl_prompt_record(ex, config))
+        return _PerRowBuilder(lambda ex: rl_prompt_record(ex, config), prompt_problem)
     return PreferenceBuilder(kind, config)
 
 
-# ---------------------------------------------------------------- shared pieces
-
-
-def prompt_problem(example: Example) -> str | None:
-    """Why the prompt cannot be trained on, or ``None`` when it can."""
-    if not any(m["role"] == "user" for m in example.prompt):
-        return "no_user_message"
-    if example.prompt[-1]["role"] == "assistant":
-        return "prompt_ends_with_assistant"
-    return None
-
-
-def render(messages: list[Message]) -> str:
-    """Plain text of messages for hashing and shingling: ``role: content`` and tool calls."""
-    lines: list[str] = []
-    for m in messages:
-        lines.append(f"{m['role']}: {m.get('content') or ''}")
-        for call in m.get("tool_calls") or ():
-            lines.append(f"call {call['function']['name']}({call['function']['arguments']})")
-    return "\n".join(lines)
-
-
-def _last_turn(prompt: list[Message]) -> list[Message]:
-    last_assistant = max((i for i, m in enumerate(prompt) if m["role"] == "assistant"), default=-1)
-    return [m for m in prompt[last_assistant + 1 :] if m["role"] != "system"]
-
-
-def _texts(
-    prompt: list[Message], tools: list[dict[str, Any]], answers: list[Message]
-) -> tuple[str, str]:
-    tools_text = orjson.dumps(tools, option=orjson.OPT_SORT_KEYS).decode() if tools else ""
-    exact = render(prompt + answers) + "\n" + tools_text
-    near = render(_last_turn(prompt) + answers)
-    return exact, near
-
-
-def _with_tools(record: dict[str, Any], tools: list[dict[str, Any]]) -> dict[str, Any]:
-    if tools:
-        record["tools"] = tools
-    return record
+def _reason(result: object) -> str | None:
+    return result if isinstance(result, str) else None
 
 
 class _PerRowBuilder:
-    def __init__(self, build: Callable[[Example], BuiltRecord | str]) -> None:
+    """A builder whose records each come from one row (SFT, RL prompts)."""
+
+    def __init__(
+        self,
+        build: Callable[[Example], BuiltRecord | str],
+        skip_reason: Callable[[Example], str | None],
+    ) -> None:
         self._build = build
+        self.skip_reason = skip_reason
         self.skipped: Counter[str] = Counter()
 
     def add(self, example: Example) -> list[BuiltRecord]:
@@ -236,8 +167,10 @@ def sft_record(example: Example, config: BuildConfig) -> BuiltRecord | str:
     if isinstance(target, str):
         return target
     answer = [target.to_message()]
-    record = _with_tools({"messages": example.prompt + answer}, example.tools)
-    return BuiltRecord(record, (example.row_id,), *_texts(example.prompt, example.tools, answer))
+    record = with_tools({"messages": example.prompt + answer}, example.tools)
+    return BuiltRecord(
+        record, (example.row_id,), *record_texts(example.prompt, example.tools, answer)
+    )
 
 
 # ---------------------------------------------------------------- RL prompts
@@ -280,139 +213,5 @@ def rl_prompt_record(example: Example, config: BuildConfig) -> BuiltRecord | str
         "tags": dict(example.tags),
         "reward_context": context,
     }
-    _with_tools(record, example.tools)
-    return BuiltRecord(record, (example.row_id,), *_texts(example.prompt, example.tools, []))
-
-
-# ---------------------------------------------------------------- preference pairs
-
-
-def prompt_key(prompt: list[Message], tools: list[dict[str, Any]]) -> bytes:
-    """Identity of a prompt: messages (content whitespace-normalized) and tools."""
-    normalized = [
-        {**m, "content": normalize_text(m["content"])} if isinstance(m.get("content"), str) else m
-        for m in prompt
-    ]
-    blob = orjson.dumps([normalized, tools], option=orjson.OPT_SORT_KEYS)
-    return hashlib.blake2b(blob, digest_size=16).digest()
-
-
-def _same_answer(a: AssistantTurn, b: AssistantTurn) -> bool:
-    return normalize_text(a.content or "") == normalize_text(b.content or "") and (
-        a.tool_calls == b.tool_calls
-    )
-
-
-@dataclass(frozen=True)
-class _Candidate:
-    row_id: str
-    grade: Grade
-    turn: AssistantTurn
-
-
-@dataclass
-class _Group:
-    prompt: list[Message]
-    tools: list[dict[str, Any]]
-    candidates: list[_Candidate] = field(default_factory=list)
-
-
-class PreferenceBuilder:
-    """Preference pairs in TRL or OpenAI DPO format.
-
-    Holds one candidate answer per graded row, grouped by prompt, until :meth:`finish`; rows
-    without any preference signal are not kept.
-    """
-
-    def __init__(self, kind: DatasetKind, config: BuildConfig) -> None:
-        if kind not in ("preference_trl", "preference_openai"):
-            raise ValueError(f"PreferenceBuilder builds preference kinds, not {kind!r}")
-        self._openai = kind == "preference_openai"
-        self._config = config
-        self._groups: dict[bytes, _Group] = {}
-        self._paired: set[str] = set()
-        self.skipped: Counter[str] = Counter()
-
-    def add(self, example: Example) -> list[BuiltRecord]:
-        problem = prompt_problem(example)
-        if problem:
-            self.skipped[problem] += 1
-            return []
-        fb, answer = example.feedback, example.answer
-        records: list[BuiltRecord] = []
-        candidate: _Candidate | None = None
-        if fb.user_text:
-            user_turn = AssistantTurn(fb.user_text)
-            candidate = _Candidate(example.row_id, Grade(1, fb.mean_score), user_turn)
-            if answer is not None and not _same_answer(user_turn, answer):
-                records.append(
-                    self._pair(example.prompt, example.tools, user_turn, answer, (example.row_id,))
-                )
-                self._paired.add(example.row_id)
-        elif answer is not None:
-            grade = answer_grade(fb)
-            if grade is not None:
-                candidate = _Candidate(example.row_id, grade, answer)
-        if candidate is not None:
-            key = prompt_key(example.prompt, example.tools)
-            group = self._groups.setdefault(key, _Group(example.prompt, example.tools))
-            group.candidates.append(candidate)
-        elif not records:
-            self.skipped["no_preference_signal"] += 1
-        return records
-
-    def finish(self) -> list[BuiltRecord]:
-        records: list[BuiltRecord] = []
-        candidate_rows: set[str] = set()
-        for key in sorted(self._groups):
-            group = self._groups[key]
-            candidate_rows.update(c.row_id for c in group.candidates)
-            records.extend(self._cross_row_pairs(group))
-        self.skipped["unpaired"] += len(candidate_rows - self._paired)
-        self._groups.clear()
-        return records
-
-    def _cross_row_pairs(self, group: _Group) -> list[BuiltRecord]:
-        best = min(group.candidates, key=lambda c: (_descending(c.grade), c.row_id))
-        worse = sorted(
-            (
-                c
-                for c in group.candidates
-                if best.grade.better_than(c.grade)
-                and c.row_id != best.row_id
-                and not _same_answer(c.turn, best.turn)
-            ),
-            key=lambda c: (c.grade.sort_key(), c.row_id),
-        )
-        pairs = []
-        for loser in worse[: self._config.max_pairs_per_prompt]:
-            sources = tuple(sorted({best.row_id, loser.row_id}))
-            pairs.append(self._pair(group.prompt, group.tools, best.turn, loser.turn, sources))
-            self._paired.update(sources)
-        return pairs
-
-    def _pair(
-        self,
-        prompt: list[Message],
-        tools: list[dict[str, Any]],
-        chosen: AssistantTurn,
-        rejected: AssistantTurn,
-        sources: tuple[str, ...],
-    ) -> BuiltRecord:
-        chosen_msgs, rejected_msgs = [chosen.to_message()], [rejected.to_message()]
-        if self._openai:
-            record: dict[str, Any] = {
-                "input": _with_tools({"messages": prompt}, tools),
-                "preferred_output": chosen_msgs,
-                "non_preferred_output": rejected_msgs,
-            }
-        else:
-            record = _with_tools(
-                {"prompt": prompt, "chosen": chosen_msgs, "rejected": rejected_msgs}, tools
-            )
-        return BuiltRecord(record, sources, *_texts(prompt, tools, chosen_msgs + rejected_msgs))
-
-
-def _descending(grade: Grade) -> tuple[int, float]:
-    label, score = grade.sort_key()
-    return (-label, -score)
+    with_tools(record, example.tools)
+    return BuiltRecord(record, (example.row_id,), *record_texts(example.prompt, example.tools, []))

@@ -4,27 +4,26 @@ Exact duplicates: two texts are equal after Unicode NFC normalization and whites
 the key is a 16-byte BLAKE2b digest of the normalized text.
 
 Near duplicates: the estimated Jaccard similarity of the texts' word-shingle sets is at least
-``threshold``. Texts are lowercased and cut into tokens (runs of word characters, or single
-punctuation marks); a shingle is ``shingle_words`` consecutive tokens (the whole text when it is
-shorter). MinHash: each token is hashed with CRC-32, a shingle's 64-bit hash mixes its tokens'
-hashes with fixed odd multipliers, and permutation ``i`` maps a shingle hash ``x`` to
-``((a_i * x + b_i) mod 2**64) >> 32`` (multiply-shift hashing; ``a_i`` odd), with ``a`` and ``b``
-drawn from ``numpy.random.default_rng(seed)``. The signature is the per-permutation minimum, so
-it depends only on the text, the config and nothing else (no Python ``hash()``).
+``threshold``. Texts are lowercased and cut into words at whitespace; a shingle is
+``shingle_words`` consecutive words (the whole text when it is shorter). MinHash: each word is
+hashed with CRC-32, a shingle's 64-bit hash mixes its words' hashes with fixed odd
+multipliers, and permutation ``i`` maps a shingle hash ``x`` to ``((a_i * x + b_i) mod 2**64)
+>> 32`` (multiply-shift hashing; ``a_i`` odd), with ``a`` and ``b`` drawn from
+``numpy.random.default_rng(seed)``. The signature is the per-permutation minimum, so it
+depends only on the text and the config (no Python ``hash()``).
 
 LSH banding: the signature is cut into ``bands`` bands of ``rows`` values
 (``bands * rows <= num_perm``), chosen to minimize ``0.1 * false-positive + 0.9 *
 false-negative`` area of the S-curve ``1 - (1 - s**rows)**bands`` around the threshold (recall
-is favoured because every candidate is verified; at 0.9 and 128 permutations: 8 bands of 16). Texts
-sharing any band are candidates; a candidate is a duplicate only when the fraction of equal
-signature values reaches the threshold. Records are classified in order, and only kept ones are
-indexed, so a chain a~b~c never removes c on account of a removed b.
+is favoured because every candidate is verified; at 0.9 and 128 permutations: 8 bands of 16).
+Texts sharing any band are candidates; a candidate is a duplicate only when the fraction of
+equal signature values reaches the threshold. Records are classified in order, and only kept
+ones are indexed, so a chain a~b~c never removes c on account of a removed b.
 """
 
 from __future__ import annotations
 
 import hashlib
-import re
 import unicodedata
 import zlib
 from collections.abc import Iterable
@@ -39,8 +38,6 @@ from gateway.export.config import DedupConfig
 Signature = npt.NDArray[np.uint32]
 Verdict = Literal["unique", "exact", "near"]
 
-_TOKEN = re.compile(r"\w+|[^\w\s]")
-_SPACE = re.compile(r"\s+")
 _MIX_SEED = 0x9E3779B97F4A7C15  # fixed: shingle hashes must not depend on the permutation seed
 _FP_WEIGHT = 0.1  # candidates are verified, so a false positive costs only a comparison
 _BLOCK = 4096
@@ -49,7 +46,7 @@ _SHIFT = np.uint64(32)  # shingles per matrix block, bounds memory on very long 
 
 def normalize_text(text: str) -> str:
     """NFC-normalized ``text`` with every whitespace run collapsed to one space, stripped."""
-    return _SPACE.sub(" ", unicodedata.normalize("NFC", text)).strip()
+    return " ".join(unicodedata.normalize("NFC", text).split())
 
 
 def exact_key(text: str) -> bytes:
@@ -91,12 +88,10 @@ class MinHasher:
 
     def shingle_hashes(self, text: str) -> npt.NDArray[np.uint64]:
         """64-bit hashes of the text's shingles (one per position; repeats are harmless)."""
-        tokens = _TOKEN.findall(text.lower())
+        tokens = text.lower().split()
         if not tokens:
             return np.zeros(0, dtype=np.uint64)
-        ids = np.fromiter(
-            (zlib.crc32(t.encode("utf-8")) for t in tokens), dtype=np.uint64, count=len(tokens)
-        )
+        ids = np.array(list(map(zlib.crc32, map(str.encode, tokens))), dtype=np.uint64)
         width = min(self.shingle_words, len(ids))
         count = len(ids) - width + 1
         hashes = np.zeros(count, dtype=np.uint64)
@@ -121,32 +116,57 @@ class MinHasher:
 
 
 class NearDuplicateIndex:
-    """LSH index over kept signatures; ask :meth:`check_and_add` in output order."""
+    """LSH index over kept signatures; ask :meth:`check_and_add` in output order.
+
+    Memory per kept record: its signature (one row of a growing matrix) and, per band, a 64-bit
+    key in a dict. A band key is a hash of the band's values; two different bands sharing a key
+    only add a candidate, which verification then rejects.
+    """
 
     def __init__(self, num_perm: int, threshold: float) -> None:
         self.bands, self.rows = lsh_bands(threshold, num_perm)
         self._threshold = threshold
-        self._buckets: list[dict[bytes, list[int]]] = [{} for _ in range(self.bands)]
-        self._kept: list[Signature] = []
+        self._buckets: list[dict[int, int | list[int]]] = [{} for _ in range(self.bands)]
+        self._kept = np.empty((64, num_perm), dtype=np.uint32)
+        self._count = 0
+        self._mix = np.random.default_rng(_MIX_SEED).integers(
+            0, 2**64, size=self.rows, dtype=np.uint64, endpoint=False
+        )
 
-    def _keys(self, sig: Signature) -> list[bytes]:
-        return [sig[i * self.rows : (i + 1) * self.rows].tobytes() for i in range(self.bands)]
+    def _keys(self, sig: Signature) -> list[int]:
+        bands = sig[: self.bands * self.rows].reshape(self.bands, self.rows).astype(np.uint64)
+        keys: list[int] = (bands * self._mix[None, :]).sum(axis=1, dtype=np.uint64).tolist()
+        return keys
+
+    def _candidates(self, keys: list[int]) -> set[int]:
+        found: set[int] = set()
+        for bucket, key in zip(self._buckets, keys, strict=True):
+            hit = bucket.get(key)
+            if isinstance(hit, int):
+                found.add(hit)
+            elif hit is not None:
+                found.update(hit)
+        return found
 
     def check_and_add(self, sig: Signature) -> bool:
         """True when ``sig`` is a near duplicate of a kept signature; otherwise keep it."""
         keys = self._keys(sig)
-        seen: set[int] = set()
+        candidates = sorted(self._candidates(keys))
+        if candidates:
+            similarity = (self._kept[candidates] == sig[None, :]).mean(axis=1)
+            if float(similarity.max()) >= self._threshold:
+                return True
+        index = self._count
+        if index == len(self._kept):
+            self._kept = np.concatenate([self._kept, np.empty_like(self._kept)])
+        self._kept[index] = sig
+        self._count += 1
         for bucket, key in zip(self._buckets, keys, strict=True):
-            for index in bucket.get(key, ()):
-                if index in seen:
-                    continue
-                seen.add(index)
-                if float(np.mean(self._kept[index] == sig)) >= self._threshold:
-                    return True
-        index = len(self._kept)
-        self._kept.append(sig)
-        for bucket, key in zip(self._buckets, keys, strict=True):
-            bucket.setdefault(key, []).append(index)
+            hit = bucket.setdefault(key, index)
+            if isinstance(hit, list):
+                hit.append(index)
+            elif hit != index:
+                bucket[key] = [hit, index]
         return False
 
 

@@ -3,8 +3,9 @@
 The pipeline, in one pass over the rows and one over the spooled records:
 
 1. Each row is parsed into an :class:`~gateway.export.builders.Example` (rows whose shape is
-   not understood are counted by reason and skipped), PII is scrubbed from every text the
-   record can contain, and the builder turns it into zero or more records. Records go to a
+   not understood are counted by reason and skipped); rows the builder will surely not use are
+   counted and skipped; PII is scrubbed from every text the record can contain (counts are per
+   row used, before dedup), and the builder turns it into zero or more records. Records go to a
    temporary spool on disk; memory holds only per-record metadata (ids, exact-hash key, MinHash
    signature, spool position) plus the episode index and, for preference pairs, the graded
    candidate answers.
@@ -36,7 +37,7 @@ from gateway.export.builders import BuiltRecord, Example, columns_for, example_o
 from gateway.export.config import BuildConfig, DatasetKind, DedupConfig, ExportConfig, SplitConfig
 from gateway.export.conversation import AssistantTurn, ToolCall, UnsupportedShape
 from gateway.export.dedup import Deduplicator, Fingerprint
-from gateway.export.pii import scrub_messages, scrub_text
+from gateway.export.pii import CachingScrubber, TextScrub, scrub_messages, scrub_text
 from gateway.export.rows import ExportRow
 from gateway.export.split import EpisodeStarts, RowTime, Split, assign_splits, record_split
 from gateway.export.writers import (
@@ -99,7 +100,7 @@ class ExportManifest(BaseModel):
 
 @dataclass(frozen=True, slots=True)
 class _Stashed:
-    """A record's place in the spool and what dedup and split need of it."""
+    """A record's place in the spool and what sorting and the split need of it."""
 
     sort_id: str
     digest: bytes
@@ -107,30 +108,29 @@ class _Stashed:
     keys: frozenset[str]
     offset: int
     length: int
-    fingerprint: Fingerprint
 
 
-def scrub_example(example: Example) -> tuple[Example, Counter[str]]:
-    """``example`` with PII scrubbed from its prompt, answer and user-written texts."""
-    prompt, counts = scrub_messages(example.prompt)
+def scrub_example(example: Example, scrub: TextScrub = scrub_text) -> tuple[Example, Counter[str]]:
+    """``example`` with PII scrubbed (by ``scrub``) from its prompt, answer and user texts."""
+    prompt, counts = scrub_messages(example.prompt, scrub)
     answer = example.answer
     if answer is not None:
         content = answer.content
         if content is not None:
-            content, found = scrub_text(content)
+            content, found = scrub(content)
             counts.update(found)
         calls = []
         for call in answer.tool_calls:
-            arguments, found = scrub_text(call.arguments)
+            arguments, found = scrub(call.arguments)
             counts.update(found)
             calls.append(ToolCall(call.id, call.name, arguments))
         answer = AssistantTurn(content, tuple(calls))
     edited, demonstration = example.feedback.edited_text, example.feedback.demonstration_text
     if edited is not None:
-        edited, found = scrub_text(edited)
+        edited, found = scrub(edited)
         counts.update(found)
     if demonstration is not None:
-        demonstration, found = scrub_text(demonstration)
+        demonstration, found = scrub(demonstration)
         counts.update(found)
     feedback = dataclasses.replace(
         example.feedback, edited_text=edited, demonstration_text=demonstration
@@ -150,45 +150,46 @@ def export_dataset(
     out_dir = config.out_dir
     out_dir.mkdir(parents=True, exist_ok=True)
     builder = make_builder(config.kind, config.build)
-    dedup = Deduplicator(config.dedup)
+    hasher = Deduplicator(config.dedup)  # fingerprints only; classification comes later
+    scrub = CachingScrubber()
     starts = EpisodeStarts()
     times: dict[str, RowTime] = {}
     skipped: Counter[str] = Counter()
     pii: Counter[str] = Counter()
     stashed: list[_Stashed] = []
+    fingerprints: list[Fingerprint] = []  # parallel to stashed
     rows_read = 0
     total = len(rows) if isinstance(rows, Sized) else None
     with Spool(out_dir) as spool:
 
         def stash(records: list[BuiltRecord]) -> None:
             for record in records:
-                stashed.append(_stash(record, spool, dedup))
+                stashed.append(_stash(record, spool))
+                fingerprints.append(hasher.fingerprint(record.exact_text, record.near_text))
 
         for row in tqdm(rows, total=total, disable=not progress, desc="export", unit="row"):
             rows_read += 1
-            time = RowTime(row["id"], row["ts"], row.get("episode_id"))
-            starts.add(time)
+            row_time = RowTime(row["id"], row["ts"], row.get("episode_id"))
+            starts.add(row_time)
             try:
                 example = example_of(row)
             except UnsupportedShape as exc:
                 skipped[exc.reason] += 1
                 continue
-            times[time.id] = time
+            times[row_time.id] = row_time
+            reason = builder.skip_reason(example)
+            if reason is not None:  # decided before the costly scrubbing
+                skipped[reason] += 1
+                continue
             if config.scrub_pii:
-                example, found = scrub_example(example)
+                example, found = scrub_example(example, scrub)
                 pii.update(found)
             stash(builder.add(example))
         stash(builder.finish())
         skipped.update(builder.skipped)
 
-        stashed.sort(key=lambda s: (s.sort_id, s.digest))
-        verdicts: Counter[str] = Counter()
-        kept: list[_Stashed] = []
-        for s in stashed:  # in output order, so the earliest copy is the one kept
-            verdict = dedup.classify(s.fingerprint)
-            verdicts[verdict] += 1
-            if verdict == "unique":
-                kept.append(s)
+        kept, verdicts = _deduplicate(stashed, fingerprints, config.dedup)
+        fingerprints.clear()  # the signatures are the bulk of the memory held
         assignment = assign_splits(
             sorted({times[i] for s in kept for i in s.source_ids}, key=lambda t: t.id),
             config.split,
@@ -229,7 +230,7 @@ def export_dataset(
     return manifest
 
 
-def _stash(record: BuiltRecord, spool: Spool, dedup: Deduplicator) -> _Stashed:
+def _stash(record: BuiltRecord, spool: Spool) -> _Stashed:
     data = serialize(record.record)
     offset, length = spool.append(data)
     return _Stashed(
@@ -239,8 +240,24 @@ def _stash(record: BuiltRecord, spool: Spool, dedup: Deduplicator) -> _Stashed:
         keys=frozenset(record.record),
         offset=offset,
         length=length,
-        fingerprint=dedup.fingerprint(record.exact_text, record.near_text),
     )
+
+
+def _deduplicate(
+    stashed: list[_Stashed], fingerprints: list[Fingerprint], config: DedupConfig
+) -> tuple[list[_Stashed], Counter[str]]:
+    """Records kept, in output order (latest source row, then content digest), and how many of
+    each verdict; the earliest copy of a duplicate is the one kept."""
+    order = sorted(range(len(stashed)), key=lambda i: (stashed[i].sort_id, stashed[i].digest))
+    dedup = Deduplicator(config)
+    verdicts: Counter[str] = Counter()
+    kept: list[_Stashed] = []
+    for i in order:
+        verdict = dedup.classify(fingerprints[i])
+        verdicts[verdict] += 1
+        if verdict == "unique":
+            kept.append(stashed[i])
+    return kept, verdicts
 
 
 def _write_outputs(

@@ -67,6 +67,11 @@ class _Rule:
     pattern: re.Pattern[str]
     # Returns the replacement for a match, or None to keep the match as it is.
     replace: Callable[[re.Match[str]], str | None]
+    # Lowercase literals at which every match starts: the pattern is then only tried there,
+    # found with str.find, instead of at every position (Python's re is slow at that).
+    anchors: tuple[str, ...] = ()
+    # Cheap necessary condition on the text, for rules without anchors.
+    gate: Callable[[str], bool] | None = None
 
 
 def _whole(kind: str) -> Callable[[re.Match[str]], str | None]:
@@ -116,13 +121,14 @@ _VENDOR_TOKENS = (
     r"hf_[A-Za-z0-9]{30,}",
     r"eyJ[A-Za-z0-9_-]{5,}\.eyJ[A-Za-z0-9_-]{5,}\.[A-Za-z0-9_-]{10,}",
 )
-# The name must END with one of these (any prefix: client_secret, GITHUB_TOKEN, db_password).
+# The name must END with one of these (any prefix: client_secret, GITHUB_TOKEN, db_password);
+# matching starts at the keyword, since scanning for the name's start is slow.
 _SECRET_NAME = (
     r"(?:api[_-]?key|apikey|secret(?:[_-]?key)?|token|passw(?:or)?d|pwd"
     r"|access[_-]?key(?:[_-]?id)?|private[_-]?key|credentials?)"
 )
 _ASSIGNED_SECRET = re.compile(
-    r"(?i)(?<![A-Za-z0-9_.-])[A-Za-z0-9_.-]*?" + _SECRET_NAME + r"[\"']?\s*(?::=|=>|[:=])\s*"
+    r"(?i)" + _SECRET_NAME + r"[\"']?\s*(?::=|=>|[:=])\s*"
     r"(?:(?P<q>[\"'`])(?P<quoted>[^\s\"'`<>${}]{8,})(?P=q)"
     r"|(?P<bare>[A-Za-z0-9+/=_-]{16,})(?=$|[\s,;&)\]}]))"
 )
@@ -136,8 +142,10 @@ def _assigned_secret(m: re.Match[str]) -> str | None:
 
 # ---------------------------------------------------------------- email
 
+# Patterns start with a character class and check the character before it with a lookbehind
+# after the first one: re can then skip ahead to candidate characters quickly.
 _EMAIL = re.compile(
-    r"(?<![A-Za-z0-9._%+-])(?P<local>[A-Za-z0-9][A-Za-z0-9._%+-]*)@"
+    r"(?P<local>[A-Za-z0-9](?<![A-Za-z0-9._%+-][A-Za-z0-9])[A-Za-z0-9._%+-]*)@"
     r"(?P<domain>(?:[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?\.)+[A-Za-z]{2,24})(?![A-Za-z0-9-])"
 )
 _RESERVED_DOMAIN = re.compile(
@@ -155,9 +163,9 @@ def _email(m: re.Match[str]) -> str | None:
 # ---------------------------------------------------------------- credit cards
 
 _CARD = re.compile(
-    r"(?<![\w.-])(?:\d{13,19}"
-    r"|\d{4}(?P<s1>[ -])\d{4}(?P=s1)\d{4}(?P=s1)\d{4}(?:(?P=s1)\d{3})?"
-    r"|\d{4}(?P<s2>[ -])\d{6}(?P=s2)\d{4,5})(?![\w-]|\.\d)"
+    r"\d(?<![\w.-]\d)(?:\d{12,18}"
+    r"|\d{3}(?P<s1>[ -])\d{4}(?P=s1)\d{4}(?P=s1)\d{4}(?:(?P=s1)\d{3})?"
+    r"|\d{3}(?P<s2>[ -])\d{6}(?P=s2)\d{4,5})(?![\w-]|\.\d)"
 )
 _ISSUER = re.compile(
     r"^(?:4|5[1-5]|2(?:2[2-9]|[3-6]\d|7[01]|720)|3[47]|6(?:011|4[4-9]|5)|35|3[068])"
@@ -188,7 +196,11 @@ _IPV6 = re.compile(
     r"(?<![\w:.])(?=[0-9A-Fa-f]*:[0-9A-Fa-f]*:)[0-9A-Fa-f:]{2,39}"
     r"(?:(?<=:)(?:\d{1,3}\.){3}\d{1,3})?(?![\w:]|\.\d)"
 )
-_IPV4 = re.compile(r"(?<![\w.])(?:\d{1,3}\.){3}\d{1,3}(?![\w]|\.\d)")
+_IPV4 = re.compile(r"\d(?<![\w.]\d)\d{0,2}\.\d{1,3}\.\d{1,3}\.\d{1,3}(?![\w]|\.\d)")
+# Necessary conditions, cheap because they start with a literal: an address without "::" has
+# seven colons, so it holds ":h:h:"; a dotted quad holds ".d.d".
+_IPV6_GATE = re.compile(r":[0-9A-Fa-f]{1,4}:[0-9A-Fa-f]{1,4}:")
+_IPV4_GATE = re.compile(r"\.\d{1,3}\.\d")
 _VERSION_CONTEXT = re.compile(
     r"(?i)(?:\b(?:v|version|ver|release|build|rev)\s*[:=(]?\s*[\"']?|(?:==|>=|<=|~=|!=|\^|~|@)\s*)$"
 )
@@ -230,9 +242,9 @@ def _ipv4(m: re.Match[str]) -> str | None:
 
 # ---------------------------------------------------------------- phone numbers
 
-_PHONE_INTL = re.compile(r"(?<![\w+])\+\d{1,3}(?:[ .-]?\(?\d{1,5}\)?){1,6}(?![\w-]|\.\d)")
+_PHONE_INTL = re.compile(r"\+(?<![\w+]\+)\d{1,3}(?:[ .-]?\(?\d{1,5}\)?){1,6}(?![\w-]|\.\d)")
 _PHONE_NANP = re.compile(
-    r"(?<![\w.+-])(?:\([2-9]\d{2}\)\s?|[2-9]\d{2}(?P<sep>[-. ]))\d{3}"
+    r"[2-9(](?<![\w.+-][2-9(])(?:(?<=\()[2-9]\d{2}\)\s?|(?<=[2-9])\d{2}(?P<sep>[-. ]))\d{3}"
     r"(?(sep)(?P=sep)|[-. ])\d{4}(?![\w-]|\.\d)"
 )
 _PHONE_KEYWORD = re.compile(
@@ -256,16 +268,19 @@ _RULES = (
             r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----[\s\S]*?-----END [A-Z0-9 ]*PRIVATE KEY-----"
         ),
         _whole("secret"),
+        anchors=("-----begin",),
     ),
     _Rule(
         "secret",
         re.compile(_B + "(?:" + "|".join(_VENDOR_TOKENS) + ")" + _E),
         lambda m: PLACEHOLDERS["secret"] if _letters_and_digits(m.group(0)) else None,
+        anchors=("sk-", "sk_", "rk_", "akia", "asia", "gh", "glpat-", "xox", "aiza", "hf_", "eyj"),
     ),
     _Rule(
         "secret",
         re.compile(r"(?i)\bbearer\s+(?P<token>[A-Za-z0-9._~+/=-]{16,})(?![A-Za-z0-9._~+/=-])"),
         _group("secret", "token", _token_like),
+        anchors=("bearer",),
     ),
     _Rule(
         "secret",
@@ -274,16 +289,65 @@ _RULES = (
             r"(?P<token>[A-Za-z0-9._~+/=-]{8,})"
         ),
         _group("secret", "token"),
+        anchors=("authorization",),
     ),
-    _Rule("secret", _ASSIGNED_SECRET, _assigned_secret),
-    _Rule("email", _EMAIL, _email),
+    _Rule(
+        "secret",
+        _ASSIGNED_SECRET,
+        _assigned_secret,
+        anchors=("api", "secret", "token", "passw", "pwd", "access", "private", "credential"),
+    ),
+    _Rule("email", _EMAIL, _email, gate=lambda text: "@" in text),
     _Rule("credit_card", _CARD, _card),
-    _Rule("ip", _IPV6, _ipv6),
-    _Rule("ip", _IPV4, _ipv4),
-    _Rule("phone", _PHONE_INTL, _phone_intl),
-    _Rule("phone", _PHONE_KEYWORD, _group("phone", "number", _digit_count_between(7, 15))),
+    _Rule(
+        "ip", _IPV6, _ipv6, gate=lambda text: "::" in text or _IPV6_GATE.search(text) is not None
+    ),
+    _Rule("ip", _IPV4, _ipv4, gate=lambda text: _IPV4_GATE.search(text) is not None),
+    _Rule("phone", _PHONE_INTL, _phone_intl, gate=lambda text: "+" in text),
+    _Rule(
+        "phone",
+        _PHONE_KEYWORD,
+        _group("phone", "number", _digit_count_between(7, 15)),
+        anchors=("phone", "tel", "mobile", "cell", "fax", "whatsapp"),
+    ),
     _Rule("phone", _PHONE_NANP, _whole("phone")),
 )
+
+
+def _anchor_positions(lower: str, anchors: tuple[str, ...]) -> list[int]:
+    positions: set[int] = set()
+    for anchor in anchors:
+        at = lower.find(anchor)
+        while at != -1:
+            positions.add(at)
+            at = lower.find(anchor, at + 1)
+    return sorted(positions)
+
+
+def _apply(rule: _Rule, text: str, lower: str, counts: Counter[str]) -> str:
+    """``text`` with ``rule``'s accepted matches replaced, left to right, never overlapping;
+    ``lower`` is ``text.lower()``."""
+    if rule.gate is not None and not rule.gate(text):
+        return text
+    if rule.anchors and len(lower) == len(text):
+        matches = (rule.pattern.match(text, at) for at in _anchor_positions(lower, rule.anchors))
+    else:  # no anchors, or lowercasing moved offsets (rare scripts): scan everywhere
+        matches = (m for m in rule.pattern.finditer(text))
+    pieces: list[str] = []
+    done = 0
+    for m in matches:
+        if m is None or m.start() < done:
+            continue
+        replacement = rule.replace(m)
+        if replacement is None:
+            continue
+        pieces += (text[done : m.start()], replacement)
+        done = m.end()
+        counts[rule.kind] += 1
+    if not pieces:
+        return text
+    pieces.append(text[done:])
+    return "".join(pieces)
 
 
 def scrub_text(text: str) -> tuple[str, Counter[str]]:
@@ -293,21 +357,47 @@ def scrub_text(text: str) -> tuple[str, Counter[str]]:
     Deterministic and idempotent: scrubbing the output again changes nothing.
     """
     counts: Counter[str] = Counter()
+    lower = text.lower()
     for rule in _RULES:
-
-        def substitute(m: re.Match[str], rule: _Rule = rule) -> str:
-            replacement = rule.replace(m)
-            if replacement is None:
-                return m.group(0)
-            counts[rule.kind] += 1
-            return replacement
-
-        text = rule.pattern.sub(substitute, text)
+        scrubbed = _apply(rule, text, lower, counts)
+        if scrubbed is not text:
+            text, lower = scrubbed, scrubbed.lower()
     return text, counts
 
 
-def scrub_messages(messages: Iterable[dict[str, Any]]) -> tuple[list[dict[str, Any]], Counter[str]]:
-    """Copies of chat ``messages`` with string ``content`` and tool-call ``arguments`` scrubbed.
+TextScrub = Callable[[str], tuple[str, Counter[str]]]
+
+
+class CachingScrubber:
+    """:func:`scrub_text` with a memo of recent texts, for one export run.
+
+    Conversations resend their system prompt and whole history on every turn, so most texts of
+    a traffic export have been scrubbed before. The memo holds at most ``max_chars`` characters
+    of input and is emptied when full; results are identical to :func:`scrub_text`.
+    """
+
+    def __init__(self, max_chars: int = 1 << 23) -> None:
+        self._memo: dict[str, tuple[str, Counter[str]]] = {}
+        self._chars = 0
+        self._max_chars = max_chars
+
+    def __call__(self, text: str) -> tuple[str, Counter[str]]:
+        hit = self._memo.get(text)
+        if hit is None:
+            hit = scrub_text(text)
+            if self._chars + len(text) > self._max_chars:
+                self._memo.clear()
+                self._chars = 0
+            self._memo[text] = hit
+            self._chars += len(text)
+        return hit[0], Counter(hit[1])
+
+
+def scrub_messages(
+    messages: Iterable[dict[str, Any]], scrub: TextScrub = scrub_text
+) -> tuple[list[dict[str, Any]], Counter[str]]:
+    """Copies of chat ``messages`` with string ``content`` and tool-call ``arguments`` scrubbed
+    by ``scrub``.
 
     Roles, ids, tool names and tool definitions are left alone; the input is not mutated.
     """
@@ -316,13 +406,13 @@ def scrub_messages(messages: Iterable[dict[str, Any]]) -> tuple[list[dict[str, A
     for message in messages:
         copy = dict(message)
         if isinstance(copy.get("content"), str):
-            copy["content"], found = scrub_text(copy["content"])
+            copy["content"], found = scrub(copy["content"])
             counts.update(found)
         if copy.get("tool_calls"):
             calls = []
             for call in copy["tool_calls"]:
                 fn = dict(call["function"])
-                fn["arguments"], found = scrub_text(fn["arguments"])
+                fn["arguments"], found = scrub(fn["arguments"])
                 counts.update(found)
                 calls.append({**call, "function": fn})
             copy["tool_calls"] = calls

@@ -56,9 +56,6 @@ class EpisodeStarts:
         current = self._first.get(row.episode_key)
         return row if current is None or row.id < current.id else current
 
-    def as_mapping(self) -> Mapping[str, RowTime]:
-        return dict(self._first)
-
 
 def quantile_cutoff_id(row_ids: Iterable[str], eval_fraction: float) -> str | None:
     """Id of the first row of the last ``round(n * eval_fraction)`` rows by id, ``None`` when
