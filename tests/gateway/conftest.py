@@ -13,11 +13,13 @@ from tests.fixtures.gateway_fixture import GatewayThread, gateway_config
 from tests.gateway.store.conftest import PG_URL, pg_dsn
 
 
-@pytest.fixture(scope="module")
-def pg_module_schema() -> Iterator[str]:
+@pytest.fixture(scope="session")
+def pg_schema() -> Iterator[str]:
+    """One schema in database ``test`` for the session's PostgreSQL cases, dropped at the end;
+    skips (saying why) when no server answers."""
     try:
         with psycopg.connect(PG_URL, connect_timeout=3, autocommit=True) as conn:
-            name = f"gw_test_{uuid.uuid4().hex[:12]}"
+            name = f"store_test_{uuid.uuid4().hex[:12]}"
             conn.execute(f"CREATE SCHEMA {name}")
     except psycopg.OperationalError as e:
         pytest.skip(f"PostgreSQL not reachable at {PG_URL}: {e}".splitlines()[0])
@@ -30,7 +32,7 @@ def pg_module_schema() -> Iterator[str]:
 def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     if request.param == "sqlite":
         return f"sqlite:///{tmp_path / 'traffic.db'}"
-    schema = request.getfixturevalue("pg_module_schema")
+    schema = request.getfixturevalue("pg_schema")
     with psycopg.connect(pg_dsn(schema), autocommit=True) as conn:
         tables = [
             r[0]

@@ -86,7 +86,7 @@ def test_every_exchange_is_recorded_once_with_its_feedback(
 
 @pytest.mark.postgres
 def test_database_cut_under_load_loses_no_record(
-    frontier_sim: Any, pg_module_schema: str, tmp_path: Path
+    frontier_sim: Any, pg_schema: str, tmp_path: Path
 ) -> None:
     loop = asyncio.new_event_loop()
     threading.Thread(target=loop.run_forever, daemon=True).start()
@@ -95,7 +95,7 @@ def test_database_cut_under_load_loses_no_record(
         return asyncio.run_coroutine_threadsafe(coro, loop).result(30)
 
     proxy = on_loop(_make_proxy())
-    schema = pg_module_schema
+    schema = pg_schema
     url = pg_dsn(schema, f"postgresql://postgres@127.0.0.1:{proxy.port}/test")
     gw = _store_gateway(frontier_sim.base_url, url, tmp_path / "spool").start()
     got: list[str] = []

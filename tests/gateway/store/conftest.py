@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import psycopg
@@ -25,19 +24,6 @@ PG_URL = os.environ.get("SWITCHYARD_TEST_PG", "postgresql://postgres@127.0.0.1:5
 def pg_dsn(schema: str, url: str = PG_URL) -> str:
     sep = "&" if "?" in url else "?"
     return f"{url}{sep}options=-csearch_path%3D{schema}"
-
-
-@pytest.fixture(scope="session")
-def pg_schema() -> Iterator[str]:
-    try:
-        with psycopg.connect(PG_URL, connect_timeout=3, autocommit=True) as conn:
-            name = f"store_test_{uuid.uuid4().hex[:12]}"
-            conn.execute(f"CREATE SCHEMA {name}")
-    except psycopg.OperationalError as e:
-        pytest.skip(f"PostgreSQL not reachable at {PG_URL}: {e}".splitlines()[0])
-    yield name
-    with psycopg.connect(PG_URL, autocommit=True) as conn:
-        conn.execute(f"DROP SCHEMA IF EXISTS {name} CASCADE")
 
 
 @pytest.fixture
