@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from gateway.auth.config import AuthConfig
 from gateway.store.config import StoreConfig
 from router.config import RoutingConfig
+from router.selector_config import CacheAwareConfig, RoundRobinConfig, SelectorConfig
 
 
 class ListenConfig(BaseModel):
@@ -78,6 +79,16 @@ class BackendConfig(BaseModel):
     weights_version: str | None = Field(
         default=None, description="vllm: weights version served (the supervisor updates it)."
     )
+    replica_selector: SelectorConfig = Field(
+        default_factory=RoundRobinConfig,
+        description="vllm: how a replica is chosen (round_robin, least_load, session_affinity, "
+        "cache_aware; see router/cache_aware.py).",
+    )
+    tokenizer_dir: str | None = Field(
+        default=None,
+        description="vllm: the served model's directory (tokenizer + chat template), needed by "
+        "cache_aware to hash prompts into blocks exactly as vLLM does.",
+    )
 
     @model_validator(mode="after")
     def _check_kind_fields(self) -> BackendConfig:
@@ -85,6 +96,16 @@ class BackendConfig(BaseModel):
             raise ValueError("a `vllm` backend needs `replicas: [http://host:port, ...]`")
         if self.kind == "litellm" and self.replicas:
             raise ValueError("`replicas` is only for `vllm` backends; use `api_base` for litellm")
+        sel = self.replica_selector
+        if self.kind != "vllm" and not isinstance(sel, RoundRobinConfig):
+            raise ValueError("`replica_selector` applies to `vllm` backends only")
+        if isinstance(sel, CacheAwareConfig):
+            if self.tokenizer_dir is None:
+                raise ValueError("cache_aware replica choice needs `tokenizer_dir`")
+            urls = {u.rstrip("/") for u in self.replicas}
+            unknown = {u.rstrip("/") for u in sel.kv_event_endpoints} - urls
+            if unknown:
+                raise ValueError(f"kv_event_endpoints name unknown replicas {sorted(unknown)}")
         if self.kind == "litellm" and "/" not in self.model:
             raise ValueError(f"litellm model `{self.model}` needs a provider prefix, e.g. openai/")
         return self

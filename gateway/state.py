@@ -26,7 +26,9 @@ from gateway.backends.frontier import LitellmBackend
 from gateway.backends.replica_pool import ReplicaPool
 from gateway.backends.vllm import VllmBackend
 from gateway.config import SwitchyardConfig, load_config
+from gateway.local_targets import LocalTarget, load_tokenizers
 from gateway.metrics import GatewayMetrics
+from gateway.prompt_tokens import PromptTokenizer
 from gateway.resilience import CircuitBreaker, RetryBudget
 from gateway.store.records import InferenceRecord
 from router.config import RoutingConfig
@@ -34,7 +36,6 @@ from router.decision import RouteDecision
 from router.features import RequestFeatures, unit_hash
 from router.learned import LearnedPolicy, LearnedState
 from router.policy import RoutingPolicy, RulePolicy
-from router.replicas import ReplicaSelector, RoundRobinSelector
 
 
 class RecordSink(Protocol):
@@ -84,7 +85,6 @@ class GatewayState:
     routing: Routing
     breakers: dict[str, CircuitBreaker]
     retry_budget: RetryBudget
-    selector: ReplicaSelector
     metrics: GatewayMetrics
     session: aiohttp.ClientSession
     litellm: ModuleType
@@ -117,7 +117,8 @@ class GatewayState:
         self.background.add(task)
         task.add_done_callback(self.background.discard)
 
-    _pools: dict[str, ReplicaPool] = field(default_factory=dict)
+    _locals: dict[str, LocalTarget] = field(default_factory=dict)
+    tokenizers: dict[str, PromptTokenizer] = field(default_factory=dict)
     _reload_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
     @property
@@ -125,19 +126,19 @@ class GatewayState:
         return self.routing.config
 
     def build_routing(self, config: SwitchyardConfig) -> Routing:
+        """Back-ends and policy for ``config``; local targets are reused while unchanged."""
         backends: dict[str, Backend] = {}
         for name, bc in config.backends.items():
             if bc.kind == "vllm":
-                pool = self._pools.get(name)
-                urls = [u.rstrip("/") for u in bc.replicas]
-                if pool is None or list(pool.replicas) != urls:
-                    pool = ReplicaPool(urls, bc.weights_version)
-                    pool.start_probing(self.session)
-                    old = self._pools.get(name)
-                    if old is not None:
-                        asyncio.get_running_loop().create_task(old.stop_probing())
-                    self._pools[name] = pool
-                backends[name] = VllmBackend(name, bc, self.session, self.selector, pool)
+                local = self._locals.get(name)
+                if local is None or not local.same_config(bc):
+                    if local is not None:
+                        self.spawn(local.aclose())
+                    local = LocalTarget.start(bc, self.session, self.tokenizers)
+                    self._locals[name] = local
+                backends[name] = VllmBackend(
+                    name, bc, self.session, local.selector, local.pool, local.tokenizer
+                )
             else:
                 backends[name] = LitellmBackend(name, bc, self.litellm)
             if name not in self.breakers:
@@ -162,6 +163,7 @@ class GatewayState:
             else:
                 config = await asyncio.to_thread(load_config, self.config_path)
             learned = await asyncio.to_thread(load_learned_state, config)
+            self.tokenizers = await asyncio.to_thread(load_tokenizers, config, self.tokenizers)
             self.apply_config(config, learned)
         return self.routing
 
@@ -173,11 +175,11 @@ class GatewayState:
         return routing.policy.decide(features)
 
     def pools(self) -> dict[str, ReplicaPool]:
-        return dict(self._pools)
+        return {name: local.pool for name, local in self._locals.items()}
 
     async def aclose(self) -> None:
-        for pool in self._pools.values():
-            await pool.stop_probing()
+        for local in self._locals.values():
+            await local.aclose()
 
 
 def new_state(
@@ -194,12 +196,12 @@ def new_state(
         routing=None,  # type: ignore[arg-type]  # set just below, needs the state's pools
         breakers={},
         retry_budget=RetryBudget(r.budget_ratio, r.min_retries_per_s),
-        selector=RoundRobinSelector(),
         metrics=metrics,
         session=session,
         litellm=litellm,
         recorder=recorder,
     )
     state.learned_state = load_learned_state(config)
+    state.tokenizers = load_tokenizers(config, {})
     state.routing = state.build_routing(config)
     return state

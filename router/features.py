@@ -42,3 +42,4 @@ class RequestFeatures:
     episode_id: str | None = None
     cache_key: str | None = None
     request_id: str | None = None  # the record's id: a stable key for sampling (canary, explore)
+    prompt_token_ids: tuple[int, ...] | None = None  # filled for cache-aware replica choice

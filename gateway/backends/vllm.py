@@ -9,6 +9,7 @@ chunk). A connection failure marks the replica down and tries the next healthy o
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -25,6 +26,7 @@ from gateway.errors import (
     UpstreamTimeoutError,
     UpstreamUnavailableError,
 )
+from gateway.prompt_tokens import PromptTokenizer
 from gateway.wire.sse import DONE_EVENT, EventSplitter, drop_usage_only_events
 from router.replicas import NoHealthyReplicaError, ReplicaSelector
 
@@ -143,8 +145,10 @@ class VllmBackend:
         session: aiohttp.ClientSession,
         selector: ReplicaSelector,
         pool: ReplicaPool,
+        tokenizer: PromptTokenizer | None = None,
     ) -> None:
         self.name = name
+        self._tokenizer = tokenizer
         self.config = config
         self._session = session
         self._selector = selector
@@ -168,11 +172,16 @@ class VllmBackend:
     async def _post(self, call: UpstreamCall) -> tuple[aiohttp.ClientResponse, str]:
         payload = self._prepare(call)
         path = _PATHS[call.endpoint]
+        features = call.features
+        if self._tokenizer is not None and features.prompt_token_ids is None:
+            # Cache-aware choice hashes the prompt's tokens exactly as the replica will.
+            ids = await self._tokenizer.atoken_ids(call.endpoint, call.body)
+            features = dataclasses.replace(features, prompt_token_ids=ids)
         tried: set[str] = set()
         while True:
             views = [v for v in self.pool.views() if v.name not in tried]
             try:
-                replica = self._selector.select_replica(self.name, views, call.features)
+                replica = self._selector.select_replica(self.name, views, features)
             except NoHealthyReplicaError as exc:
                 raise UpstreamUnavailableError(
                     f"{self.name}: no healthy replica (tried {sorted(tried)})", backend=self.name

@@ -1,0 +1,88 @@
+"""The running parts of one local (vLLM) target: replica pool, replica selector, and the
+feeds the selector needs (``/metrics`` scraper for load, KV event subscriber in precise mode,
+the served model's tokenizer for cache-aware block hashing).
+
+Built when the config names the target and reused across reloads while its config is unchanged
+(a reload must not reset the selector's prefix index); replaced and stopped otherwise.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import aiohttp
+
+from gateway.backends.replica_metrics import ReplicaMetricsScraper
+from gateway.backends.replica_pool import ReplicaPool
+from gateway.config import BackendConfig, SwitchyardConfig
+from gateway.kv_event_subscriber import KvEventSubscriber
+from gateway.prompt_tokens import PromptTokenizer
+from router.selector_config import CacheAwareConfig, LeastLoadConfig
+from router.selectors import ObservingSelector, build_selector
+
+
+def load_tokenizers(
+    config: SwitchyardConfig, known: dict[str, PromptTokenizer]
+) -> dict[str, PromptTokenizer]:
+    """Tokenizers of cache-aware targets by directory (blocking: call off the event loop)."""
+    out: dict[str, PromptTokenizer] = {}
+    for bc in config.backends.values():
+        d = bc.tokenizer_dir
+        if d is not None and isinstance(bc.replica_selector, CacheAwareConfig):
+            out[d] = known.get(d) or PromptTokenizer.load(d)
+    return out
+
+
+@dataclass
+class LocalTarget:
+    config: BackendConfig
+    pool: ReplicaPool
+    selector: ObservingSelector
+    tokenizer: PromptTokenizer | None
+    scraper: ReplicaMetricsScraper | None = None
+    subscriber: KvEventSubscriber | None = None
+
+    @classmethod
+    def start(
+        cls,
+        config: BackendConfig,
+        session: aiohttp.ClientSession,
+        tokenizers: dict[str, PromptTokenizer],
+    ) -> LocalTarget:
+        urls = [u.rstrip("/") for u in config.replicas]
+        pool = ReplicaPool(urls, config.weights_version)
+        pool.start_probing(session)
+        sel_cfg = config.replica_selector
+        selector = build_selector(sel_cfg)
+        tokenizer = tokenizers.get(config.tokenizer_dir) if config.tokenizer_dir else None
+        target = cls(config, pool, selector, tokenizer)
+        if isinstance(sel_cfg, LeastLoadConfig | CacheAwareConfig):
+            precise = isinstance(sel_cfg, CacheAwareConfig) and sel_cfg.mode == "precise"
+            target.scraper = ReplicaMetricsScraper(
+                urls,
+                selector,
+                session,
+                interval_s=sel_cfg.load.scrape_interval_s,
+                block_size=sel_cfg.block_size if isinstance(sel_cfg, CacheAwareConfig) else None,
+                hash_algo=sel_cfg.hash_algo
+                if precise and isinstance(sel_cfg, CacheAwareConfig)
+                else None,
+            )
+            target.scraper.start()
+            if precise and isinstance(sel_cfg, CacheAwareConfig):
+                target.subscriber = KvEventSubscriber(
+                    sel_cfg.kv_event_endpoints, selector, topic=sel_cfg.kv_event_topic
+                )
+                target.subscriber.start()
+        return target
+
+    def same_config(self, config: BackendConfig) -> bool:
+        keep = {"replicas", "replica_selector", "tokenizer_dir"}
+        return self.config.model_dump(include=keep) == config.model_dump(include=keep)
+
+    async def aclose(self) -> None:
+        await self.pool.stop_probing()
+        if self.scraper is not None:
+            await self.scraper.stop()
+        if self.subscriber is not None:
+            await self.subscriber.stop()
