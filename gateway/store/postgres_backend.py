@@ -34,7 +34,7 @@ from psycopg import AsyncConnection
 from gateway.store.config import DEFAULT_CONNECT_TIMEOUT_S, DEFAULT_OPERATION_TIMEOUT_S
 from gateway.store.errors import StoreConflict, StoreDataError, StoreUnavailable
 from gateway.store.migrations import migrate_postgres
-from gateway.store.queries import Codec, Row, encode_rows, insert_sql, postgres_summary_sql
+from gateway.store.queries import Codec, Row, encode_rows_async, insert_sql, postgres_summary_sql
 from gateway.store.schema import Table
 from gateway.store.sql_store import SqlStore
 from gateway.store.summary import sort_rows, summary_row
@@ -167,7 +167,7 @@ class PostgresBackend(SqlStore):
     async def _insert(self, table: Table, records: Sequence[object]) -> None:
         sql = insert_sql(table, self.codec)
         # JSON encoding of large request bodies is CPU work; keep it off the event loop.
-        rows = await asyncio.to_thread(encode_rows, table, records, self.codec)
+        rows = await encode_rows_async(table, records, self.codec)
 
         async def op(conn: Conn) -> None:
             async with conn.transaction(), conn.cursor() as cur:

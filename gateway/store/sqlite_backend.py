@@ -26,7 +26,7 @@ from typing import Any, Final, TypeVar
 from gateway.store.config import DEFAULT_SQLITE_BUSY_TIMEOUT_S
 from gateway.store.errors import StoreConflict, StoreDataError, StoreError, StoreUnavailable
 from gateway.store.migrations import migrate_sqlite
-from gateway.store.queries import Codec, Row, encode_rows, insert_sql, sqlite_summary_sql
+from gateway.store.queries import Codec, Row, encode_rows_async, insert_sql, sqlite_summary_sql
 from gateway.store.schema import Table
 from gateway.store.sql_store import SqlStore
 from gateway.store.summary import SummaryAccumulator
@@ -134,9 +134,12 @@ class SqliteBackend(SqlStore):
 
     async def _insert(self, table: Table, records: Sequence[object]) -> None:
         sql = insert_sql(table, self.codec)
+        # Encode here, on the event loop: pure-Python work in the writer thread would hold the
+        # GIL against the request path for up to a switch interval (5 ms) at a time. The
+        # thread then only runs sqlite3, which releases the GIL while it works.
+        rows = await encode_rows_async(table, records, self.codec)
 
         def run() -> None:
-            rows = encode_rows(table, records, self.codec)
             conn = self._conn(write=True)
             conn.execute("BEGIN IMMEDIATE")
             try:
