@@ -6,7 +6,7 @@ STAMP := $(VENV)/.switchyard-installed
 export LITELLM_LOCAL_MODEL_COST_MAP := True
 export SWITCHYARD_CACHE := $(CURDIR)/.cache
 
-.PHONY: setup demo test test-fast check lint typecheck bench-gateway bench-kv bench-serving flywheel clean-cache
+.PHONY: setup demo test test-fast check lint typecheck bench-gateway bench-kv bench-serving train-base flywheel clean-cache
 
 # Idempotent: re-installs only when pyproject.toml changed since the last install.
 setup: $(STAMP)
@@ -47,6 +47,9 @@ bench-kv: setup
 
 bench-serving: setup
 	$(PY) -m serving.bench
+
+train-base: setup
+	$(PY) -m serving.train_base --preset tiny --steps 300 --out .cache/models
 
 flywheel: setup
 	$(PY) scripts/flywheel.py

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any, get_args
 
 import torch
+from pydantic import JsonValue
 from safetensors import safe_open
 from transformers import GenerationConfig, Qwen3MoeConfig, Qwen3MoeForCausalLM
 
@@ -36,6 +37,7 @@ from serving.model_config import (
     CheckpointVersion,
     ModelSpec,
     PresetName,
+    ProbeReference,
 )
 from serving.tokenizer import (
     ENDOFTEXT,
@@ -160,27 +162,73 @@ def build_model(
         eos_token_id=[eos_id, pad_id], pad_token_id=pad_id, bos_token_id=None
     )
 
+    with staging_dir(out_dir) as staging:
+        save_hf_model(model, staging)
+        save_tokenizer(tokenizer, staging)
+        return finalize_checkpoint(staging, out_dir, kind="base", parent=None, spec=spec, seed=seed)
+
+
+def save_hf_model(model: Qwen3MoeForCausalLM, target: Path) -> None:
+    """`save_pretrained` plus the config keys older transformers/vLLM versions read."""
+    model.save_pretrained(str(target))
+    _add_legacy_config_keys(target / "config.json")
+
+
+@contextmanager
+def staging_dir(out_dir: Path) -> Iterator[Path]:
+    """A fresh hidden directory under `out_dir` to write a checkpoint into; removed on exit
+    unless `finalize_checkpoint` renamed it."""
     out_dir.mkdir(parents=True, exist_ok=True)
     staging = out_dir / f".building-{uuid.uuid4().hex}"
+    staging.mkdir()
     try:
-        model.save_pretrained(str(staging))
-        _add_legacy_config_keys(staging / "config.json")
-        save_tokenizer(tokenizer, staging)
-        version = CheckpointVersion(
-            version_id=make_version_id("base", checkpoint_digest(staging)),
-            parent=None,
-            created_at=datetime.now(UTC),
-            spec=spec,
-            seed=seed,
-        )
-        (staging / VERSION_FILE).write_text(version.model_dump_json(indent=2) + "\n")
-        target = out_dir / version.version_id
-        if target.exists():
-            return target
-        staging.rename(target)
-        return target
+        yield staging
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+
+
+def finalize_checkpoint(
+    staging: Path,
+    out_dir: Path,
+    *,
+    kind: str,
+    parent: str | None,
+    spec: ModelSpec,
+    seed: int | None,
+    metadata: dict[str, JsonValue] | None = None,
+    eval: dict[str, float] | None = None,
+    probe: ProbeReference | None = None,
+) -> Path:
+    """Write `switchyard_version.json` into a fully written `staging` directory (weights and
+    tokenizer files) and rename it to `out_dir/<kind>-<digest>`.
+
+    If that directory already exists it holds the same weights and tokenizer by construction;
+    it is kept as is (its metadata included) and returned.
+    """
+    version = CheckpointVersion(
+        version_id=make_version_id(kind, checkpoint_digest(staging)),
+        parent=parent,
+        created_at=datetime.now(UTC),
+        spec=spec,
+        seed=seed,
+        metadata=metadata or {},
+        eval=eval or {},
+        probe=probe,
+    )
+    # Unset optional fields are left out: a fresh init writes the same file as before they existed.
+    (staging / VERSION_FILE).write_text(
+        version.model_dump_json(indent=2, exclude_defaults=True) + "\n"
+    )
+    target = out_dir / version.version_id
+    if not target.exists():
+        staging.rename(target)
+    return target
+
+
+def copy_tokenizer_files(source_dir: Path, target_dir: Path) -> None:
+    """Copy the tokenizer files byte for byte (they are part of the checkpoint's identity)."""
+    for name in TOKENIZER_FILES:
+        shutil.copyfile(source_dir / name, target_dir / name)
 
 
 @contextmanager
@@ -244,20 +292,28 @@ def ensure_demo_model(cache_dir: Path, *, progress: bool = False) -> Path:
     change of the tiny preset, the tokenizer spec or the chat template builds a new checkpoint;
     otherwise the existing one is found by reading a few small files.
     """
-    models_dir = cache_dir / "models"
-    spec = ModelSpec.preset(DEMO_PRESET)
+    return ensure_model(cache_dir / "models", DEMO_PRESET, DEFAULT_SEED, progress=progress)
+
+
+def ensure_model(
+    models_dir: Path, preset: PresetName, seed: int = DEFAULT_SEED, *, progress: bool = False
+) -> Path:
+    """The fresh-init checkpoint of `preset` and `seed` under `<models_dir>/<preset>/`, built
+    (with its tokenizer under `<models_dir>/tokenizers/`) if missing. Idempotent and safe to
+    call from concurrent processes."""
+    spec = ModelSpec.preset(preset)
     tokenizer_spec = TokenizerSpec(vocab_size=spec.vocab_size)
-    family_dir = models_dir / DEMO_PRESET
+    family_dir = models_dir / preset
     tokenizer_dir = tokenizer_dir_for(models_dir, tokenizer_spec)
-    found = find_checkpoint(family_dir, spec, DEFAULT_SEED, tokenizer_dir)
+    found = find_checkpoint(family_dir, spec, seed, tokenizer_dir)
     if found is not None:
         return found
     with _exclusive(models_dir / ".build.lock"):
         ensure_tokenizer(models_dir, tokenizer_spec, progress=progress)
-        found = find_checkpoint(family_dir, spec, DEFAULT_SEED, tokenizer_dir)
+        found = find_checkpoint(family_dir, spec, seed, tokenizer_dir)
         if found is not None:
             return found
-        return build_model(spec, tokenizer_dir, family_dir, DEFAULT_SEED)
+        return build_model(spec, tokenizer_dir, family_dir, seed)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

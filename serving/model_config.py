@@ -11,7 +11,10 @@ A `ModelSpec` is everything that decides the architecture; `build.build_model` t
 
 Each checkpoint directory holds a `switchyard_version.json` (`CheckpointVersion`): its version
 id, the version it was derived from (`parent`, None for a fresh init), creation time, the spec
-and the seed.
+and the seed. Checkpoints made by training or export also carry free-form `metadata` (how they
+were made), `eval` figures (e.g. held-out perplexity) and a `probe` (`ProbeReference`): the
+trainer's own logprobs of a fixed prompt, which a replica serving these weights must reproduce.
+All three are optional, so files written before they existed still load.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, model_validator
 
 PresetName = Literal["tiny", "small"]
 VERSION_FILE = "switchyard_version.json"
@@ -94,6 +97,28 @@ class ModelSpec(BaseModel):
         return self.num_hidden_layers * layer + embeddings + h
 
 
+class ProbeReference(BaseModel):
+    """Logprobs of a fixed prompt under a checkpoint, computed by the trainer (float32 math).
+
+    `logprobs[i]` is log p(prompt_token_ids[i + 1] | prompt_token_ids[: i + 1]): the same
+    quantity vLLM returns as `prompt_logprobs` for position i + 1.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    prompt_token_ids: tuple[int, ...] = Field(min_length=2)
+    logprobs: tuple[float, ...] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _check_lengths(self) -> ProbeReference:
+        if len(self.logprobs) != len(self.prompt_token_ids) - 1:
+            raise ValueError(
+                f"logprobs needs one entry per predicted token: {len(self.prompt_token_ids) - 1} "
+                f"for {len(self.prompt_token_ids)} prompt tokens, got {len(self.logprobs)}"
+            )
+        return self
+
+
 class CheckpointVersion(BaseModel):
     """Contents of `switchyard_version.json`, the identity of one checkpoint directory."""
 
@@ -104,3 +129,12 @@ class CheckpointVersion(BaseModel):
     created_at: datetime
     spec: ModelSpec
     seed: int | None = Field(description="Seed of the random init or of the training run.")
+    metadata: dict[str, JsonValue] = Field(
+        default_factory=dict, description="How the checkpoint was made (training run, export)."
+    )
+    eval: dict[str, float] = Field(
+        default_factory=dict, description="Evaluation figures, e.g. `held_out_ppl`."
+    )
+    probe: ProbeReference | None = Field(
+        default=None, description="Reference logprobs a replica must reproduce after a swap."
+    )

@@ -20,6 +20,9 @@ variables to run it with. Choices made here, and why:
   `serving.tokenizer` writes.
 - `dev_mode` sets `VLLM_SERVER_DEV_MODE=1`, which adds vLLM's development endpoints (weight
   update and reset-prefix-cache routes) used by weight hot-swap. Never expose such a replica.
+  Hot-swap also needs `worker_extension_cls` (`--worker-extension-cls`) set to
+  `serving.hotswap.RELOAD_WORKER_EXTENSION`: the reload method it calls through
+  `/collective_rpc`.
 - GPU only: fp8 weights (`quantization="fp8"`, or a compressed-tensors checkpoint, which vLLM
   detects from its config with `quantization=None`), `gpu_memory_utilization`, `kv_cache_dtype`
   and LMCache KV offload through `LMCacheConnectorV1` configured by `LMCACHE_*` variables.
@@ -125,6 +128,11 @@ class VllmLaunchConfig(BaseModel):
     )
     access_log: bool = Field(default=False, description="uvicorn's per-request access log.")
     dev_mode: bool = Field(default=False, description="VLLM_SERVER_DEV_MODE=1 (reload routes).")
+    worker_extension_cls: str | None = Field(
+        default=None,
+        description="--worker-extension-cls: qualified name of a class whose methods vLLM's "
+        "workers gain (callable through /collective_rpc in dev mode).",
+    )
     seed: int = 0
     cpu: CpuSettings = CpuSettings()
     gpu: GpuSettings = GpuSettings()
@@ -207,6 +215,8 @@ class VllmLaunchConfig(BaseModel):
             args.append("--enable-prompt-tokens-details")
         if not self.access_log:
             args.append("--disable-uvicorn-access-log")
+        if self.worker_extension_cls is not None:
+            args += ["--worker-extension-cls", self.worker_extension_cls]
         if self.device == "gpu":
             args += ["--gpu-memory-utilization", str(self.gpu.gpu_memory_utilization)]
             if self.gpu.quantization is not None:

@@ -1,0 +1,430 @@
+"""Weight hot-swap: publish a new checkpoint to running vLLM replicas one at a time, under
+traffic, with a logprob check and automatic rollback.
+
+The protocol, per replica, in the order given (`publish_weights`):
+
+1. Drain. `POST {gateway}/admin/replicas/drain {"target", "replica", "timeout_s"}` (admin token
+   as Bearer): the gateway stops routing new requests to the replica and answers once the
+   requests it has in flight there are done. Not drained in time: the replica is put back and
+   the publish stops (nothing was changed on it).
+2. Reload. `POST {replica}/collective_rpc {"method": "switchyard_reload", "args": [dir]}` runs
+   `ReloadWorkerExtension.switchyard_reload` inside vLLM's worker: vLLM's own in-place
+   `reload_weights(weights_path=dir)`, then, on CPU, the MoE weight prepack that vLLM 0.32
+   skips on reload (without it the experts compute with unpacked weights: logprobs off by up to
+   9 nats; the probe below caught it; vLLM issue #42821 is the GPU side of the same gap).
+   The replica must run with `dev_mode=True` and
+   `worker_extension_cls=RELOAD_WORKER_EXTENSION`, and see `dir` on its own filesystem.
+3. Version. `POST /update_weight_version {"new_version": id}`; `GET /weight_info` must echo it.
+4. Prefix cache. `POST /reset_prefix_cache` until it reports success: KV blocks computed with
+   the old weights must never serve a request of the new ones.
+5. Probe. `POST /v1/completions` with the checkpoint's probe prompt (token ids),
+   `max_tokens=1`, `prompt_logprobs=0`: the served logprob of every prompt token is compared
+   with the trainer's own (`CheckpointVersion.probe`, float32 math on the saved weights). The
+   replica computes in bf16, so small differences are expected (about 0.005 mean, 0.02 max on
+   the tiny model); the probe fails when the mean absolute difference exceeds
+   `tolerance.mean_abs` or any single one exceeds `tolerance.max_abs`.
+6. Undrain. `POST {gateway}/admin/replicas/undrain {"target", "replica", "weights_version"}`:
+   the gateway routes to it again and tags its responses with the new version.
+
+Rollback. When step 2, 3, 4 or 5 fails on a replica, that replica and every replica already
+swapped go back to `previous_dir` (steps 2-5 with the previous checkpoint's probe, then undrain
+with the previous version), one at a time, so the fleet never serves two versions for longer
+than one swap. The report says `rolled_back=True`; `HotSwapError` is raised only if the rollback
+itself fails (that replica is left drained: it serves nothing rather than unknown weights).
+
+Preflight, before anything is drained: the new checkpoint has the same architecture (`spec`)
+and byte-identical tokenizer files as the previous one (an in-place reload changes neither), its
+weights match its version id (optional digest check), and every replica answers the reload
+extension (and serves one probe request, which warms up vLLM's prompt-logprobs path: its first
+use takes seconds that would otherwise be spent drained).
+
+CLI: `python -m serving.hotswap --checkpoint NEW --previous OLD --gateway URL --replica URL ...`
+(admin token from `$SWITCHYARD_ADMIN_TOKEN`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Protocol, cast
+
+import httpx
+from pydantic import BaseModel, ConfigDict, Field
+
+from serving.build import checkpoint_digest, make_version_id, read_version
+from serving.model_config import CheckpointVersion, ProbeReference
+from serving.tokenizer import TOKENIZER_FILES
+from serving.train_base import checkpoint_probe
+
+logger = logging.getLogger(__name__)
+
+#: `VllmLaunchConfig.worker_extension_cls` value that gives a replica the reload method.
+RELOAD_WORKER_EXTENSION = "serving.hotswap.ReloadWorkerExtension"
+RELOAD_METHOD = "switchyard_reload"
+ADMIN_TOKEN_ENV = "SWITCHYARD_ADMIN_TOKEN"
+
+
+class _VllmWorker(Protocol):
+    model_runner: Any
+
+    def reload_weights(self, *, weights_path: str) -> None: ...
+
+
+class ReloadWorkerExtension:
+    """Methods mixed into vLLM's worker class, called through `/collective_rpc` by name.
+
+    Runs inside the vLLM worker process; imports vLLM lazily so this module stays importable
+    without it.
+    """
+
+    def switchyard_reload_ready(self) -> str:
+        """Answers the preflight: this worker has the extension."""
+        return RELOAD_METHOD
+
+    def switchyard_reload(self, checkpoint_dir: str) -> str:
+        """Reload every weight from `checkpoint_dir` in place; returns the directory."""
+        from vllm.platforms import current_platform
+
+        worker = cast(_VllmWorker, self)
+        worker.reload_weights(weights_path=checkpoint_dir)
+        if current_platform.is_cpu():
+            # vLLM's reload copies the new expert weights into the prepacked tensors without
+            # running the CPU kernel's prepack again (it only runs on first load); run it.
+            for module in worker.model_runner.get_model().modules():
+                kernel = getattr(getattr(module, "quant_method", None), "moe_kernel", None)
+                if kernel is not None:
+                    kernel.fused_experts.process_weights_after_loading(module)
+        return checkpoint_dir
+
+
+class ProbeTolerance(BaseModel):
+    """How far served prompt logprobs may be from the trainer's (nats)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    mean_abs: float = Field(default=0.1, gt=0, description="Mean |served - reference|.")
+    max_abs: float = Field(default=1.5, gt=0, description="Largest single |difference|.")
+
+
+class HotSwapConfig(BaseModel):
+    """Where the gateway is and how patient and strict a publish is."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    gateway_url: str = Field(description="Gateway base URL (admin API).")
+    admin_token: str = Field(min_length=1, repr=False, description="Gateway admin credential.")
+    target: str = Field(default="local", description="Gateway backend holding the replicas.")
+    served_model_name: str = "switchyard-local"
+    drain_timeout_s: float = Field(default=60.0, gt=0)
+    request_timeout_s: float = Field(default=120.0, gt=0, description="Per replica/admin call.")
+    reset_attempts: int = Field(default=50, ge=1, description="Tries of reset_prefix_cache.")
+    verify_digest: bool = Field(default=True, description="Re-hash the new weights first.")
+    tolerance: ProbeTolerance = ProbeTolerance()
+
+
+class HotSwapError(Exception):
+    """A publish could not be completed or rolled back; the message says where it stopped."""
+
+
+@dataclass(frozen=True)
+class ProbeResult:
+    """Served vs reference logprobs of the probe prompt on one replica."""
+
+    tokens: int
+    mean_abs_diff: float
+    max_abs_diff: float
+    passed: bool
+
+
+@dataclass
+class ReplicaSwap:
+    """What happened on one replica.
+
+    `outcome`: `swapped` (serves the new version), `failed` (its swap failed and it was put
+    back on the previous version), `rolled_back` (it had been swapped, then went back because a
+    later replica failed). `seconds` runs from the drain request to the undrain answer (the
+    time the replica was out of rotation), of which `drain_seconds` waiting for in-flight
+    requests and `install_seconds` reloading, verifying and probing.
+    """
+
+    replica: str
+    outcome: Literal["swapped", "rolled_back", "failed"] = "failed"
+    seconds: float = 0.0
+    drain_seconds: float = 0.0
+    install_seconds: float = 0.0
+    probe: ProbeResult | None = None
+    error: str | None = None
+
+
+@dataclass
+class SwapReport:
+    """The result of one `publish_weights` call."""
+
+    version: str
+    previous_version: str
+    replicas: list[ReplicaSwap] = field(default_factory=list)
+    rolled_back: bool = False
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        """Every replica now serves `version`."""
+        return not self.rolled_back and all(r.outcome == "swapped" for r in self.replicas)
+
+
+class _ProbeFailed(Exception):
+    def __init__(self, result: ProbeResult) -> None:
+        super().__init__(
+            f"probe mismatch: mean |diff| {result.mean_abs_diff:.4f}, max {result.max_abs_diff:.4f}"
+        )
+        self.result = result
+
+
+def compare_probe(
+    reference: ProbeReference, served: Sequence[float], tolerance: ProbeTolerance
+) -> ProbeResult:
+    """Compare served prompt logprobs (one per predicted token) with the reference."""
+    if len(served) != len(reference.logprobs):
+        raise ValueError(f"{len(served)} served logprobs for {len(reference.logprobs)} expected")
+    diffs = [abs(a - b) for a, b in zip(served, reference.logprobs, strict=True)]
+    mean, worst = sum(diffs) / len(diffs), max(diffs)
+    passed = mean <= tolerance.mean_abs and worst <= tolerance.max_abs
+    return ProbeResult(len(diffs), mean, worst, passed)
+
+
+def check_compatible(new: Path, previous: Path, *, verify_digest: bool = True) -> None:
+    """Preflight on the checkpoints (see the module docstring); raises HotSwapError."""
+    new_version, old_version = read_version(new), read_version(previous)
+    if new_version.spec != old_version.spec:
+        raise HotSwapError(
+            f"{new_version.version_id} has another architecture than {old_version.version_id}; "
+            "an in-place reload cannot change it: start new replicas instead"
+        )
+    for name in TOKENIZER_FILES:
+        if (new / name).read_bytes() != (previous / name).read_bytes():
+            raise HotSwapError(f"{name} differs between {new} and {previous}: reload keeps it")
+    if verify_digest:
+        kind = new_version.version_id.rsplit("-", 1)[0]
+        if make_version_id(kind, checkpoint_digest(new)) != new_version.version_id:
+            raise HotSwapError(f"weights in {new} do not match {new_version.version_id}")
+
+
+class _Publisher:
+    def __init__(self, config: HotSwapConfig, client: httpx.AsyncClient) -> None:
+        self.config = config
+        self.client = client
+
+    async def _admin(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        response = await self.client.post(
+            f"{self.config.gateway_url.rstrip('/')}/admin/replicas/{path}",
+            json={"target": self.config.target, **body},
+            headers={"authorization": f"Bearer {self.config.admin_token}"},
+        )
+        if response.status_code != 200:
+            raise HotSwapError(f"gateway {path} failed ({response.status_code}): {response.text}")
+        result: dict[str, Any] = response.json()
+        return result
+
+    async def drain(self, replica: str) -> None:
+        result = await self._admin(
+            "drain", {"replica": replica, "timeout_s": self.config.drain_timeout_s}
+        )
+        if not result.get("drained"):
+            await self._admin("undrain", {"replica": replica})
+            raise HotSwapError(
+                f"{replica} still had {result.get('in_flight')} requests in flight after "
+                f"{self.config.drain_timeout_s}s; put back unchanged"
+            )
+
+    async def undrain(self, replica: str, version: str) -> None:
+        await self._admin("undrain", {"replica": replica, "weights_version": version})
+
+    async def _post(self, url: str, body: dict[str, Any] | None = None) -> httpx.Response:
+        response = await self.client.post(url, json=body)
+        if response.status_code != 200:
+            raise HotSwapError(f"POST {url} failed ({response.status_code}): {response.text}")
+        return response
+
+    async def preflight(self, replica: str, probe: ProbeReference) -> None:
+        """The replica has the reload extension; its prompt-logprobs path is warmed up (the
+        first such request costs vLLM seconds, which would otherwise be spent drained)."""
+        response = await self.client.post(
+            f"{replica}/collective_rpc", json={"method": f"{RELOAD_METHOD}_ready"}
+        )
+        if response.status_code != 200 or RELOAD_METHOD not in response.text:
+            raise HotSwapError(
+                f"{replica} cannot reload weights: start it with dev_mode=True and "
+                f"worker_extension_cls={RELOAD_WORKER_EXTENSION!r}"
+            )
+        await self.served_logprobs(replica, probe)
+
+    async def install(self, replica: str, side: _Side) -> ProbeResult:
+        """Steps 2-5 on a drained replica; raises _ProbeFailed or HotSwapError."""
+        version = side.version.version_id
+        await self._post(
+            f"{replica}/collective_rpc", {"method": RELOAD_METHOD, "args": [side.path]}
+        )
+        await self._post(f"{replica}/update_weight_version", {"new_version": version})
+        info = (await self.client.get(f"{replica}/weight_info")).json()
+        if info.get("weight_version") != version:
+            raise HotSwapError(f"{replica} reports weights {info}, not {version}")
+        for _ in range(self.config.reset_attempts):
+            if (await self._post(f"{replica}/reset_prefix_cache")).json().get("success"):
+                break
+            await asyncio.sleep(0.1)
+        else:
+            raise HotSwapError(f"{replica} kept refusing to reset its prefix cache")
+        served = await self.served_logprobs(replica, side.probe)
+        result = compare_probe(side.probe, served, self.tolerance)
+        if not result.passed:
+            raise _ProbeFailed(result)
+        return result
+
+    @property
+    def tolerance(self) -> ProbeTolerance:
+        return self.config.tolerance
+
+    async def served_logprobs(self, replica: str, probe: ProbeReference) -> list[float]:
+        """The replica's prompt logprobs of the probe's tokens 1..n."""
+        response = await self._post(
+            f"{replica}/v1/completions",
+            {
+                "model": self.config.served_model_name,
+                "prompt": list(probe.prompt_token_ids),
+                "max_tokens": 1,
+                "temperature": 0,
+                "prompt_logprobs": 0,
+            },
+        )
+        entries = response.json()["choices"][0]["prompt_logprobs"][1:]
+        ids = probe.prompt_token_ids[1:]
+        return [float(entry[str(t)]["logprob"]) for entry, t in zip(entries, ids, strict=True)]
+
+
+@dataclass(frozen=True)
+class _Side:
+    """One checkpoint of a swap: where it is (absolute), what it is, what it must compute."""
+
+    path: str
+    version: CheckpointVersion
+    probe: ProbeReference
+
+
+def _side(checkpoint_dir: Path, probe: ProbeReference | None = None) -> _Side:
+    return _Side(
+        str(checkpoint_dir.resolve()),
+        read_version(checkpoint_dir),
+        probe or checkpoint_probe(checkpoint_dir),
+    )
+
+
+async def publish_weights(
+    checkpoint_dir: Path,
+    previous_dir: Path,
+    replicas: Sequence[str],
+    config: HotSwapConfig,
+    *,
+    probe: ProbeReference | None = None,
+) -> SwapReport:
+    """Publish `checkpoint_dir` to `replicas` (base URLs as the gateway lists them), which serve
+    `previous_dir` now, one at a time (see the module docstring).
+
+    `probe` overrides the reference logprobs (default: the checkpoint's stored probe, or one
+    computed from its weights). Returns the report; raises HotSwapError when the preflight
+    fails (nothing changed) or a rollback fails.
+    """
+    started = time.perf_counter()
+    # Hashing weights and computing probes is CPU work: keep the event loop serving.
+    await asyncio.to_thread(
+        check_compatible, checkpoint_dir, previous_dir, verify_digest=config.verify_digest
+    )
+    new = await asyncio.to_thread(_side, checkpoint_dir, probe)
+    old = await asyncio.to_thread(_side, previous_dir)
+    urls = [r.rstrip("/") for r in replicas]
+    report = SwapReport(new.version.version_id, old.version.version_id)
+    timeout = httpx.Timeout(config.request_timeout_s, connect=5.0)
+    async with httpx.AsyncClient(timeout=timeout) as client:
+        publisher = _Publisher(config, client)
+        for url in urls:
+            await publisher.preflight(url, new.probe)
+        swapped: list[str] = []
+        for url in urls:
+            step = ReplicaSwap(url)
+            report.replicas.append(step)
+            t0 = time.perf_counter()
+            await publisher.drain(url)
+            step.drain_seconds = time.perf_counter() - t0
+            try:
+                step.probe = await publisher.install(url, new)
+                step.install_seconds = time.perf_counter() - t0 - step.drain_seconds
+            except (_ProbeFailed, HotSwapError, httpx.HTTPError) as exc:
+                step.error = str(exc)
+                step.probe = exc.result if isinstance(exc, _ProbeFailed) else None
+                logger.error("swap to %s failed on %s: %s; rolling back", report.version, url, exc)
+                await _roll_back(publisher, [url, *reversed(swapped)], old, report, drained=url)
+                report.seconds = time.perf_counter() - started
+                return report
+            await publisher.undrain(url, report.version)
+            step.outcome, step.seconds = "swapped", time.perf_counter() - t0
+            swapped.append(url)
+            logger.info("%s serves %s (%.2fs)", url, report.version, step.seconds)
+    report.seconds = time.perf_counter() - started
+    return report
+
+
+async def _roll_back(
+    publisher: _Publisher, urls: Sequence[str], old: _Side, report: SwapReport, *, drained: str
+) -> None:
+    report.rolled_back = True
+    steps = {step.replica: step for step in report.replicas}
+    for url in urls:
+        if url != drained:
+            await publisher.drain(url)
+        try:
+            await publisher.install(url, old)
+        except (_ProbeFailed, HotSwapError, httpx.HTTPError) as exc:
+            raise HotSwapError(
+                f"rollback of {url} to {report.previous_version} failed ({exc}); it stays drained"
+            ) from exc
+        await publisher.undrain(url, report.previous_version)
+        if url != drained:
+            steps[url].outcome = "rolled_back"
+        logger.warning("%s rolled back to %s", url, report.previous_version)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """CLI: publish a checkpoint through the gateway; exit 1 when it was rolled back."""
+    parser = argparse.ArgumentParser(
+        prog="python -m serving.hotswap", description="Hot-swap replicas' weights."
+    )
+    parser.add_argument("--checkpoint", type=Path, required=True, help="New checkpoint dir.")
+    parser.add_argument("--previous", type=Path, required=True, help="Checkpoint served now.")
+    parser.add_argument("--gateway", required=True, help="Gateway base URL.")
+    parser.add_argument("--target", default=HotSwapConfig.model_fields["target"].default)
+    parser.add_argument("--replica", action="append", required=True, help="Replica base URL.")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    token = os.environ.get(ADMIN_TOKEN_ENV)
+    if not token:
+        parser.error(f"set {ADMIN_TOKEN_ENV} to the gateway's admin token")
+    config = HotSwapConfig(gateway_url=args.gateway, admin_token=token, target=args.target)
+    report = asyncio.run(publish_weights(args.checkpoint, args.previous, args.replica, config))
+    for step in report.replicas:
+        probe = step.probe
+        figures = (
+            f"probe mean {probe.mean_abs_diff:.4f} max {probe.max_abs_diff:.4f}" if probe else ""
+        )
+        print(f"{step.replica}: {step.outcome} in {step.seconds:.2f}s {figures} {step.error or ''}")
+    state = "rolled back to " + report.previous_version if report.rolled_back else "published"
+    print(f"{report.version}: {state} in {report.seconds:.2f}s")
+    return 0 if report.ok else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

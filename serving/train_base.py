@@ -1,0 +1,489 @@
+"""Base training: next-token prediction on Python source code, from a random-init checkpoint to a
+new versioned checkpoint that vLLM serves.
+
+The algorithm
+-------------
+1. Corpus. The Python standard library's own `.py` files (nothing is downloaded). Each file goes
+   to the held-out split when the first 8 bytes of SHA-256(`split_salt` + its path relative to
+   the stdlib root), read as an integer, fall below `held_out_fraction` of 2**64; otherwise it
+   is a training file. The split depends only on the path, never on how many files exist or
+   their order, so it is the same on every machine with the same Python version.
+2. Token stream. Training files, in an order shuffled by `seed`, each cut to
+   `max_bytes_per_file`, are tokenized with the checkpoint's own tokenizer and concatenated with
+   `<|endoftext|>` between documents until `train_bytes` is reached; likewise the held-out files
+   (sorted order, `held_out_bytes`). Each stream is cut into non-overlapping windows of
+   `seq_len + 1` tokens (input = window[:-1], target = window[1:]).
+3. Optimisation. The model is trained in float32 (upcast from the bf16 checkpoint) with AdamW
+   (betas 0.9/0.95, decoupled weight decay on matrices only), a linear warm-up over
+   `warmup_steps` then a cosine decay to `min_lr_ratio * lr`, gradient-norm clipping, and the
+   MoE load-balancing loss (`router_aux_loss_coef` times Switch-Transformer's auxiliary loss)
+   added to the cross-entropy so experts stay in use. Batches are drawn from a permutation of
+   the training windows made by a `torch.Generator` seeded with `seed` (a new permutation each
+   epoch); with the same init, config and seed two runs give bit-identical weights.
+4. Evaluation. Held-out loss is the mean token cross-entropy over `eval_windows` held-out
+   windows spread evenly over the held-out stream; perplexity is its exponential. It is
+   measured before training, every `eval_every` steps and at the end.
+5. Output. The trained weights are saved in bf16 beside the unchanged tokenizer files as
+   `<out>/pretrain-<12 hex of the digest>/`, whose `switchyard_version.json` has the init's
+   version as `parent`, the run's config and timings in `metadata`, the held-out figures in
+   `eval` and a `probe`: the trained model's logprobs of `PROBE_TEXT`, which every replica must
+   reproduce after a hot-swap. `loss_curve.png` (train loss per step, held-out loss per eval)
+   lies beside the weights.
+
+CLI: `python -m serving.train_base --preset tiny --steps 300 --out DIR` (builds the random init
+under DIR when `--init` is not given) prints the figures and the new checkpoint's path.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import math
+import random
+import sysconfig
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import get_args
+
+import torch
+from pydantic import BaseModel, ConfigDict, Field, JsonValue
+from tqdm import tqdm
+from transformers import AutoModelForCausalLM, PreTrainedModel, PreTrainedTokenizerFast
+
+from serving.build import (
+    copy_tokenizer_files,
+    ensure_model,
+    finalize_checkpoint,
+    read_version,
+    save_hf_model,
+    staging_dir,
+)
+from serving.model_config import VERSION_FILE, PresetName, ProbeReference
+from serving.tokenizer import ENDOFTEXT, load_tokenizer, stdlib_sources
+
+LOSS_CURVE_FILE = "loss_curve.png"
+CHECKPOINT_KIND = "pretrain"
+#: The fixed prompt of every checkpoint's `probe` (code, like the served traffic).
+PROBE_TEXT = (
+    "def fibonacci(n: int) -> int:\n"
+    '    """Return the n-th Fibonacci number."""\n'
+    "    a, b = 0, 1\n"
+    "    for _ in range(n):\n"
+    "        a, b = b, a + b\n"
+    "    return a\n"
+)
+
+
+class CorpusSpec(BaseModel):
+    """Which source files feed training and evaluation, and how much of them."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    held_out_fraction: float = Field(default=0.05, gt=0, lt=1, description="Files held out.")
+    split_salt: str = Field(default="switchyard-base-v1", description="Changes the split.")
+    max_bytes_per_file: int = Field(default=16_000, ge=1_000, description="Cap per file.")
+    train_bytes: int = Field(default=1_000_000, ge=10_000, description="Training text bound.")
+    held_out_bytes: int = Field(default=100_000, ge=5_000, description="Held-out text bound.")
+
+
+class TrainBaseConfig(BaseModel):
+    """Hyper-parameters of one base-training run (defaults: a few CPU minutes, tiny preset)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    steps: int = Field(default=300, ge=1)
+    batch_size: int = Field(default=8, ge=1, description="Windows per step.")
+    seq_len: int = Field(default=64, ge=8, description="Next-token targets per window.")
+    lr: float = Field(default=3e-3, gt=0, description="Peak learning rate.")
+    min_lr_ratio: float = Field(default=0.1, ge=0, le=1, description="Final lr / peak lr.")
+    warmup_steps: int = Field(default=20, ge=0)
+    weight_decay: float = Field(default=0.1, ge=0)
+    grad_clip: float = Field(default=1.0, gt=0, description="Max global gradient norm.")
+    router_aux_loss_coef: float = Field(default=0.01, ge=0, description="MoE balance loss.")
+    eval_every: int = Field(default=100, ge=1, description="Steps between held-out evals.")
+    eval_windows: int = Field(default=64, ge=1, description="Held-out windows per eval.")
+    seed: int = 0
+    corpus: CorpusSpec = CorpusSpec()
+
+
+#: A smoke-sized run (seconds on a CPU): tests and `BENCH_QUICK` use it. It still moves the
+#: logprobs far enough from the random init for a hot-swap probe to tell them apart.
+QUICK_TRAINING = TrainBaseConfig(
+    steps=12,
+    batch_size=4,
+    seq_len=32,
+    eval_every=12,
+    eval_windows=8,
+    corpus=CorpusSpec(train_bytes=60_000, held_out_bytes=20_000),
+)
+
+
+@dataclass(frozen=True)
+class TrainResult:
+    """What a run produced: the checkpoint and its headline figures."""
+
+    checkpoint_dir: Path
+    version_id: str
+    parent: str
+    steps: int
+    seconds: float
+    train_loss_first: float
+    train_loss_last: float
+    held_out_ppl_init: float
+    held_out_ppl: float
+
+
+def is_held_out(relative_path: str, spec: CorpusSpec) -> bool:
+    """Step 1 of the algorithm: the deterministic split of one file."""
+    digest = hashlib.sha256(f"{spec.split_salt}\0{relative_path}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") < spec.held_out_fraction * 2**64
+
+
+def split_files(spec: CorpusSpec, files: Sequence[Path] | None = None) -> tuple[list[Path], ...]:
+    """(training files, held-out files) of the stdlib (or of `files`), each sorted."""
+    root = Path(sysconfig.get_paths()["stdlib"])
+    chosen = sorted(stdlib_sources() if files is None else files)
+    train: list[Path] = []
+    held_out: list[Path] = []
+    for path in chosen:
+        name = path.relative_to(root).as_posix() if path.is_relative_to(root) else path.name
+        (held_out if is_held_out(name, spec) else train).append(path)
+    return train, held_out
+
+
+def token_windows(
+    tokenizer: PreTrainedTokenizerFast,
+    files: Sequence[Path],
+    *,
+    max_bytes: int,
+    max_bytes_per_file: int,
+    seq_len: int,
+) -> torch.Tensor:
+    """Step 2: `[n, seq_len + 1]` int64 windows of the files' concatenated token stream."""
+    separator = tokenizer.convert_tokens_to_ids(ENDOFTEXT)
+    assert isinstance(separator, int)
+    stream: list[int] = []
+    total = 0
+    for path in files:
+        if total >= max_bytes:
+            break
+        try:
+            raw = path.read_bytes()[: min(max_bytes_per_file, max_bytes - total)]
+        except OSError:
+            continue
+        total += len(raw)
+        stream += tokenizer(raw.decode("utf-8", errors="ignore"))["input_ids"]
+        stream.append(separator)
+    n = len(stream) // (seq_len + 1)
+    if n == 0:
+        raise ValueError(f"corpus of {len(stream)} tokens is shorter than one window")
+    return torch.tensor(stream[: n * (seq_len + 1)], dtype=torch.long).view(n, seq_len + 1)
+
+
+def lr_at(step: int, config: TrainBaseConfig) -> float:
+    """Step 3's schedule: linear warm-up, then cosine decay to `min_lr_ratio * lr`."""
+    if step < config.warmup_steps:
+        return config.lr * (step + 1) / config.warmup_steps
+    span = max(1, config.steps - config.warmup_steps)
+    progress = min(1.0, (step - config.warmup_steps) / span)
+    floor = config.min_lr_ratio
+    return config.lr * (floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * progress)))
+
+
+@torch.no_grad()
+def held_out_loss(model: PreTrainedModel, windows: torch.Tensor, batch_size: int) -> float:
+    """Step 4: mean token cross-entropy (nats) over `windows`."""
+    was_training = model.training
+    model.train(False)
+    total, count = 0.0, 0
+    for start in range(0, len(windows), batch_size):
+        batch = windows[start : start + batch_size]
+        logits = model(input_ids=batch[:, :-1]).logits.float()
+        loss = torch.nn.functional.cross_entropy(
+            logits.reshape(-1, logits.shape[-1]), batch[:, 1:].reshape(-1), reduction="sum"
+        )
+        total += loss.item()
+        count += batch[:, 1:].numel()
+    model.train(was_training)
+    return total / count
+
+
+@torch.no_grad()
+def token_logprobs(model: PreTrainedModel, token_ids: Sequence[int]) -> list[float]:
+    """log p(token_ids[i + 1] | token_ids[: i + 1]) for every i, in float32 math."""
+    ids = torch.tensor([list(token_ids)], dtype=torch.long)
+    logits = model(input_ids=ids).logits[0, :-1].float()
+    picked = torch.log_softmax(logits, dim=-1).gather(1, ids[0, 1:, None])
+    return [float(v) for v in picked[:, 0]]
+
+
+def load_float32(checkpoint_dir: Path) -> PreTrainedModel:
+    """A checkpoint's model in float32, in eval mode."""
+    model = AutoModelForCausalLM.from_pretrained(str(checkpoint_dir), dtype=torch.float32)
+    assert isinstance(model, PreTrainedModel)
+    model.train(False)
+    return model
+
+
+def probe_reference(model: PreTrainedModel, tokenizer: PreTrainedTokenizerFast) -> ProbeReference:
+    """The model's logprobs of `PROBE_TEXT` (what a replica must reproduce after a swap)."""
+    ids: list[int] = tokenizer(PROBE_TEXT)["input_ids"]
+    return ProbeReference(prompt_token_ids=tuple(ids), logprobs=tuple(token_logprobs(model, ids)))
+
+
+def checkpoint_probe(checkpoint_dir: Path) -> ProbeReference:
+    """The checkpoint's stored `probe`, or one computed from its weights if it has none."""
+    stored = read_version(checkpoint_dir).probe
+    if stored is not None:
+        return stored
+    return probe_reference(load_float32(checkpoint_dir), load_tokenizer(checkpoint_dir))
+
+
+def _optimizer(model: PreTrainedModel, config: TrainBaseConfig) -> torch.optim.AdamW:
+    decay = [p for p in model.parameters() if p.ndim >= 2]
+    no_decay = [p for p in model.parameters() if p.ndim < 2]
+    groups = [
+        {"params": decay, "weight_decay": config.weight_decay},
+        {"params": no_decay, "weight_decay": 0.0},
+    ]
+    return torch.optim.AdamW(groups, lr=config.lr, betas=(0.9, 0.95), eps=1e-8)
+
+
+def plot_loss_curve(
+    train_losses: Sequence[float], evals: Sequence[tuple[int, float]], path: Path, title: str
+) -> None:
+    """Train loss per step (raw and smoothed) and held-out loss per eval, as a PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4), dpi=100)
+    steps = range(1, len(train_losses) + 1)
+    ax.plot(steps, train_losses, color="tab:blue", alpha=0.3, linewidth=0.8, label="train")
+    smoothed: list[float] = []
+    for loss in train_losses:
+        smoothed.append(loss if not smoothed else 0.9 * smoothed[-1] + 0.1 * loss)
+    ax.plot(steps, smoothed, color="tab:blue", linewidth=1.5, label="train (EMA 0.9)")
+    if evals:
+        ax.plot(*zip(*evals, strict=True), "o-", color="tab:orange", label="held-out")
+    ax.set_xlabel("step")
+    ax.set_ylabel("cross-entropy (nats/token)")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def train_base(
+    init_dir: Path, out_dir: Path, config: TrainBaseConfig, *, progress: bool = True
+) -> TrainResult:
+    """Train the checkpoint in `init_dir` and save the result under `out_dir` (see the module
+    docstring). Leaves torch's global RNG state as it found it."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(config.seed)
+        return _train(init_dir, out_dir, config, progress=progress)
+
+
+@dataclass(frozen=True)
+class _Corpus:
+    train: torch.Tensor
+    held_out: torch.Tensor
+    train_files: int
+    held_out_files: int
+
+
+def _corpus(tokenizer: PreTrainedTokenizerFast, config: TrainBaseConfig) -> _Corpus:
+    """Steps 1-2: the split, the seeded file order, the token windows."""
+    spec = config.corpus
+    train_files, held_out_files = split_files(spec)
+    random.Random(config.seed).shuffle(train_files)
+    windows = [
+        token_windows(
+            tokenizer,
+            files,
+            max_bytes=budget,
+            max_bytes_per_file=spec.max_bytes_per_file,
+            seq_len=config.seq_len,
+        )
+        for files, budget in (
+            (train_files, spec.train_bytes),
+            (held_out_files, spec.held_out_bytes),
+        )
+    ]
+    held_out = windows[1]
+    # Evenly spaced over the held-out stream, so every held-out file is represented.
+    picks = torch.linspace(0, len(held_out) - 1, min(config.eval_windows, len(held_out)))
+    return _Corpus(windows[0], held_out[picks.long()], len(train_files), len(held_out_files))
+
+
+def _optimise(
+    model: PreTrainedModel, corpus: _Corpus, config: TrainBaseConfig, *, progress: bool
+) -> tuple[list[float], list[tuple[int, float]]]:
+    """Steps 3-4: (train loss per step, held-out loss per eval step); updates `model`."""
+    model.config.output_router_logits = config.router_aux_loss_coef > 0
+    model.config.router_aux_loss_coef = config.router_aux_loss_coef
+    optimizer = _optimizer(model, config)
+    order = torch.Generator().manual_seed(config.seed)
+    evals = [(0, held_out_loss(model, corpus.held_out, config.batch_size))]
+    train_losses: list[float] = []
+    permutation, cursor = torch.randperm(len(corpus.train), generator=order), 0
+    model.train()
+    bar = tqdm(range(config.steps), desc="base training", unit="step", disable=not progress)
+    for step in bar:
+        if cursor + config.batch_size > len(permutation):
+            permutation, cursor = torch.randperm(len(corpus.train), generator=order), 0
+        batch = corpus.train[permutation[cursor : cursor + config.batch_size]]
+        cursor += config.batch_size
+        for group in optimizer.param_groups:
+            group["lr"] = lr_at(step, config)
+        # transformers shifts `labels` itself: the window's seq_len + 1 tokens give seq_len
+        # next-token targets, the same ones `held_out_loss` scores.
+        output = model(input_ids=batch, labels=batch)
+        optimizer.zero_grad(set_to_none=True)
+        output.loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
+        optimizer.step()
+        aux = output.aux_loss.item() if output.aux_loss is not None else 0.0
+        train_losses.append(output.loss.item() - config.router_aux_loss_coef * aux)
+        bar.set_postfix(loss=f"{train_losses[-1]:.3f}", lr=f"{lr_at(step, config):.2e}")
+        if (step + 1) % config.eval_every == 0 or step + 1 == config.steps:
+            evals.append((step + 1, held_out_loss(model, corpus.held_out, config.batch_size)))
+    bar.close()
+    model.config.output_router_logits = False
+    return train_losses, evals
+
+
+def _train(
+    init_dir: Path, out_dir: Path, config: TrainBaseConfig, *, progress: bool
+) -> TrainResult:
+    init = read_version(init_dir)
+    tokenizer = load_tokenizer(init_dir)
+    corpus = _corpus(tokenizer, config)
+    model = load_float32(init_dir)
+    started = time.perf_counter()
+    train_losses, evals = _optimise(model, corpus, config, progress=progress)
+    seconds = time.perf_counter() - started
+    (_, init_loss), (_, final_loss) = evals[0], evals[-1]
+    metadata: dict[str, JsonValue] = {
+        "kind": "base-training",
+        "init_dir": str(init_dir),
+        "config": json.loads(config.model_dump_json()),
+        "train_windows": len(corpus.train),
+        "train_files": corpus.train_files,
+        "held_out_files": corpus.held_out_files,
+        "tokens_seen": config.steps * config.batch_size * config.seq_len,
+        "seconds": round(seconds, 2),
+        "train_loss_first": train_losses[0],
+        "train_loss_last": train_losses[-1],
+        "held_out_curve": [[s, loss] for s, loss in evals],
+        "loss_curve": LOSS_CURVE_FILE,
+        "torch": torch.__version__,
+    }
+    eval_figures = {
+        "held_out_loss_init": init_loss,
+        "held_out_ppl_init": math.exp(init_loss),
+        "held_out_loss": final_loss,
+        "held_out_ppl": math.exp(final_loss),
+        "held_out_tokens": float(corpus.held_out[:, 1:].numel()),
+    }
+    with staging_dir(out_dir) as staging:
+        model.to(getattr(torch, init.spec.dtype))
+        save_hf_model(model, staging)  # type: ignore[arg-type]
+        copy_tokenizer_files(init_dir, staging)
+        # The probe comes from the weights as saved (bf16), read back in float32.
+        probe = probe_reference(load_float32(staging), tokenizer)
+        title = f"base training from {init.version_id} ({config.steps} steps)"
+        plot_loss_curve(train_losses, evals, staging / LOSS_CURVE_FILE, title)
+        target = finalize_checkpoint(
+            staging,
+            out_dir,
+            kind=CHECKPOINT_KIND,
+            parent=init.version_id,
+            spec=init.spec,
+            seed=config.seed,
+            metadata=metadata,
+            eval=eval_figures,
+            probe=probe,
+        )
+    return TrainResult(
+        checkpoint_dir=target,
+        version_id=target.name,
+        parent=init.version_id,
+        steps=config.steps,
+        seconds=seconds,
+        train_loss_first=train_losses[0],
+        train_loss_last=train_losses[-1],
+        held_out_ppl_init=math.exp(init_loss),
+        held_out_ppl=math.exp(final_loss),
+    )
+
+
+def find_trained(out_dir: Path, init_dir: Path, config: TrainBaseConfig) -> Path | None:
+    """A checkpoint under `out_dir` that `train_base(init_dir, out_dir, config)` wrote."""
+    parent = read_version(init_dir).version_id
+    wanted = json.loads(config.model_dump_json())
+    for version_file in sorted(out_dir.glob(f"{CHECKPOINT_KIND}-*/{VERSION_FILE}")):
+        version = read_version(version_file.parent)
+        if version.parent == parent and version.metadata.get("config") == wanted:
+            return version_file.parent
+    return None
+
+
+def ensure_trained(
+    init_dir: Path, out_dir: Path, config: TrainBaseConfig, *, progress: bool = False
+) -> Path:
+    """`find_trained`, or a new training run when there is none (runs are deterministic, so
+    the found checkpoint is the one a new run would write)."""
+    found = find_trained(out_dir, init_dir, config)
+    if found is not None:
+        return found
+    return train_base(init_dir, out_dir, config, progress=progress).checkpoint_dir
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """CLI: train the preset's init (or `--init`) and print the figures and the checkpoint."""
+    defaults = TrainBaseConfig()
+    parser = argparse.ArgumentParser(
+        prog="python -m serving.train_base", description="Base-train the Qwen3-MoE on code."
+    )
+    parser.add_argument("--preset", choices=get_args(PresetName), default="tiny")
+    parser.add_argument("--out", type=Path, required=True, help="Parent of checkpoint dirs.")
+    parser.add_argument("--init", type=Path, default=None, help="Init checkpoint (default: build).")
+    parser.add_argument("--steps", type=int, default=defaults.steps)
+    parser.add_argument("--batch-size", type=int, default=defaults.batch_size)
+    parser.add_argument("--seq-len", type=int, default=defaults.seq_len)
+    parser.add_argument("--lr", type=float, default=defaults.lr)
+    parser.add_argument("--seed", type=int, default=defaults.seed)
+    parser.add_argument("--train-bytes", type=int, default=defaults.corpus.train_bytes)
+    args = parser.parse_args(argv)
+    config = defaults.model_copy(
+        update={
+            "steps": args.steps,
+            "batch_size": args.batch_size,
+            "seq_len": args.seq_len,
+            "lr": args.lr,
+            "seed": args.seed,
+            "eval_every": max(1, min(defaults.eval_every, args.steps // 3 or 1)),
+            "corpus": defaults.corpus.model_copy(update={"train_bytes": args.train_bytes}),
+        }
+    )
+    config = TrainBaseConfig.model_validate(config.model_dump())
+    init_dir: Path = args.init or ensure_model(args.out, args.preset, progress=True)
+    result = train_base(init_dir, args.out, config)
+    print(
+        f"{result.steps} steps in {result.seconds:.1f}s: train loss {result.train_loss_first:.3f}"
+        f" -> {result.train_loss_last:.3f}, held-out ppl {result.held_out_ppl_init:.1f} -> "
+        f"{result.held_out_ppl:.1f}"
+    )
+    print(f"{result.version_id} (parent {result.parent}): {result.checkpoint_dir}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
