@@ -64,7 +64,9 @@ class _Open(BaseModel):
 
 
 class InputMessage(_Open):
-    role: Literal["user", "assistant"]
+    # "system" turns inside `messages` are sent by newer clients (Claude Code) for mid-
+    # conversation instructions; they become system messages of the internal chat.
+    role: Literal["user", "assistant", "system"]
     content: str | list[dict[str, Any]]
 
 
@@ -266,6 +268,9 @@ def translate_messages(body: dict[str, Any], *, count_only: bool = False) -> Mes
         content = msg.content
         if isinstance(content, str):
             messages.append({"role": msg.role, "content": content})
+        elif msg.role == "system":
+            texts = [b for b in content if isinstance(b.get("text"), str)]
+            messages.append({"role": "system", "content": _text_content(texts)})
         elif msg.role == "user":
             messages.extend(_user_messages(content, notes, where))
         else:

@@ -369,7 +369,7 @@ def test_messages_tool_choice_tool_and_none() -> None:
     "body",
     [
         {"model": "m", "messages": [{"role": "user", "content": "x"}]},
-        {"model": "m", "max_tokens": 5, "messages": [{"role": "system", "content": "x"}]},
+        {"model": "m", "max_tokens": 5, "messages": [{"role": "robot", "content": "x"}]},
         {
             "model": "m",
             "max_tokens": 5,
@@ -584,3 +584,21 @@ def test_messages_error_event_and_interrupted_record() -> None:
     final = enc.final_response()
     assert final is not None and final["stop_reason"] is None
     assert final["content"] == [{"type": "text", "text": "Let me look."}]
+
+
+def test_messages_system_turns_inside_messages_become_system_messages() -> None:
+    # Claude Code sends mid-conversation instructions as role "system" inside `messages`.
+    tr = translate_messages(
+        {
+            "model": "auto",
+            "max_tokens": 64,
+            "messages": [
+                {"role": "user", "content": [{"type": "text", "text": "hi"}]},
+                {"role": "system", "content": [{"type": "text", "text": "Agent types: ..."}]},
+                {"role": "user", "content": "go on"},
+            ],
+        }
+    )
+    roles = [m["role"] for m in tr.body["messages"]]
+    assert roles == ["user", "system", "user"]
+    assert "Agent types" in json.dumps(tr.body["messages"][1])
