@@ -13,9 +13,9 @@ from gateway.auth import AuthConfig, Authenticator, BudgetGuard, KeyService, Pri
 from gateway.errors import PermissionDeniedError, error_response_parts
 from gateway.store import StoreBackend, StoreConfig, StoreDataError, StoreUnavailable, open_store
 from gateway.store.records import ApiKeyRecord
-from tests.gateway.store.conftest import pg_empty_schema, pg_schema, store_url
+from tests.gateway.store.conftest import pg_empty_schema, store_url
 
-__all__ = ["pg_empty_schema", "pg_schema", "store_url"]
+__all__ = ["pg_empty_schema", "store_url"]
 
 
 @pytest.fixture

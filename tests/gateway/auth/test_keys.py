@@ -35,9 +35,9 @@ from gateway.store.records import ApiKeyRecord
 
 # The store tests' fixtures: SQLite in tmp_path, and PostgreSQL in a schema of its own
 # (marked ``postgres``, skipped with the reason when no server answers).
-from tests.gateway.store.conftest import pg_empty_schema, pg_schema, store_url
+from tests.gateway.store.conftest import pg_empty_schema, store_url
 
-__all__ = ["pg_empty_schema", "pg_schema", "store_url"]
+__all__ = ["pg_empty_schema", "store_url"]
 
 
 class FakeClock:
