@@ -1,0 +1,186 @@
+"""Configuration of the RL loop: every knob, documented and defined once (STYLE.md #1, #4).
+
+Groups, in the loop's order: ``data`` (which recorded traffic becomes which dataset), ``sft``
+(supervised fine-tuning / distillation on accepted answers), ``rl`` (on-policy RL on the served
+model's own samples), ``gate`` (the evaluation that accepts or rejects a candidate), ``refit``
+(the learned routing policy refitted after a promotion). ``LoopConfig`` holds them all plus the
+device. Unknown keys are errors; an invalid combination raises an error naming what to set.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal, Self
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class DataConfig(_Strict):
+    """How the traffic record becomes datasets (through ``gateway.export``)."""
+
+    eval_fraction: float = Field(
+        default=0.15,
+        ge=0.0,
+        lt=1.0,
+        description="Latest share of episodes held out of training (the time split).",
+    )
+    frontier_prefix: str = Field(
+        default="frontier", description="Route targets starting with this are frontier answers."
+    )
+    local_target: str = Field(default="local", description="Route target of the local model.")
+    include_local_accepted: bool = Field(
+        default=True,
+        description="Also train on the local model's own accepted answers (self-distillation).",
+    )
+    near_dedup: bool = Field(
+        default=False, description="MinHash near-duplicate removal (exact dedup is always on)."
+    )
+    scrub_pii: bool = Field(default=True, description="Scrub PII from exported texts.")
+    max_prompt_tokens: int = Field(
+        default=448, ge=16, description="Longer prompts are left out of training (compute)."
+    )
+    max_completion_tokens: int = Field(
+        default=160, ge=4, description="Longer answers are left out of SFT (compute)."
+    )
+
+
+class SftConfig(_Strict):
+    """Supervised fine-tuning on accepted answers (frontier distillation, edits, own accepts)."""
+
+    steps: int = Field(default=600, ge=0, description="Optimizer steps per round (0: no SFT).")
+    batch_size: int = Field(default=16, ge=1, description="Examples per step.")
+    lr: float = Field(default=3e-3, gt=0, description="Peak learning rate (AdamW).")
+    warmup_steps: int = Field(default=20, ge=0)
+    min_lr_ratio: float = Field(default=0.1, ge=0, le=1, description="Final lr / peak lr.")
+    weight_decay: float = Field(default=0.0, ge=0)
+    grad_clip: float = Field(default=1.0, gt=0, description="Max global gradient norm.")
+    prompt_loss_weight: float = Field(
+        default=0.0,
+        ge=0,
+        description="Weight of a language-modelling loss on the prompt tokens (the code the "
+        "user shows): more signal per step for a small model learning to read and copy code.",
+    )
+    per_example_mean: bool = Field(
+        default=True,
+        description="Average the loss per example first, so one-word answers weigh as much as "
+        "long code answers; else per token.",
+    )
+
+
+class RlConfig(_Strict):
+    """On-policy RL: rollouts from the served replicas, rewards, truncated IS, KL to the model
+    being served."""
+
+    enabled: bool = Field(default=True, description="Run the RL phase when rollouts are given.")
+    prompts: int = Field(default=24, ge=1, description="Prompts sampled per round.")
+    samples_per_prompt: int = Field(
+        default=4, ge=2, description="Completions per prompt (the group of the baseline)."
+    )
+    temperature: float = Field(default=1.0, gt=0, description="Rollout sampling temperature.")
+    max_new_tokens: int = Field(default=96, ge=1, description="Rollout completion cap.")
+    steps: int = Field(default=8, ge=0, description="Optimizer steps over the rollouts.")
+    batch_size: int = Field(default=16, ge=1, description="Completions per RL step.")
+    lr: float = Field(default=2e-4, gt=0)
+    kl_coef: float = Field(
+        default=0.05, ge=0, description="beta of the per-token KL to the current served model."
+    )
+    is_cap: float = Field(
+        default=2.0, gt=0, description="C of the truncated IS weight min(pi_train/pi_rollout, C)."
+    )
+    grad_clip: float = Field(default=1.0, gt=0)
+    reward_accepted: float = Field(default=0.75, description="Reward of a verified answer.")
+    reward_rejected: float = Field(default=-0.25, description="Reward of a failed answer.")
+    degenerate_penalty: float = Field(
+        default=-0.25, le=0, description="Added for empty, echoed or repetitive answers."
+    )
+    concurrency: int = Field(default=8, ge=1, description="Rollout requests in flight.")
+
+
+class GateConfig(_Strict):
+    """When a candidate may replace the served model (all must hold)."""
+
+    max_new_tokens: int = Field(default=96, ge=1, description="Generation cap of the eval.")
+    record_eval_per_family: int = Field(
+        default=8, ge=0, description="Time-split held-out traffic prompts per family."
+    )
+    family_tolerance: float = Field(
+        default=0.15,
+        ge=0,
+        le=1,
+        description="A family regresses when its accept rate falls by more than this.",
+    )
+    overall_tolerance: float = Field(
+        default=0.02, ge=0, le=1, description="Largest allowed drop of the overall accept rate."
+    )
+    min_improvement: float = Field(
+        default=0.0,
+        ge=0,
+        le=1,
+        description="The candidate must beat the current overall accept rate by at least this.",
+    )
+    max_ppl_ratio: float = Field(
+        default=1.25, ge=1, description="Held-out code perplexity may grow by this factor."
+    )
+    ppl_windows: int = Field(default=16, ge=1, description="Held-out code windows scored.")
+    ppl_seq_len: int = Field(default=64, ge=8, description="Tokens per perplexity window.")
+    max_hack_share: float = Field(
+        default=0.05,
+        ge=0,
+        le=1,
+        description="Largest share of passed answers that are empty, echoed, repetitive or "
+        "format-only.",
+    )
+    max_strict_gap: float = Field(
+        default=0.10,
+        ge=0,
+        le=1,
+        description="Largest gap between the verifier's pass rate and the stricter re-check's.",
+    )
+
+
+class RefitConfig(_Strict):
+    """Refit of the learned routing policy after a promotion."""
+
+    class_tags: tuple[str, ...] = Field(
+        default=("family",), description="Tags that make a request class (as routing does)."
+    )
+    current_version_only: bool = Field(
+        default=True,
+        description="Count local outcomes only of the weights now served (older weights' "
+        "answers say little about the new ones).",
+    )
+    gate_outcomes: bool = Field(
+        default=True,
+        description="Count the gate's verified answers of the served weights on held-out items "
+        "as local outcomes: unbiased evidence (never trained on) the moment weights change.",
+    )
+
+
+class LoopConfig(_Strict):
+    """One round of the loop: datasets -> train -> gate -> promote -> refit."""
+
+    work_dir: Path = Field(description="Datasets, checkpoints and reports go here.")
+    device: str = Field(default="cpu", description="torch device of training and evaluation.")
+    threads: int | None = Field(default=None, ge=1, description="torch CPU threads (None: all).")
+    seed: int = 0
+    served_model_name: str = Field(
+        default="switchyard-local", description="Model name the replicas serve."
+    )
+    checkpoint_kind: Literal["ft"] = Field(
+        default="ft", description="Version id prefix of the checkpoints the loop writes."
+    )
+    data: DataConfig = Field(default_factory=DataConfig)
+    sft: SftConfig = Field(default_factory=SftConfig)
+    rl: RlConfig = Field(default_factory=RlConfig)
+    gate: GateConfig = Field(default_factory=GateConfig)
+    refit: RefitConfig = Field(default_factory=RefitConfig)
+
+    @model_validator(mode="after")
+    def _something_to_train(self) -> Self:
+        if self.sft.steps == 0 and not (self.rl.enabled and self.rl.steps > 0):
+            raise ValueError("nothing trains: set sft.steps > 0 or rl.enabled with rl.steps > 0")
+        return self

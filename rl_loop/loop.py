@@ -1,0 +1,404 @@
+"""One turn of the flywheel after traffic was recorded: datasets -> train -> gate -> swap -> refit.
+
+``run_round`` is the whole loop in order (the driver, ``scripts/flywheel.py``, starts the
+services, sends traffic and calls it once per round):
+
+1. Datasets from the record (``rl_loop.datasets``: SFT on accepted answers, RL prompts, time
+   split).
+2. The served model is evaluated on the gate's items first; its per-class accept rates choose
+   the RL prompts (classes it sometimes passes teach RL the most).
+3. RL on rollouts sampled by the replicas, then SFT (``rl_loop.train``); the candidate is saved
+   as a new checkpoint and recorded ``candidate``.
+4. Gate (``rl_loop.evaluate``): same items, same verifier; report written as JSON and text.
+5. Promotion through the hot-swap (``rl_loop.promote``) when the gate passed, else the candidate
+   is recorded ``rejected``.
+6. Refit of the learned routing (``rl_loop.refit``): recorded outcomes plus the gate's
+   held-out answers of the weights now served, state file, gateway reload.
+
+Nothing here imports the task families: the verifier arrives as a plain callable.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from gateway.store import StoreBackend
+from rl_loop.config import LoopConfig
+from rl_loop.datasets import PromptRecord, RoundData, build_round_data, encode_sft, pick_rl_prompts
+from rl_loop.evaluate import (
+    AnswerCache,
+    EvalItem,
+    GateReport,
+    ModelEval,
+    evaluate_policy,
+    gate,
+)
+from rl_loop.model_registry import record_checkpoint
+from rl_loop.modeling import Policy, load_policy, save_checkpoint
+from rl_loop.outcomes import VerdictCache
+from rl_loop.promote import promote
+from rl_loop.refit import RefitReport, refit_policy
+from rl_loop.rewards import Verify, combine, degenerate_reward, verifier_reward
+from rl_loop.rollouts import collect_rollouts
+from rl_loop.train import PhaseStats, Rollout, train_rl, train_sft
+from router.features import RequestFeatures
+from router.learned import Outcome, class_key
+from serving.build import read_version
+from serving.hotswap import HotSwapConfig
+
+
+@dataclass(frozen=True)
+class Services:
+    """Where the running system is: the record, the replicas and the gateway."""
+
+    store: StoreBackend
+    replicas: tuple[str, ...]
+    gateway_url: str
+    admin_token: str
+    state_file: Path
+    local_target: str = "local"
+
+
+@dataclass(slots=True)
+class RoundResult:
+    round: int
+    served_before: str
+    candidate: str | None = None
+    promoted: bool = False
+    served_after: str = ""
+    data: dict[str, int] = field(default_factory=dict)
+    rl: dict[str, Any] = field(default_factory=dict)
+    sft: dict[str, Any] = field(default_factory=dict)
+    gate: dict[str, Any] = field(default_factory=dict)
+    swap: dict[str, Any] = field(default_factory=dict)
+    refit: dict[str, Any] = field(default_factory=dict)
+    seconds: dict[str, float] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in self.__slots__}  # type: ignore[attr-defined]
+
+
+def _phase(stats: PhaseStats) -> dict[str, Any]:
+    return {
+        "steps": stats.steps,
+        "examples": stats.examples,
+        "seconds": round(stats.seconds, 1),
+        "first_loss": stats.first_loss,
+        "last_loss": stats.last_loss,
+        **stats.extra,
+    }
+
+
+def gate_items(
+    heldout: Sequence[EvalItem], data: RoundData, per_class: int, class_tag: str = "family"
+) -> list[EvalItem]:
+    """The supplied held-out items plus up to ``per_class`` time-split recorded prompts."""
+    taken: dict[str, int] = defaultdict(int)
+    items = list(heldout)
+    for record in data.prompts_eval:
+        key = record.tags.get(class_tag, "*")
+        if taken[key] < per_class:
+            taken[key] += 1
+            items.append(EvalItem(record.prompt, record.tags, "record", record.tools))
+    return items
+
+
+async def rollouts_for(
+    policy: Policy,
+    records: Sequence[PromptRecord],
+    services: Services,
+    config: LoopConfig,
+    verify: Verify,
+    seed: int,
+) -> list[Rollout]:
+    """Sample the served model on ``records`` and score each completion (rewards.py)."""
+    rl = config.rl
+    samples = await collect_rollouts(
+        services.replicas,
+        config.served_model_name,
+        policy,
+        records,
+        samples_per_prompt=rl.samples_per_prompt,
+        temperature=rl.temperature,
+        max_tokens=rl.max_new_tokens,
+        concurrency=rl.concurrency,
+        seed=seed,
+    )
+    texts = [s.text for s in samples]
+    prompts = ["\n".join(str(m.get("content") or "") for m in s.record.prompt) for s in samples]
+    rewards = combine(
+        [(verifier_reward, 1.0), (degenerate_reward, 1.0)],
+        texts,
+        tags=[s.record.tags for s in samples],
+        verify=verify,
+        accepted=rl.reward_accepted,
+        rejected=rl.reward_rejected,
+        prompts=prompts,
+        penalty=rl.degenerate_penalty,
+    )
+    return [
+        Rollout(s.prompt_ids, s.completion_ids, s.logprobs, s.record.id, reward)
+        for s, reward in zip(samples, rewards, strict=True)
+        if s.completion_ids
+    ]
+
+
+@dataclass(slots=True)
+class Candidate:
+    """A trained and gated candidate, not yet shipped."""
+
+    result: RoundResult
+    served_dir: Path
+    candidate_dir: Path
+    passed: bool
+    current_eval: ModelEval
+    candidate_eval: ModelEval
+
+
+async def prepare_candidate(
+    round_index: int,
+    served_dir: Path,
+    services: Services,
+    config: LoopConfig,
+    *,
+    verify: Verify,
+    strict_verify: Verify | None,
+    heldout: Sequence[EvalItem],
+    answers: AnswerCache | None = None,
+) -> Candidate:
+    """Steps 1-4: datasets, current model's eval, RL, SFT, candidate saved and gated."""
+    if config.threads is not None:
+        torch.set_num_threads(config.threads)
+    out = config.work_dir / f"round-{round_index}"
+    out.mkdir(parents=True, exist_ok=True)
+    served = read_version(served_dir).version_id
+    result = RoundResult(round_index, served, served_after=served)
+    clock = time.perf_counter()
+
+    def lap(name: str) -> None:
+        nonlocal clock
+        now = time.perf_counter()
+        result.seconds[name] = round(now - clock, 1)
+        clock = now
+
+    data = await build_round_data(services.store, out / "data", config.data)
+    result.data = data.counts()
+    lap("datasets")
+
+    policy = load_policy(served_dir, config.device)
+    items = gate_items(heldout, data, config.gate.record_eval_per_family)
+    current = evaluate_policy(
+        policy, served, items, verify, config.gate, strict_verify, cache=answers
+    )
+    lap("eval_current")
+
+    rl = config.rl
+    if rl.enabled and rl.steps > 0 and services.replicas:
+        rates = current.class_rates()
+        records = pick_rl_prompts(data.prompts_train, rl.prompts, rates, seed=round_index)
+        if any(0.0 < r < 1.0 for r in rates.values()) and records:
+            rollouts = await rollouts_for(policy, records, services, config, verify, round_index)
+            reference = policy.clone()
+            result.rl = _phase(train_rl(policy, reference, rollouts, rl, seed=round_index))
+            del reference
+        else:
+            result.rl = {"skipped": "no class is partly solved: every group would be uniform"}
+    lap("rl")
+
+    encoded, too_long = encode_sft(policy, data.sft_train, config.data)
+    sft = train_sft(policy, encoded, config.sft, seed=round_index)
+    result.sft = {**_phase(sft), "too_long": too_long}
+    lap("sft")
+
+    metadata: dict[str, Any] = {
+        "kind": "flywheel-round",
+        "round": round_index,
+        "data": result.data,
+        "rl": result.rl,
+        "sft": result.sft,
+        "torch": torch.__version__,
+    }
+    candidate_dir = save_checkpoint(
+        policy,
+        config.work_dir / "checkpoints",
+        kind=config.checkpoint_kind,
+        seed=config.seed,
+        metadata=json.loads(json.dumps(metadata)),
+    )
+    result.candidate = read_version(candidate_dir).version_id
+    await record_checkpoint(services.store, candidate_dir, "candidate")
+    lap("save")
+
+    cand_eval = evaluate_policy(
+        policy, result.candidate, items, verify, config.gate, strict_verify, cache=answers
+    )
+    report = gate(current, cand_eval, config.gate)
+    _write_gate(out, report, current, cand_eval)
+    result.gate = {
+        "passed": report.passed,
+        "reasons": report.reasons,
+        "current": report.current,
+        "candidate": report.candidate,
+    }
+    lap("eval_candidate")
+    return Candidate(result, served_dir, candidate_dir, report.passed, current, cand_eval)
+
+
+async def ship_candidate(
+    candidate: Candidate,
+    services: Services,
+    config: LoopConfig,
+    *,
+    verify: Verify,
+    cache: VerdictCache,
+) -> Path:
+    """Steps 5-6: promote through the hot-swap (or record the rejection), then refit routing.
+    Returns the checkpoint served afterwards."""
+    result = candidate.result
+    started = time.perf_counter()
+    now_served = candidate.served_dir
+    if candidate.passed:
+        swap_config = HotSwapConfig(
+            gateway_url=services.gateway_url,
+            admin_token=services.admin_token,
+            target=services.local_target,
+            served_model_name=config.served_model_name,
+        )
+        swap = await promote(
+            services.store,
+            candidate.candidate_dir,
+            candidate.served_dir,
+            services.replicas,
+            swap_config,
+        )
+        result.swap = {
+            "ok": swap.ok,
+            "rolled_back": swap.rolled_back,
+            "seconds": round(swap.seconds, 2),
+            "replicas": [
+                {
+                    "replica": r.replica,
+                    "outcome": r.outcome,
+                    "error": r.error,
+                    "probe_mean_abs": r.probe.mean_abs_diff if r.probe else None,
+                }
+                for r in swap.replicas
+            ],
+        }
+        if swap.ok:
+            now_served, result.promoted = candidate.candidate_dir, True
+    else:
+        await record_checkpoint(services.store, candidate.candidate_dir, "rejected")
+    result.served_after = read_version(now_served).version_id
+    result.seconds["swap"] = round(time.perf_counter() - started, 1)
+    started = time.perf_counter()
+    refit = await refit_round(
+        services,
+        config,
+        result.served_after,
+        verify,
+        cache,
+        result.round,
+        candidate.candidate_eval if result.promoted else candidate.current_eval,
+    )
+    result.refit = refit.to_json()
+    result.seconds["refit"] = round(time.perf_counter() - started, 1)
+    out = config.work_dir / f"round-{result.round}"
+    (out / "round.json").write_text(json.dumps(result.to_json(), indent=2, default=str))
+    return now_served
+
+
+async def run_round(
+    round_index: int,
+    served_dir: Path,
+    services: Services,
+    config: LoopConfig,
+    *,
+    verify: Verify,
+    strict_verify: Verify | None,
+    heldout: Sequence[EvalItem],
+    cache: VerdictCache,
+    answers: AnswerCache | None = None,
+) -> tuple[RoundResult, Path]:
+    """Steps 1-6 of the module docstring; returns the result and the checkpoint served after."""
+    candidate = await prepare_candidate(
+        round_index,
+        served_dir,
+        services,
+        config,
+        verify=verify,
+        strict_verify=strict_verify,
+        heldout=heldout,
+        answers=answers,
+    )
+    served = await ship_candidate(candidate, services, config, verify=verify, cache=cache)
+    return candidate.result, served
+
+
+def gate_outcomes(evaluation: ModelEval, class_tags: Sequence[str]) -> list[Outcome]:
+    """The gate's verified answers as local outcomes of the evaluated weights (refit step 2)."""
+    out = []
+    for item in evaluation.items:
+        features = RequestFeatures("chat.completions", "auto", 0, tags=item.tags)
+        out.append(Outcome(class_key(features, list(class_tags)), "local", item.passed))
+    return out
+
+
+async def refit_round(
+    services: Services,
+    config: LoopConfig,
+    weights_version: str,
+    verify: Verify,
+    cache: VerdictCache,
+    round_index: int,
+    served_eval: ModelEval | None,
+) -> RefitReport:
+    """Refit the learned routing for ``weights_version`` and reload the gateway."""
+    extra = (
+        gate_outcomes(served_eval, config.refit.class_tags)
+        if served_eval is not None and config.refit.gate_outcomes
+        else []
+    )
+    return await refit_policy(
+        services.store,
+        state_file=services.state_file,
+        weights_version=weights_version,
+        verify=verify,
+        config=config.refit,
+        local_target=services.local_target,
+        frontier_prefix=config.data.frontier_prefix,
+        cache=cache,
+        gateway_url=services.gateway_url,
+        admin_token=services.admin_token,
+        version=f"fit-r{round_index}-{weights_version}",
+        extra=extra,
+    )
+
+
+def _write_gate(out: Path, report: GateReport, current: ModelEval, candidate: ModelEval) -> None:
+    payload = report.to_json()
+    payload["items"] = {
+        "current": [_item(i) for i in current.items],
+        "candidate": [_item(i) for i in candidate.items],
+    }
+    (out / "gate.json").write_text(json.dumps(payload, indent=2))
+    (out / "gate.txt").write_text(report.to_text() + "\n")
+
+
+def _item(item: Any) -> dict[str, Any]:
+    return {
+        "family": item.family,
+        "source": item.source,
+        "passed": item.passed,
+        "strict": item.strict_passed,
+        "flags": list(item.flags),
+        "answer": item.answer[:300],
+    }

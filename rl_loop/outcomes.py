@@ -1,0 +1,213 @@
+"""Outcomes read from the traffic record: who answered what, and was it good?
+
+An outcome is one verdict on one answer, for one arm (``local`` / ``frontier``) of one request
+class (``router.learned.class_key`` of the recorded request's tags and tools):
+- a live answer with user feedback: the latest of accepted / rejected (an edit follows a
+  rejection); the arm is the route target's (``local_target`` or a frontier prefix);
+- a shadow answer (the local model answering a frontier-served request off the user's path):
+  its ``comparison["verdict"]`` when the RL loop recorded one, else the injected verifier's
+  verdict (cached per shadow id in a :class:`VerdictCache`, since some verifiers run code).
+``weights_version`` says which local weights produced a local answer, so a refit can count only
+the weights served now.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from gateway.store import (
+    InferenceFilter,
+    InferenceRecord,
+    InferenceRow,
+    ShadowRecord,
+    StoreBackend,
+)
+from rl_loop.rewards import Verify
+from router.features import RequestFeatures, estimate_tokens
+from router.learned import class_key
+
+Arm = Literal["local", "frontier"]
+
+
+def answer_text(response: Mapping[str, Any] | None) -> str:
+    """The assistant text of a recorded response in any wire format ('' when none)."""
+    if not response:
+        return ""
+    choices = response.get("choices")
+    if isinstance(choices, list) and choices:
+        first = choices[0]
+        message = first.get("message")
+        if isinstance(message, Mapping):
+            return str(message.get("content") or "")
+        return str(first.get("text") or "")
+    content = response.get("content")
+    if isinstance(content, list):  # anthropic messages
+        return "".join(str(b.get("text") or "") for b in content if isinstance(b, Mapping))
+    output = response.get("output")
+    if isinstance(output, list):  # openai responses
+        texts = []
+        for item in output:
+            for part in item.get("content") or [] if isinstance(item, Mapping) else []:
+                if isinstance(part, Mapping) and "text" in part:
+                    texts.append(str(part["text"]))
+        return "".join(texts)
+    return ""
+
+
+def features_of(inf: InferenceRecord) -> RequestFeatures:
+    """The router's view of a recorded request (prompt size estimated as the gateway does)."""
+    request = inf.request or {}
+    endpoint = inf.endpoint if inf.endpoint in _ENDPOINTS else "chat.completions"
+    return RequestFeatures(
+        endpoint=endpoint,  # type: ignore[arg-type]
+        requested_model=str(request.get("model") or ""),
+        prompt_tokens=estimate_tokens(len(json.dumps(request.get("messages") or ""))),
+        has_tools=bool(request.get("tools")),
+        stream=bool(request.get("stream")),
+        tags={k: v for k, v in inf.tags.items() if not k.startswith("note.")},
+        api_key_id=inf.api_key_id,
+        episode_id=inf.episode_id,
+        request_id=inf.id,
+    )
+
+
+_ENDPOINTS = ("chat.completions", "completions", "responses", "messages")
+
+
+def verdict_of(row: InferenceRow) -> bool | None:
+    """The latest accepted / rejected feedback on the row's answer, None if neither."""
+    verdict: bool | None = None
+    for fb in sorted(row.feedback, key=lambda f: f.ts):
+        if fb.kind == "accepted":
+            verdict = True
+        elif fb.kind == "rejected":
+            verdict = False
+    return verdict
+
+
+class VerdictCache:
+    """Verifier verdicts of shadow answers by shadow id, kept in a JSON file between runs."""
+
+    def __init__(self, path: Path | None) -> None:
+        self.path = path
+        self.data: dict[str, bool] = {}
+        if path is not None and path.exists():
+            self.data = {str(k): bool(v) for k, v in json.loads(path.read_text()).items()}
+
+    def save(self) -> None:
+        if self.path is None:
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(self.data))
+        os.replace(tmp, self.path)
+
+
+@dataclass(frozen=True, slots=True)
+class RecordedOutcome:
+    """One verdict on one answer, with where it came from."""
+
+    inference_id: str
+    class_key: str
+    arm: Arm
+    accepted: bool
+    source: Literal["feedback", "shadow"]
+    weights_version: str | None
+    cost_usd: float
+    latency_ms: float
+
+
+async def iter_rows(
+    store: StoreBackend, filters: InferenceFilter | None = None
+) -> AsyncIterator[InferenceRow]:
+    async for row in store.iter_inferences(filters, with_shadows=True):
+        yield row
+
+
+def arm_of_target(target: str | None, local_target: str, frontier_prefix: str) -> Arm | None:
+    if target == local_target:
+        return "local"
+    if target is not None and target.startswith(frontier_prefix):
+        return "frontier"
+    return None
+
+
+def row_outcomes(
+    row: InferenceRow,
+    *,
+    class_tags: list[str],
+    local_target: str,
+    frontier_prefix: str,
+    cache: VerdictCache,
+) -> list[RecordedOutcome]:
+    """The outcomes one recorded row gives (see the module docstring)."""
+    inf = row.inference
+    if not inf.ok:
+        return []
+    key = class_key(features_of(inf), class_tags)
+    out: list[RecordedOutcome] = []
+    arm = arm_of_target(inf.route_target, local_target, frontier_prefix)
+    verdict = verdict_of(row)
+    if arm is not None and verdict is not None:
+        out.append(
+            RecordedOutcome(
+                inf.id,
+                key,
+                arm,
+                verdict,
+                "feedback",
+                inf.weights_version if arm == "local" else None,
+                inf.cost_usd or 0.0,
+                inf.latency_ms,
+            )
+        )
+    for shadow in row.shadows:
+        if shadow.target != local_target:
+            continue
+        judged = shadow_verdict(shadow, cache)
+        if judged is None:
+            continue
+        out.append(
+            RecordedOutcome(
+                inf.id,
+                key,
+                "local",
+                judged,
+                "shadow",
+                _str_or_none(shadow.comparison.get("weights_version")),
+                0.0,
+                float(shadow.comparison.get("latency_ms") or 0.0),
+            )
+        )
+    return out
+
+
+def shadow_verdict(shadow: ShadowRecord, cache: VerdictCache) -> bool | None:
+    """The verdict recorded with the shadow answer, else the cached verifier verdict."""
+    judged = shadow.comparison.get("verdict")
+    return judged if isinstance(judged, bool) else cache.data.get(shadow.id)
+
+
+def verify_shadows(
+    rows: list[InferenceRow], verify: Verify, cache: VerdictCache, local_target: str
+) -> int:
+    """Verify every local shadow answer of ``rows`` that has no verdict yet (into ``cache``);
+    returns how many were verified. Blocking (verifiers may run code): call it in a thread."""
+    done = 0
+    for row in rows:
+        for shadow in row.shadows:
+            if shadow.target != local_target or shadow_verdict(shadow, cache) is not None:
+                continue
+            passed = verify(dict(row.inference.tags), answer_text(shadow.response))[0]
+            cache.data[shadow.id] = bool(passed)
+            done += 1
+    return done
+
+
+def _str_or_none(value: object) -> str | None:
+    return value if isinstance(value, str) else None

@@ -1,0 +1,183 @@
+"""Routing that follows the model: refit the learned policy from outcomes after a promotion.
+
+1. Outcomes (``rl_loop.outcomes``): live local answers with feedback (arm local), frontier
+   answers with feedback (arm frontier), shadow answers verified with the injected verifier
+   (arm local; verdicts cached by shadow id). With ``current_version_only`` the local arm counts
+   only answers of the weights served now, since older weights say little about new ones.
+2. Evidence for weights that just changed: right after a swap no user has seen the new
+   weights, so (``gate_outcomes``) the gate's verified answers of the served weights on its
+   held-out items count as local outcomes too. They are unbiased: held-out tasks and the time
+   split's latest traffic were never trained on (recorded frontier prompts were, so answering
+   those again would flatter the new weights).
+3. ``router.learned.fit`` -> a ``LearnedState`` whose version names the weights it was fitted
+   for; written atomically to ``routing.learned.state_file``; recorded as a policy version; then
+   ``POST {gateway}/admin/reload`` makes the gateway use it (every decision records the version).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import time
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from gateway.store import InferenceFilter, PolicyVersionRecord, StoreBackend
+from rl_loop.config import RefitConfig
+from rl_loop.outcomes import (
+    RecordedOutcome,
+    VerdictCache,
+    iter_rows,
+    row_outcomes,
+    verify_shadows,
+)
+from rl_loop.rewards import Verify
+from router.learned import LearnedState, Outcome, fit
+
+
+@dataclass(slots=True)
+class RefitReport:
+    version: str
+    state_file: str
+    outcomes: dict[str, dict[str, list[int]]] = field(default_factory=dict)
+    gate_outcomes: int = 0
+    reloaded: bool = False
+    policy_version: str | None = None
+    seconds: float = 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "version": self.version,
+            "state_file": self.state_file,
+            "outcomes": self.outcomes,
+            "gate_outcomes": self.gate_outcomes,
+            "reloaded": self.reloaded,
+            "policy_version": self.policy_version,
+            "seconds": round(self.seconds, 2),
+        }
+
+
+async def gather_outcomes(
+    store: StoreBackend,
+    *,
+    verify: Verify | None,
+    cache: VerdictCache,
+    config: RefitConfig,
+    local_target: str,
+    frontier_prefix: str,
+) -> list[RecordedOutcome]:
+    """Every outcome in the record (step 2, before any version filter)."""
+    rows = [row async for row in iter_rows(store, InferenceFilter(ok_only=True))]
+    if verify is not None:
+        await asyncio.to_thread(verify_shadows, rows, verify, cache, local_target)
+        cache.save()
+    out: list[RecordedOutcome] = []
+    for row in rows:
+        out += row_outcomes(
+            row,
+            class_tags=list(config.class_tags),
+            local_target=local_target,
+            frontier_prefix=frontier_prefix,
+            cache=cache,
+        )
+    return out
+
+
+def fit_state(
+    outcomes: Sequence[RecordedOutcome],
+    version: str,
+    *,
+    weights_version: str | None,
+    current_version_only: bool,
+    extra: Sequence[Outcome] = (),
+) -> LearnedState:
+    """Step 3's fit, keeping local outcomes of ``weights_version`` only when asked."""
+    kept = list(extra) + [
+        Outcome(o.class_key, o.arm, o.accepted)
+        for o in outcomes
+        if o.arm == "frontier"
+        or not current_version_only
+        or weights_version is None
+        or o.weights_version == weights_version
+    ]
+    return fit(kept, version)
+
+
+def write_state(state: LearnedState, path: Path) -> None:
+    """Write the state file atomically (the gateway may read it at any moment)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(state.to_json(), indent=2, sort_keys=True))
+    os.replace(tmp, path)
+
+
+async def reload_gateway(gateway_url: str, admin_token: str) -> str:
+    """``POST /admin/reload``; returns the policy version the gateway now decides with."""
+    async with httpx.AsyncClient(timeout=60.0) as client:
+        response = await client.post(
+            f"{gateway_url.rstrip('/')}/admin/reload",
+            headers={"authorization": f"Bearer {admin_token}"},
+        )
+    if response.status_code != 200:
+        raise RuntimeError(f"gateway reload failed ({response.status_code}): {response.text}")
+    return str(response.json()["policy_version"])
+
+
+async def refit_policy(
+    store: StoreBackend,
+    *,
+    state_file: Path,
+    weights_version: str | None,
+    verify: Verify | None,
+    config: RefitConfig,
+    local_target: str,
+    frontier_prefix: str,
+    cache: VerdictCache,
+    gateway_url: str | None = None,
+    admin_token: str | None = None,
+    version: str | None = None,
+    extra: Sequence[Outcome] = (),
+) -> RefitReport:
+    """Outcomes (plus ``extra``, e.g. the gate's) -> fitted state -> state file -> policy
+    version -> gateway reload."""
+    started = time.perf_counter()
+    outcomes = await gather_outcomes(
+        store,
+        verify=verify,
+        cache=cache,
+        config=config,
+        local_target=local_target,
+        frontier_prefix=frontier_prefix,
+    )
+    version = version or f"fit-{int(time.time())}-{weights_version or 'any'}"
+    state = fit_state(
+        outcomes,
+        version,
+        weights_version=weights_version,
+        current_version_only=config.current_version_only,
+        extra=extra,
+    )
+    write_state(state, state_file)
+    await store.upsert_policy_version(
+        PolicyVersionRecord(id=version, config=state.to_json(), status="active")
+    )
+    report = RefitReport(version, str(state_file), gate_outcomes=len(extra))
+    counts: Counter[tuple[str, str, bool]] = Counter()
+    for arms_key, arms in state.classes.items():
+        for arm, c in arms.items():
+            counts[(arms_key, arm, True)] = int(c.accepted)
+            counts[(arms_key, arm, False)] = int(c.rejected)
+    for (key, arm, accepted), n in counts.items():
+        entry = report.outcomes.setdefault(key, {}).setdefault(arm, [0, 0])
+        entry[0 if accepted else 1] = n
+    if gateway_url and admin_token:
+        report.policy_version = await reload_gateway(gateway_url, admin_token)
+        report.reloaded = True
+    report.seconds = time.perf_counter() - started
+    return report

@@ -1,0 +1,173 @@
+"""Replay a candidate routing state on recorded traffic, beside the current one (ops tool).
+
+For every successful recorded request, ``router.replay`` asks each policy where it would have
+gone and predicts the outcome (recorded verdicts, shadow verdicts, class means; see its
+docstring). Both policies are the gateway config's ``routing`` (rules first, then the learned
+decision), one with the current state file, one with the candidate's.
+
+    python -m rl_loop.replay --store sqlite:///.cache/flywheel/traffic.db \
+        --config .cache/flywheel/switchyard.yaml --state-file candidate.json [--json]
+
+Shadow verdicts come from the shadow rows' ``comparison.verdict`` (written by the RL loop's
+backfill) and from the loop's verdict cache (``--verdicts``, default beside the state file).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+from collections.abc import Sequence
+from dataclasses import asdict
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from gateway.store import InferenceFilter, StoreBackend, StoreConfig, open_store
+from rl_loop.outcomes import VerdictCache, features_of, iter_rows, verdict_of
+from router.config import RoutingConfig
+from router.learned import LearnedPolicy, LearnedState, class_key
+from router.policy import RoutingPolicy, RulePolicy
+from router.replay import Arm, ArmReport, ReplayItem, ReplayReport, replay
+
+VERDICTS_FILE = "shadow_verdicts.json"
+
+
+def load_routing(config_path: Path) -> tuple[RoutingConfig, dict[str, Arm]]:
+    """The gateway config's routing section and the arm of each backend (vllm -> local)."""
+    data = yaml.safe_load(config_path.read_text())
+    routing = RoutingConfig.model_validate(data["routing"])
+    arms: dict[str, Arm] = {
+        name: "local" if spec.get("kind") == "vllm" else "frontier"
+        for name, spec in data["backends"].items()
+    }
+    return routing, arms
+
+
+def build_policy(
+    routing: RoutingConfig, targets: Sequence[str], state: LearnedState | None
+) -> RoutingPolicy:
+    rules = RulePolicy(routing, targets)
+    if routing.learned is None:
+        return rules
+    return LearnedPolicy(rules, routing.learned, state or LearnedState("unfitted"))
+
+
+def read_state(path: Path | None) -> LearnedState | None:
+    if path is None or not path.exists():
+        return None
+    return LearnedState.from_json(json.loads(path.read_text()))
+
+
+async def replay_items(
+    store: StoreBackend,
+    arms: dict[str, Arm],
+    class_tags: list[str],
+    cache: VerdictCache,
+    since: datetime | None = None,
+) -> list[ReplayItem]:
+    """One item per successful recorded request served by a known arm."""
+    items: list[ReplayItem] = []
+    async for row in iter_rows(store, InferenceFilter(ok_only=True, since=since)):
+        inf = row.inference
+        arm = arms.get(inf.route_target)
+        if arm is None:
+            continue
+        features = features_of(inf)
+        shadow: bool | None = None
+        for s in row.shadows:
+            verdict = s.comparison.get("verdict")
+            if not isinstance(verdict, bool):
+                verdict = cache.data.get(s.id)
+            if verdict is not None:
+                shadow = verdict
+        items.append(
+            ReplayItem(
+                features=features,
+                served_arm=arm,
+                accepted=verdict_of(row),
+                cost_usd=inf.cost_usd or 0.0,
+                latency_ms=inf.latency_ms,
+                shadow_accepted=shadow,
+                class_key=class_key(features, class_tags),
+            )
+        )
+    return items
+
+
+def report_json(report: ReplayReport) -> dict[str, Any]:
+    return asdict(report)
+
+
+def format_reports(current: ReplayReport, candidate: ReplayReport) -> str:
+    lines = [
+        f"{'':<28}{'current':>30}{'candidate':>30}",
+        f"{'policy':<28}{current.policy_version:>30}{candidate.policy_version:>30}",
+    ]
+    rows: list[tuple[str, ArmReport | None, ArmReport]] = [
+        ("overall", current.overall, candidate.overall)
+    ]
+    rows += [
+        (c, current.per_class.get(c), candidate.per_class[c]) for c in sorted(candidate.per_class)
+    ]
+    lines.append(
+        f"{'class':<28}{'local  accept  $/1k  p50ms':>30}{'local  accept  $/1k  p50ms':>30}"
+    )
+    for name, a, b in rows:
+        cells = []
+        for r in (a, b):
+            if r is None:
+                cells.append(f"{'-':>30}")
+            else:
+                cells.append(
+                    f"{r.local_share:>8.0%}{r.accept_rate:>8.3f}{r.cost_per_1k_usd:>7.3f}"
+                    f"{r.latency_p50_ms:>7.0f}"
+                )
+        lines.append(f"{name:<28}{cells[0]:>30}{cells[1]:>30}")
+    return "\n".join(lines)
+
+
+async def _main(args: argparse.Namespace) -> int:
+    routing, arms = load_routing(args.config)
+    current_file = args.current_state or (
+        Path(routing.learned.state_file) if routing.learned and routing.learned.state_file else None
+    )
+    class_tags = list(routing.learned.class_tags) if routing.learned else ["family"]
+    verdicts = args.verdicts or args.state_file.parent / VERDICTS_FILE
+    store = open_store(StoreConfig(url=args.store))
+    await store.connect()
+    try:
+        items = await replay_items(store, arms, class_tags, VerdictCache(verdicts), args.since)
+    finally:
+        await store.close()
+    targets = list(arms)
+
+    def arm_of(target: str) -> Arm:
+        return arms[target]
+
+    current = replay(build_policy(routing, targets, read_state(current_file)), items, arm_of)
+    candidate = replay(build_policy(routing, targets, read_state(args.state_file)), items, arm_of)
+    if args.json:
+        print(json.dumps({"current": report_json(current), "candidate": report_json(candidate)}))
+    else:
+        print(f"{len(items)} recorded requests replayed")
+        print(format_reports(current, candidate))
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m rl_loop.replay", description=__doc__)
+    parser.add_argument("--store", required=True, help="Traffic store URL.")
+    parser.add_argument("--state-file", type=Path, required=True, help="Candidate state JSON.")
+    parser.add_argument("--config", type=Path, required=True, help="The gateway's YAML config.")
+    parser.add_argument("--current-state", type=Path, default=None, help="Default: the config's.")
+    parser.add_argument("--verdicts", type=Path, default=None, help="Shadow verdict cache JSON.")
+    parser.add_argument("--since", type=datetime.fromisoformat, default=None)
+    parser.add_argument("--json", action="store_true", help="Print both reports as JSON.")
+    return asyncio.run(_main(parser.parse_args(argv)))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

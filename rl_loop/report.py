@@ -1,0 +1,321 @@
+"""What a flywheel run measured, from the traffic record: per round and per class, the local
+share, accept rates (local, frontier, overall), cost per 1k requests and latency p50; the
+targets checked against those figures; and a PNG of the curves.
+
+Definitions (one round = the requests recorded in its traffic window):
+- local share: requests whose route target is the local model / all requests;
+- accept rate: accepted / (accepted + rejected) by user feedback, per arm and overall;
+- cost per 1k requests: 1000 x mean recorded ``cost_usd`` (0 when unknown);
+- latency p50: median of the gateway-measured latency (ms).
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from gateway.store import InferenceFilter, StoreBackend
+from rl_loop.outcomes import verdict_of
+
+
+@dataclass(slots=True)
+class Figures:
+    requests: int = 0
+    local: int = 0
+    failed: int = 0
+    accepted_local: int = 0
+    judged_local: int = 0
+    accepted_frontier: int = 0
+    judged_frontier: int = 0
+    cost_usd: float = 0.0
+    latencies_ms: list[float] = field(default_factory=list)
+
+    def add(self, other: Figures) -> None:
+        for name in (
+            "requests",
+            "local",
+            "failed",
+            "accepted_local",
+            "judged_local",
+            "accepted_frontier",
+            "judged_frontier",
+            "cost_usd",
+        ):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        self.latencies_ms += other.latencies_ms
+
+    def view(self) -> dict[str, Any]:
+        judged = self.judged_local + self.judged_frontier
+        return {
+            "requests": self.requests,
+            "local_share": _ratio(self.local, self.requests),
+            "accept_local": _ratio(self.accepted_local, self.judged_local),
+            "accept_frontier": _ratio(self.accepted_frontier, self.judged_frontier),
+            "accept_overall": _ratio(self.accepted_local + self.accepted_frontier, judged),
+            "cost_per_1k_usd": 1000 * self.cost_usd / self.requests if self.requests else None,
+            "latency_p50_ms": statistics.median(self.latencies_ms) if self.latencies_ms else None,
+            "failed": self.failed,
+            "judged_local": self.judged_local,
+            "judged_frontier": self.judged_frontier,
+        }
+
+
+def _ratio(a: float, b: float) -> float | None:
+    return a / b if b else None
+
+
+async def window_figures(
+    store: StoreBackend,
+    since: datetime,
+    until: datetime,
+    *,
+    local_target: str = "local",
+    class_tag: str = "family",
+) -> dict[str, Figures]:
+    """Figures per class of the requests recorded in ``[since, until)``."""
+    out: dict[str, Figures] = defaultdict(Figures)
+    async for row in store.iter_inferences(InferenceFilter(since=since, until=until)):
+        inf = row.inference
+        f = out[inf.tags.get(class_tag, "*")]
+        f.requests += 1
+        if not inf.ok:
+            f.failed += 1
+            continue
+        is_local = inf.route_target == local_target
+        f.local += is_local
+        f.cost_usd += inf.cost_usd or 0.0
+        f.latencies_ms.append(inf.latency_ms)
+        verdict = verdict_of(row)
+        if verdict is None:
+            continue
+        if is_local:
+            f.judged_local += 1
+            f.accepted_local += verdict
+        else:
+            f.judged_frontier += 1
+            f.accepted_frontier += verdict
+    return dict(out)
+
+
+def group(figures: Mapping[str, Figures], classes: Iterable[str] | None = None) -> Figures:
+    total = Figures()
+    for name, f in figures.items():
+        if classes is None or name in classes:
+            total.add(f)
+    return total
+
+
+@dataclass(slots=True)
+class RoundFigures:
+    round: int
+    served: str
+    policy: str
+    overall: dict[str, Any]
+    learnable: dict[str, Any]
+    beyond: dict[str, Any]
+    classes: dict[str, dict[str, Any]]
+    client_errors: int
+    swap_traffic: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def round_figures(
+    round_index: int,
+    served: str,
+    policy: str,
+    figures: Mapping[str, Figures],
+    learnable: Sequence[str],
+    client_errors: int,
+) -> RoundFigures:
+    beyond = [c for c in figures if c not in learnable]
+    return RoundFigures(
+        round=round_index,
+        served=served,
+        policy=policy,
+        overall=group(figures).view(),
+        learnable=group(figures, learnable).view(),
+        beyond=group(figures, beyond).view(),
+        classes={c: f.view() for c, f in sorted(figures.items())},
+        client_errors=client_errors,
+    )
+
+
+def _get(d: Mapping[str, Any], key: str) -> float:
+    value = d.get(key)
+    return float(value) if value is not None else 0.0
+
+
+def check_targets(
+    rounds: Sequence[RoundFigures],
+    learnable: Sequence[str],
+    exploration_share: float,
+    swap_failures: int,
+) -> dict[str, Any]:
+    """The run's targets, each with the measured figures and whether it was met."""
+    first, last = rounds[0], rounds[-1]
+    frontier_only = _get(first.overall, "accept_frontier") or _get(first.overall, "accept_overall")
+    out: dict[str, Any] = {}
+    per_class: dict[str, Any] = {}
+    for name in learnable:
+        c = last.classes.get(name, {})
+        base = first.classes.get(name, {})
+        front = _get(base, "accept_frontier") or frontier_only
+        share, acc = _get(c, "local_share"), c.get("accept_local")
+        per_class[name] = {
+            "local_share_first": base.get("local_share"),
+            "local_share_last": share,
+            "accept_local_last": acc,
+            "frontier_accept": front,
+            "met": share >= 0.8 and acc is not None and acc >= 0.95 * front,
+        }
+    out["learnable_local_share_and_quality"] = per_class
+    learned = [n for n, v in per_class.items() if v["met"]]
+    out["learnable_classes_met"] = f"{len(learned)}/{len(learnable)}"
+    overall = _get(last.overall, "accept_overall")
+    out["overall_accept_vs_frontier_only"] = {
+        "frontier_only": frontier_only,
+        "last": overall,
+        "met": overall >= 0.95 * frontier_only,
+    }
+    c0, c1 = _get(first.overall, "cost_per_1k_usd"), _get(last.overall, "cost_per_1k_usd")
+    out["cost_per_1k_drop"] = {
+        "first": c0,
+        "last": c1,
+        "drop": 1 - c1 / c0 if c0 else None,
+        "met": bool(c0) and c1 <= 0.5 * c0,
+    }
+    shares = [_get(r.beyond, "local_share") for r in rounds]
+    # Sampling noise: a few hundred requests put a 5% share anywhere in about 2-9%.
+    out["beyond_local_share_at_exploration"] = {
+        "per_round": shares,
+        "exploration_share": exploration_share,
+        "met": max(shares) <= exploration_share * 2 + 0.02,
+    }
+    client_errors = sum(r.client_errors for r in rounds) + swap_failures
+    out["zero_failed_client_requests"] = {"failed": client_errors, "met": client_errors == 0}
+    return out
+
+
+def plot_curves(rounds: Sequence[RoundFigures], path: Path) -> None:
+    """Four panels over rounds: local share, accept rate, cost per 1k, latency p50."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    xs = [r.round for r in rounds]
+    fig, axes = plt.subplots(2, 2, figsize=(11, 7), dpi=100)
+    panels = [
+        ("local_share", "local share"),
+        ("accept_overall", "accept rate"),
+        ("cost_per_1k_usd", "cost per 1k requests (USD)"),
+        ("latency_p50_ms", "latency p50 (ms)"),
+    ]
+    classes = sorted({c for r in rounds for c in r.classes})
+    for ax, (key, title) in zip(axes.flat, panels, strict=True):
+        for name in classes:
+            ys = [r.classes.get(name, {}).get(key) for r in rounds]
+            ax.plot(
+                xs,
+                [float("nan") if y is None else y for y in ys],
+                alpha=0.45,
+                lw=1,
+                marker=".",
+                label=name,
+            )
+        for label, style in (("overall", "k-"), ("learnable", "g--"), ("beyond", "r--")):
+            ys = [getattr(r, label).get(key) for r in rounds]
+            ax.plot(
+                xs,
+                [float("nan") if y is None else y for y in ys],
+                style,
+                lw=2.2,
+                marker="o",
+                label=label,
+            )
+        ax.set_title(title)
+        ax.set_xlabel("round")
+        ax.grid(alpha=0.3)
+    axes.flat[0].legend(fontsize=7, ncol=2)
+    fig.suptitle("Switchyard flywheel: traffic -> record -> train -> gate -> swap -> refit")
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def format_table(rounds: Sequence[RoundFigures]) -> str:
+    lines = [
+        f"{'round':<6}{'class':<24}{'req':>5}{'local':>7}{'acc_loc':>8}{'acc_fr':>8}"
+        f"{'acc_all':>8}{'$/1k':>8}{'p50ms':>8}"
+    ]
+
+    def cell(v: Any, fmt: str) -> str:
+        return "-" if v is None else format(v, fmt)
+
+    for r in rounds:
+        rows = [
+            *r.classes.items(),
+            ("[learnable]", r.learnable),
+            ("[beyond]", r.beyond),
+            ("[overall]", r.overall),
+        ]
+        for name, v in rows:
+            lines.append(
+                f"{r.round:<6}{name:<24}{v['requests']:>5}{cell(v['local_share'], '.0%'):>7}"
+                f"{cell(v['accept_local'], '.3f'):>8}{cell(v['accept_frontier'], '.3f'):>8}"
+                f"{cell(v['accept_overall'], '.3f'):>8}{cell(v['cost_per_1k_usd'], '.3f'):>8}"
+                f"{cell(v['latency_p50_ms'], '.0f'):>8}"
+            )
+    return "\n".join(lines)
+
+
+def write_report(
+    header: dict[str, Any],
+    figures: Sequence[RoundFigures],
+    loop_results: Sequence[dict[str, Any]],
+    targets: dict[str, Any],
+    folders: Sequence[Path],
+    wall_s: float,
+) -> dict[str, Any]:
+    """Write ``report.json``, ``report.txt`` and ``curves.png`` into each folder, print the
+    table and return the one-line summary."""
+    report = {
+        **header,
+        "wall_s": round(wall_s, 1),
+        "rounds": [f.to_json() for f in figures],
+        "loop": list(loop_results),
+        "targets": targets,
+    }
+    lines = [format_table(figures), "", "targets:"]
+    lines += [f"  {name}: {json.dumps(value)}" for name, value in targets.items()]
+    text = "\n".join(lines)
+    for where in folders:
+        (where / "report.json").write_text(json.dumps(report, indent=2, default=str))
+        (where / "report.txt").write_text(text + "\n")
+        plot_curves(figures, where / "curves.png")
+    print(text)
+    return {
+        "preset": header.get("preset"),
+        "rounds": len(figures) - 1,
+        "wall_s": round(wall_s, 1),
+        "local_share": [f.overall["local_share"] for f in figures],
+        "learnable_local_share": [f.learnable["local_share"] for f in figures],
+        "beyond_local_share": [f.beyond["local_share"] for f in figures],
+        "accept_overall": [f.overall["accept_overall"] for f in figures],
+        "cost_per_1k_usd": [f.overall["cost_per_1k_usd"] for f in figures],
+        "latency_p50_ms": [f.overall["latency_p50_ms"] for f in figures],
+        "cost_drop": targets["cost_per_1k_drop"]["drop"],
+        "frontier_only_accept": targets["overall_accept_vs_frontier_only"]["frontier_only"],
+        "learnable_met": targets["learnable_classes_met"],
+        "failed_requests": targets["zero_failed_client_requests"]["failed"],
+        "promoted": [r.get("promoted") for r in loop_results],
+        "report": str(Path(folders[-1]) / "report.json"),
+    }

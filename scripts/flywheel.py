@@ -1,0 +1,501 @@
+"""`make flywheel`: the whole loop on one machine, in one readable script.
+
+    model    the tiny Qwen3-MoE, base-trained on stdlib code (serving.train_base, cached)
+    start    vLLM replica(s) in dev mode (weight reloads), the frontier simulator with its task
+             oracle, the gateway (SQLite store, learned routing with an exploration share,
+             shadow answers for a share of frontier-served requests, auth off)
+    round r  traffic: the simulated IDE sends N tasks of the fixed family mix, posts feedback
+             record:  the gateway records every exchange, shadow answer and feedback
+             loop:    rl_loop.loop: datasets -> RL + SFT -> gate -> hot-swap -> refit routing,
+                      while a trickle of IDE traffic flows through the swap
+    last     one more traffic round measures the final state
+    report   .cache/flywheel/report.{json,txt} and curves.png; the last line is one JSON summary
+
+Presets: full (default), `FLYWHEEL_QUICK=1` (about 20 minutes on 2 cores), `FLYWHEEL_SMOKE=1`
+(one round on minimal settings, for the test). The task verifier (loadtests.tasks) is injected
+into the RL loop as a plain callable: the RL loop never imports the task families.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+import os
+import secrets
+import subprocess
+import sys
+import threading
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+import yaml
+from pydantic import BaseModel, ConfigDict, Field
+from transformers.utils import logging as transformers_logging
+
+from gateway.store import StoreBackend, StoreConfig, open_store
+from loadtests import ide_client
+from loadtests.ide_client import IdeClientConfig, RunStats, run_ide_client
+from loadtests.tasks import FAMILIES, Verdict, task_from_id, verify_reply
+from loadtests.tasks.task import HELDOUT_SEED_START, Task, TaskIdError, extract_answer
+from rl_loop.config import LoopConfig
+from rl_loop.evaluate import AnswerCache, EvalItem
+from rl_loop.loop import Services, prepare_candidate, ship_candidate
+from rl_loop.model_registry import record_checkpoint
+from rl_loop.outcomes import VerdictCache
+from rl_loop.replay import VERDICTS_FILE
+from rl_loop.report import (
+    RoundFigures,
+    check_targets,
+    round_figures,
+    window_figures,
+    write_report,
+)
+from serving.build import ensure_demo_model, read_version
+from serving.hotswap import RELOAD_WORKER_EXTENSION
+from serving.replica import VllmReplica, find_free_port
+from serving.train_base import TrainBaseConfig, ensure_trained, find_trained
+from serving.vllm_config import VllmLaunchConfig
+
+REPO = Path(__file__).resolve().parents[1]
+CACHE = Path(os.environ.get("SWITCHYARD_CACHE", REPO / ".cache"))
+OUT = Path(os.environ.get("FLYWHEEL_DIR", CACHE / "flywheel"))
+LOCAL_MODEL = "switchyard-local"
+
+
+class Settings(BaseModel):
+    """A flywheel run; each default is defined here once, presets override some."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    rounds: int = Field(default=4, ge=0, description="Training rounds (one more traffic round).")
+    tasks_per_round: int = Field(default=320, ge=1, description="IDE tasks sent per round.")
+    replicas: int = Field(default=2, ge=1, le=2, description="vLLM replicas (at most 2 here).")
+    pretrain_steps: int = Field(
+        default=300, ge=0, description="Base training on stdlib code first (cached); 0: none."
+    )
+    client_concurrency: int = Field(default=6, ge=1)
+    max_tokens: int = Field(default=160, ge=8, description="Answer cap of IDE requests.")
+    shadow_share: float = Field(default=0.3, ge=0, le=1)
+    exploration_share: float = Field(default=0.05, ge=0, le=1)
+    quality_target: float = Field(default=0.95, gt=0, le=1)
+    min_samples: int = Field(default=20, ge=1)
+    oracle_accuracy: float = Field(default=0.97, ge=0, le=1)
+    frontier_ttft_ms: float = Field(default=400.0, ge=0, description="Simulated frontier delay.")
+    heldout_per_family: int = Field(default=24, ge=1, description="Gate's held-out tasks.")
+    trickle_concurrency: int = Field(default=2, ge=1, description="Traffic during swaps.")
+    local_prices: tuple[float, float] = (0.5, 2.5)  # USD per M tokens in / out (Composer-like)
+    frontier_prices: tuple[float, float] = (5.0, 25.0)  # (Opus-class)
+    loop: dict[str, Any] = Field(default_factory=dict, description="LoopConfig overrides.")
+
+
+PRESETS: dict[str, dict[str, Any]] = {
+    "full": {},
+    "quick": {
+        "rounds": 3,
+        "tasks_per_round": 400,
+        "replicas": 1,
+        "pretrain_steps": 300,
+        "client_concurrency": 8,
+        "heldout_per_family": 24,
+        "loop": {
+            "rl": {"prompts": 12, "samples_per_prompt": 4, "steps": 4},
+            "gate": {"max_new_tokens": 80, "record_eval_per_family": 8},
+        },
+    },
+    "smoke": {
+        "rounds": 1,
+        "tasks_per_round": 24,
+        "replicas": 1,
+        "pretrain_steps": 0,
+        "max_tokens": 48,
+        "heldout_per_family": 1,
+        "frontier_ttft_ms": 0.0,
+        "loop": {
+            "sft": {"steps": 6, "batch_size": 4},
+            "rl": {"prompts": 2, "samples_per_prompt": 2, "steps": 1, "max_new_tokens": 16},
+            "gate": {"max_new_tokens": 16, "record_eval_per_family": 1, "ppl_windows": 2},
+        },
+    },
+}
+
+
+def log(message: str) -> None:
+    print(f"[flywheel {time.strftime('%H:%M:%S')}] {message}", flush=True)
+
+
+# ---------------------------------------------------------------- the verifier, injected
+
+
+@functools.lru_cache(maxsize=16384)
+def _task(task_id: str) -> Task | None:
+    try:
+        return task_from_id(task_id)
+    except (TaskIdError, ValueError, RuntimeError):
+        return None
+
+
+# CPython 3.11's `ast.parse` is not thread-safe ("AST constructor recursion depth mismatch"
+# when two threads parse at once), and the verifiers parse answers while the IDE client verifies
+# in worker threads: every verification in this process goes through one lock.
+_VERIFY_LOCK = threading.Lock()
+
+
+def locked_verify_reply(task: Task, reply: str) -> Verdict:
+    with _VERIFY_LOCK:
+        return verify_reply(task, reply)
+
+
+setattr(ide_client, "verify_reply", locked_verify_reply)  # noqa: B010 (the IDE client too)
+
+
+@functools.lru_cache(maxsize=65536)
+def _verdict(task_id: str, answer: str) -> tuple[bool, str]:
+    task = _task(task_id)
+    if task is None:
+        return False, f"unknown task {task_id!r}"
+    verdict = locked_verify_reply(task, answer)
+    return verdict.passed, verdict.feedback
+
+
+def verify(tags: Any, answer: str) -> tuple[bool, str]:
+    """The task families' verifier, by the request's ``task_id`` tag (memoised)."""
+    return _verdict(str(tags.get("task_id", "")), answer)
+
+
+def strict_verify(tags: Any, answer: str) -> tuple[bool, str]:
+    """Stricter re-check: the verifier, and the reply is exactly in the asked format (one line
+    and nothing else, or one fenced block and nothing outside it)."""
+    passed, feedback = verify(tags, answer)
+    task = _task(str(tags.get("task_id", "")))
+    if not passed or task is None:
+        return passed, feedback
+    text = answer.strip()
+    if task.answer_format == "line":
+        exact = "\n" not in text and "```" not in text
+    else:
+        exact = text.startswith("```") and text.endswith("```") and text.count("```") == 2
+    ok = exact and extract_answer(answer, task.answer_format) is not None
+    return ok, "correct" if ok else "correct answer wrapped in extra text"
+
+
+def heldout_items(per_family: int) -> list[EvalItem]:
+    """Tasks of the held-out split (never sent as traffic), the same each round."""
+    items = []
+    for name in sorted(FAMILIES):
+        for i in range(per_family):
+            task = FAMILIES[name].generate(HELDOUT_SEED_START + 7919 * i + 1)
+            items.append(EvalItem(task.messages(), task.metadata(), "heldout"))
+    return items
+
+
+# ---------------------------------------------------------------- model and services
+
+
+def base_model(pretrain_steps: int) -> Path:
+    """The tiny random init, base-trained for ``pretrain_steps`` (reused when already done)."""
+    init = ensure_demo_model(CACHE, progress=True)
+    if pretrain_steps == 0:
+        return init
+    config = TrainBaseConfig(steps=pretrain_steps, eval_every=max(1, min(100, pretrain_steps // 3)))
+    if find_trained(init.parent, init, config) is None:
+        log(f"base training {pretrain_steps} steps on stdlib code (once; cached) ...")
+    return ensure_trained(init, init.parent, config)
+
+
+def gateway_config(run: Path, replicas: list[str], sim_url: str, s: Settings) -> dict[str, Any]:
+    return {
+        "gateway": {"listen": {"host": "127.0.0.1", "port": find_free_port()}},
+        "backends": {
+            "local": {
+                "kind": "vllm",
+                "model": LOCAL_MODEL,
+                "replicas": replicas,
+                "input_usd_per_mtok": s.local_prices[0],
+                "output_usd_per_mtok": s.local_prices[1],
+            },
+            "frontier": {
+                "kind": "litellm",
+                "model": "openai/gpt-4o",
+                "api_base": sim_url + "/v1",
+                "input_usd_per_mtok": s.frontier_prices[0],
+                "output_usd_per_mtok": s.frontier_prices[1],
+            },
+        },
+        "routing": {
+            "version": "flywheel-v1",
+            "default": "frontier",
+            "aliases": {"auto": None},
+            "fallbacks": {"local": ["frontier"]},
+            "learned": {
+                "local_target": "local",
+                "frontier_target": "frontier",
+                "class_tags": ["family"],
+                "quality_target": s.quality_target,
+                "exploration_share": s.exploration_share,
+                "min_samples": s.min_samples,
+                "state_file": str(run / "learned_state.json"),
+            },
+        },
+        "shadow": {"share": s.shadow_share, "target": "local", "max_in_flight": 8},
+        "store": {"url": f"sqlite:///{run / 'traffic.db'}", "spool_dir": str(run / "spool")},
+        "auth": {"required": False},
+    }
+
+
+def spawn(args: list[str], log_path: Path, token: str) -> subprocess.Popen[bytes]:
+    env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True", "SWITCHYARD_ADMIN_TOKEN": token}
+    return subprocess.Popen(
+        [sys.executable, *args],
+        cwd=REPO,
+        stdout=log_path.open("ab"),
+        stderr=subprocess.STDOUT,
+        env=env,
+        start_new_session=True,
+    )
+
+
+async def wait_http(url: str, proc: subprocess.Popen[bytes], what: str, limit_s: float) -> None:
+    deadline = time.monotonic() + limit_s
+    async with httpx.AsyncClient(timeout=2.0) as client:
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                raise SystemExit(f"{what} exited with {proc.returncode}")
+            try:
+                if (await client.get(url)).status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            await asyncio.sleep(0.3)
+    raise SystemExit(f"{what} not ready after {limit_s:.0f}s")
+
+
+# ---------------------------------------------------------------- traffic
+
+
+async def traffic(base: str, n: int, seed: int, s: Settings) -> RunStats:
+    config = IdeClientConfig(
+        base_url=base, n=n, seed=seed, concurrency=s.client_concurrency, max_tokens=s.max_tokens
+    )
+    return await run_ide_client(config)
+
+
+async def trickle(base: str, stop: asyncio.Event, seed: int, s: Settings) -> RunStats:
+    """Light IDE traffic until ``stop``: the client's view of requests during a swap."""
+    total = RunStats()
+    k = 0
+    while not stop.is_set():
+        config = IdeClientConfig(
+            base_url=base,
+            n=s.trickle_concurrency,
+            seed=seed * 1000 + k,
+            concurrency=s.trickle_concurrency,
+            max_tokens=s.max_tokens,
+        )
+        stats = await run_ide_client(config)
+        for name, figures in stats.families.items():
+            total.family(name).merge(figures)
+        k += 1
+    return total
+
+
+async def settle(store: StoreBackend, since: datetime, quiet_s: float = 2.0) -> None:
+    """Wait until no new record (shadow answers finish after the client's) lands for a while."""
+    last = -1
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        count = 0
+        async for row in store.iter_inferences(None, with_shadows=True):
+            if row.inference.ts >= since:
+                count += 1 + len(row.shadows) + len(row.feedback)
+        if count == last:
+            return
+        last = count
+        await asyncio.sleep(quiet_s)
+
+
+# ---------------------------------------------------------------- the run
+
+
+async def run(s: Settings, preset: str) -> dict[str, Any]:
+    started = time.monotonic()
+    run_dir = OUT / f"run-{datetime.now(UTC).strftime('%Y%m%dT%H%M%S')}"
+    run_dir.mkdir(parents=True)
+    log(f"preset {preset}: {s.rounds} rounds x {s.tasks_per_round} tasks; output {run_dir}")
+    served = base_model(s.pretrain_steps)
+    loop_config = LoopConfig.model_validate(
+        {"work_dir": run_dir, "threads": os.cpu_count(), **s.loop}
+    )
+    token = secrets.token_urlsafe(24)
+    replicas = [
+        VllmReplica(
+            VllmLaunchConfig(
+                model_dir=served,
+                cache_dir=CACHE,
+                served_model_name=LOCAL_MODEL,
+                port=find_free_port(),
+                enforce_eager=True,
+                max_num_seqs=16,
+                dev_mode=True,
+                worker_extension_cls=RELOAD_WORKER_EXTENSION,
+            ),
+            log_path=run_dir / f"vllm-{i}.log",
+        )
+        for i in range(s.replicas)
+    ]
+    procs: list[subprocess.Popen[bytes]] = []
+    store = open_store(StoreConfig(url=f"sqlite:///{run_dir / 'traffic.db'}"))
+    try:
+        log(f"starting {s.replicas} vLLM replica(s), the frontier simulator and the gateway ...")
+        for r in replicas:
+            r.start()
+        sim_port = find_free_port()
+        procs.append(
+            spawn(
+                [
+                    "-m",
+                    "loadtests.frontier_sim",
+                    "--port",
+                    str(sim_port),
+                    "--oracle-accuracy",
+                    str(s.oracle_accuracy),
+                    "--ttft-ms",
+                    str(s.frontier_ttft_ms),
+                ],
+                run_dir / "sim.log",
+                token,
+            )
+        )
+        sim_url = f"http://127.0.0.1:{sim_port}"
+        await wait_http(sim_url + "/health", procs[-1], "frontier simulator", 60)
+        for r in replicas:
+            await r.wait_ready(timeout=600)
+        cfg = gateway_config(run_dir, [r.base_url for r in replicas], sim_url, s)
+        (run_dir / "switchyard.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+        procs.append(
+            spawn(
+                ["-m", "gateway", "--config", str(run_dir / "switchyard.yaml")],
+                run_dir / "gateway.log",
+                token,
+            )
+        )
+        base = f"http://127.0.0.1:{cfg['gateway']['listen']['port']}"
+        await wait_http(base + "/ready", procs[-1], "gateway", 120)
+        await store.connect()
+        await record_checkpoint(store, served, "promoted")
+        services = Services(
+            store=store,
+            replicas=tuple(r.base_url for r in replicas),
+            gateway_url=base,
+            admin_token=token,
+            state_file=run_dir / "learned_state.json",
+        )
+        log(f"up in {time.monotonic() - started:.0f}s; gateway {base}")
+        return await rounds(s, loop_config, services, served, run_dir, started, preset)
+    finally:
+        await store.close()
+        for p in reversed(procs):
+            p.terminate()
+        for p in procs:
+            try:
+                p.wait(30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+        for r in replicas:
+            r.stop()
+
+
+async def rounds(
+    s: Settings,
+    loop_config: LoopConfig,
+    services: Services,
+    served: Path,
+    run_dir: Path,
+    started: float,
+    preset: str,
+) -> dict[str, Any]:
+    learnable = sorted(n for n, f in FAMILIES.items() if f.learnable)
+    heldout = heldout_items(s.heldout_per_family)
+    cache = VerdictCache(run_dir / VERDICTS_FILE)
+    answers: AnswerCache = {}
+    figures: list[RoundFigures] = []
+    loop_results: list[dict[str, Any]] = []
+    swap_failures = 0
+    policy = "flywheel-v1+unfitted"
+    for r in range(s.rounds + 1):
+        t0 = datetime.now(UTC)
+        stats = await traffic(services.gateway_url, s.tasks_per_round, 100 + r, s)
+        await settle(services.store, t0)
+        t1 = datetime.now(UTC)
+        window = await window_figures(services.store, t0, t1)
+        errors = stats.total().errors
+        version = read_version(served).version_id
+        figures.append(round_figures(r, version, policy, window, learnable, errors))
+        o = figures[-1].overall
+        log(
+            f"round {r} traffic: {o['requests']} requests, local {o['local_share']:.0%}, accept "
+            f"{o['accept_overall']:.3f}, ${o['cost_per_1k_usd']:.3f}/1k, p50 "
+            f"{o['latency_p50_ms']:.0f} ms, client errors {errors}"
+        )
+        if r == s.rounds:
+            break
+        candidate = await prepare_candidate(
+            r,
+            served,
+            services,
+            loop_config,
+            verify=verify,
+            strict_verify=strict_verify,
+            heldout=heldout,
+            answers=answers,
+        )
+        g = candidate.result.gate
+        log(
+            f"round {r} candidate {candidate.result.candidate}: gate "
+            f"{'passed' if g['passed'] else 'rejected'} (accept {g['current']['accept_rate']:.3f}"
+            f" -> {g['candidate']['accept_rate']:.3f}) {'; '.join(g['reasons'])}"
+        )
+        stop = asyncio.Event()
+        background = asyncio.create_task(trickle(services.gateway_url, stop, 7000 + r, s))
+        try:
+            served = await ship_candidate(
+                candidate, services, loop_config, verify=verify, cache=cache
+            )
+        finally:
+            stop.set()
+            swap_stats = await background
+        total = swap_stats.total()
+        swap_failures += total.errors
+        figures[-1].swap_traffic = {"requests": total.sent, "failed": total.errors}
+        policy = f"flywheel-v1+{candidate.result.refit.get('version')}"
+        loop_results.append(candidate.result.to_json())
+        log(
+            f"round {r} shipped: promoted={candidate.result.promoted}, serving "
+            f"{candidate.result.served_after}; {total.sent} requests during the swap, "
+            f"{total.errors} failed; policy {policy}"
+        )
+    targets = check_targets(figures, learnable, s.exploration_share, swap_failures)
+    header = {"preset": preset, "settings": s.model_dump(), "run_dir": str(run_dir)}
+    wall = time.monotonic() - started
+    return write_report(header, figures, loop_results, targets, [run_dir, OUT], wall)
+
+
+def main() -> int:
+    preset = (
+        "smoke"
+        if os.environ.get("FLYWHEEL_SMOKE")
+        else ("quick" if os.environ.get("FLYWHEEL_QUICK") else "full")
+    )
+    settings = Settings.model_validate(PRESETS[preset])
+    transformers_logging.disable_progress_bar()  # type: ignore[no-untyped-call]
+    OUT.mkdir(parents=True, exist_ok=True)
+    summary = asyncio.run(run(settings, preset))
+    print(json.dumps(summary), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

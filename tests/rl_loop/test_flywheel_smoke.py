@@ -1,0 +1,46 @@
+"""`make flywheel` end to end on minimal settings (FLYWHEEL_SMOKE=1): real vLLM with weight
+reloads, frontier simulator, gateway with a SQLite store, dataset export, RL + SFT, the gate, a
+hot-swap under traffic, the routing refit, and the report with its last-line JSON summary."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.slow
+def test_one_round_of_the_flywheel(tmp_path: Path) -> None:
+    env = {**os.environ, "FLYWHEEL_SMOKE": "1", "FLYWHEEL_DIR": str(tmp_path)}
+    env.pop("FLYWHEEL_QUICK", None)
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "flywheel.py")],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=540,
+    )
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    summary = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert summary["preset"] == "smoke" and summary["rounds"] == 1
+    assert summary["failed_requests"] == 0
+    assert len(summary["local_share"]) == 2
+    report = json.loads((tmp_path / "report.json").read_text())
+    (loop,) = report["loop"]
+    assert loop["sft"]["steps"] > 0 and loop["candidate"].startswith("ft-")
+    assert loop["gate"]["candidate"]["n"] > 0
+    assert loop["refit"]["reloaded"] is True
+    if loop["promoted"]:
+        assert loop["swap"]["ok"] and loop["served_after"] == loop["candidate"]
+    first = report["rounds"][0]
+    assert first["overall"]["requests"] >= 24
+    assert first["overall"]["accept_frontier"] is not None
+    assert (tmp_path / "curves.png").stat().st_size > 10_000
+    assert (tmp_path / "report.txt").read_text().startswith("round")

@@ -1,0 +1,237 @@
+"""Routing follows the model: outcomes from the record (live feedback per arm, verified shadow
+answers) and the gate's held-out answers refit the learned policy, the state file is written,
+the gateway is told to reload, and a candidate state can be replayed on the record."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+import yaml
+
+from gateway.store import FeedbackRecord, InferenceRecord, ShadowRecord, SqliteBackend
+from rl_loop import replay as replay_cli
+from rl_loop.config import RefitConfig
+from rl_loop.outcomes import VerdictCache, answer_text
+from rl_loop.refit import refit_policy
+from router.config import LearnedConfig, RoutingConfig
+from router.features import RequestFeatures
+from router.learned import LearnedPolicy, LearnedState, Outcome
+from router.policy import RulePolicy
+
+
+def chat(text: str) -> dict:
+    return {"choices": [{"message": {"role": "assistant", "content": text}}]}
+
+
+def inference(family: str, target: str, answer: str, weights: str | None = None) -> InferenceRecord:
+    return InferenceRecord(
+        endpoint="chat.completions",
+        wire_format="openai.chat",
+        request={"model": "auto", "messages": [{"role": "user", "content": f"a {family} task"}]},
+        response=chat(answer),
+        route_target=target,
+        served_model="switchyard-local" if target == "local" else "gpt-4o",
+        weights_version=weights,
+        status=200,
+        latency_ms=40.0 if target == "local" else 600.0,
+        cost_usd=0.0001 if target == "local" else 0.002,
+        tags={"family": family, "expected": "ok"},
+    )
+
+
+def verify(tags, answer):
+    return answer == tags["expected"], "checked"
+
+
+async def fill(store: SqliteBackend) -> None:
+    rows, feedback, shadows = [], [], []
+
+    def add(rec: InferenceRecord, accepted: bool | None) -> None:
+        rows.append(rec)
+        if accepted is not None:
+            kind = "accepted" if accepted else "rejected"
+            feedback.append(FeedbackRecord(inference_id=rec.id, kind=kind))
+
+    for i in range(24):  # naming: the new weights v1 answer well live
+        add(inference("naming", "local", "ok", "v1"), i != 0)
+    for _ in range(10):  # ... the old weights v0 did not: they must not count any more
+        add(inference("naming", "local", "bad", "v0"), False)
+    for i in range(20):
+        add(inference("naming", "frontier", "ok"), i != 0)
+    for i in range(12):  # math: frontier only, with shadow answers of v1 (unverified yet)
+        rec = inference("math", "frontier", "ok")
+        add(rec, True)
+        answer = "ok" if i < 3 else "bad"
+        shadows.append(
+            ShadowRecord(
+                inference_id=rec.id,
+                target="local",
+                response=chat(answer),
+                comparison={"weights_version": "v1", "latency_ms": 35.0},
+            )
+        )
+    await store.insert_inferences(rows)
+    await store.insert_feedback(feedback)
+    await store.insert_shadows(shadows)
+
+
+class _Reload(BaseHTTPRequestHandler):
+    calls: list[str] = []
+
+    def do_POST(self) -> None:
+        _Reload.calls.append(self.headers.get("authorization", ""))
+        body = json.dumps({"reloaded": True, "policy_version": "v1+fit"}).encode()
+        self.send_response(200)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        return
+
+
+@pytest.fixture()
+def gateway() -> Iterator[str]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Reload)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+
+
+def policy_for(state: LearnedState) -> LearnedPolicy:
+    routing = RoutingConfig(default="frontier", fallbacks={"local": ["frontier"]})
+    config = LearnedConfig(local_target="local", frontier_target="frontier", exploration_share=0)
+    return LearnedPolicy(RulePolicy(routing, ["local", "frontier"]), config, state)
+
+
+def features(family: str) -> RequestFeatures:
+    return RequestFeatures("chat.completions", "auto", 10, tags={"family": family}, request_id="r")
+
+
+async def test_refit_counts_the_right_outcomes_and_reloads(tmp_path: Path, gateway: str) -> None:
+    store = SqliteBackend(tmp_path / "traffic.db")
+    await store.connect()
+    try:
+        await fill(store)
+        cache = VerdictCache(tmp_path / "verdicts.json")
+        gate_evidence = [Outcome("math", "local", True)] * 5
+        report = await refit_policy(
+            store,
+            state_file=tmp_path / "state.json",
+            weights_version="v1",
+            verify=verify,
+            config=RefitConfig(),
+            local_target="local",
+            frontier_prefix="frontier",
+            cache=cache,
+            gateway_url=gateway,
+            admin_token="tok",
+            version="fit-test",
+            extra=gate_evidence,
+        )
+        assert report.reloaded and report.policy_version == "v1+fit"
+        assert _Reload.calls[-1] == "Bearer tok"
+        # naming: 23/24 accepted live answers of v1 (v0's 10 rejections left out);
+        # math: 3/12 verified shadow answers plus 5 gate outcomes.
+        assert report.outcomes["naming"] == {"local": [23, 1], "frontier": [19, 1]}
+        assert report.outcomes["math"] == {"frontier": [12, 0], "local": [8, 9]}
+        assert len(cache.data) == 12 and (tmp_path / "verdicts.json").exists()
+        state = LearnedState.from_json(json.loads((tmp_path / "state.json").read_text()))
+        assert state.version == "fit-test"
+        policy = policy_for(state)
+        assert policy.decide(features("naming")).target == "local"
+        assert policy.decide(features("math")).target == "frontier"
+        versions = await store.list_policy_versions()
+        assert [v.id for v in versions] == ["fit-test"]
+
+        everything = await refit_policy(
+            store,
+            state_file=tmp_path / "all.json",
+            weights_version="v1",
+            verify=None,  # verdicts come from the cache now
+            config=RefitConfig(current_version_only=False),
+            local_target="local",
+            frontier_prefix="frontier",
+            cache=cache,
+        )
+        assert everything.outcomes["naming"]["local"] == [23, 11]
+        assert not everything.reloaded
+    finally:
+        await store.close()
+
+
+async def test_replay_cli_compares_candidate_with_current(tmp_path: Path, capsys) -> None:
+    store = SqliteBackend(tmp_path / "traffic.db")
+    await store.connect()
+    try:
+        await fill(store)
+        await refit_policy(
+            store,
+            state_file=tmp_path / "candidate.json",
+            weights_version="v1",
+            verify=verify,
+            config=RefitConfig(),
+            local_target="local",
+            frontier_prefix="frontier",
+            cache=VerdictCache(tmp_path / replay_cli.VERDICTS_FILE),
+        )
+    finally:
+        await store.close()
+    config = {
+        "backends": {
+            "local": {"kind": "vllm", "model": "m", "replicas": ["http://127.0.0.1:1"]},
+            "frontier": {"kind": "litellm", "model": "openai/gpt-4o"},
+        },
+        "routing": {
+            "default": "frontier",
+            "fallbacks": {"local": ["frontier"]},
+            "learned": {
+                "local_target": "local",
+                "frontier_target": "frontier",
+                "exploration_share": 0.0,
+                "state_file": str(tmp_path / "missing.json"),
+            },
+        },
+    }
+    (tmp_path / "switchyard.yaml").write_text(yaml.safe_dump(config))
+    args = [
+        "--store",
+        f"sqlite:///{tmp_path / 'traffic.db'}",
+        "--config",
+        str(tmp_path / "switchyard.yaml"),
+        "--state-file",
+        str(tmp_path / "candidate.json"),
+    ]
+    assert await _run([*args, "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["current"]["overall"]["local_share"] == 0.0  # unfitted: everything frontier
+    assert out["candidate"]["per_class"]["naming"]["local_share"] == 1.0
+    assert out["candidate"]["per_class"]["math"]["local_share"] == 0.0
+    assert (
+        out["candidate"]["overall"]["cost_per_1k_usd"]
+        < out["current"]["overall"]["cost_per_1k_usd"]
+    )
+    assert await _run(args) == 0
+    assert "candidate" in capsys.readouterr().out
+
+
+async def _run(args: list[str]) -> int:
+    import asyncio
+
+    return await asyncio.to_thread(replay_cli.main, args)
+
+
+def test_answer_text_reads_every_wire_format() -> None:
+    assert answer_text(chat("hi")) == "hi"
+    assert answer_text({"choices": [{"text": "completion"}]}) == "completion"
+    assert answer_text({"content": [{"type": "text", "text": "claude"}]}) == "claude"
+    output = {"output": [{"type": "message", "content": [{"type": "output_text", "text": "r"}]}]}
+    assert answer_text(output) == "r"
+    assert answer_text(None) == ""
