@@ -77,7 +77,8 @@ class BackendConfig(BaseModel):
         default_factory=dict, description="Headers sent with every call to this back-end."
     )
     weights_version: str | None = Field(
-        default=None, description="vllm: weights version served at start (weight swaps update it per replica)."
+        default=None,
+        description="vllm: weights version served at start (weight swaps update it per replica).",
     )
     replica_selector: SelectorConfig = Field(
         default_factory=RoundRobinConfig,

@@ -32,12 +32,20 @@ def test_malformed_json_is_400(gateway: GatewayThread) -> None:
     [
         ({"model": "auto", "messages": []}, "messages"),
         ({"model": "auto", "messages": [{"role": "robot", "content": "x"}]}, "messages.0.role"),
-        ({"model": "auto", "messages": [{"role": "user", "content": "x"}], "temperature": 3},
-         "temperature"),
+        (
+            {"model": "auto", "messages": [{"role": "user", "content": "x"}], "temperature": 3},
+            "temperature",
+        ),
         ({"model": "auto", "messages": [{"role": "user", "content": "x"}], "n": 0}, "n"),
         ({"messages": [{"role": "user", "content": "x"}]}, "model"),
-        ({"model": "auto", "messages": [{"role": "user", "content": "x"}],
-          "stream_options": {"include_usage": True}}, "stream_options"),
+        (
+            {
+                "model": "auto",
+                "messages": [{"role": "user", "content": "x"}],
+                "stream_options": {"include_usage": True},
+            },
+            "stream_options",
+        ),
     ],
 )
 def test_invalid_fields_are_400_naming_the_field(
@@ -77,19 +85,35 @@ def edge_gateway(frontier_sim):  # type: ignore[no-untyped-def]
         backends={
             "ratelimited": {"kind": "vllm", "model": "sim-ratelimit", "replicas": [sim]},
             "broken": {"kind": "vllm", "model": "sim-error", "replicas": [sim]},
-            "slow": {"kind": "vllm", "model": "sim-slow", "replicas": [sim],
-                     "first_byte_timeout_s": 0.3, "timeout_s": 0.5},
+            "slow": {
+                "kind": "vllm",
+                "model": "sim-slow",
+                "replicas": [sim],
+                "first_byte_timeout_s": 0.3,
+                "timeout_s": 0.5,
+            },
             "dead": {"kind": "vllm", "model": "x", "replicas": ["http://127.0.0.1:9"]},
-            "frontier-broken": {"kind": "litellm", "model": "openai/sim-error",
-                                "api_base": sim + "/v1"},
-            "frontier-ok": {"kind": "litellm", "model": "openai/gpt-4o-mini",
-                            "api_base": sim + "/v1"},
+            "frontier-broken": {
+                "kind": "litellm",
+                "model": "openai/sim-error",
+                "api_base": sim + "/v1",
+            },
+            "frontier-ok": {
+                "kind": "litellm",
+                "model": "openai/gpt-4o-mini",
+                "api_base": sim + "/v1",
+            },
         },
         routing={
             "default": "frontier-ok",
-            "aliases": {"ratelimited": "ratelimited", "broken": "broken", "slow": "slow",
-                        "dead": "dead", "frontier-broken": "frontier-broken",
-                        "both-broken": "broken"},
+            "aliases": {
+                "ratelimited": "ratelimited",
+                "broken": "broken",
+                "slow": "slow",
+                "dead": "dead",
+                "frontier-broken": "frontier-broken",
+                "both-broken": "broken",
+            },
             "fallbacks": {"broken": ["frontier-broken"]},
         },
     )

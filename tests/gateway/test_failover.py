@@ -36,19 +36,32 @@ def failover_gateway(frontier_sim, cut_sim):  # type: ignore[no-untyped-def]
         gateway={"breaker": {"failure_threshold": 2, "cooldown_s": 60}},
         backends={
             "dead-local": {"kind": "vllm", "model": "m", "replicas": ["http://127.0.0.1:9"]},
-            "half-dead-local": {"kind": "vllm", "model": "sim-local",
-                                "replicas": ["http://127.0.0.1:9", sim]},
+            "half-dead-local": {
+                "kind": "vllm",
+                "model": "sim-local",
+                "replicas": ["http://127.0.0.1:9", sim],
+            },
             "cut-local": {"kind": "vllm", "model": "sim-local", "replicas": [cut_sim.base_url]},
-            "frontier-openai": {"kind": "litellm", "model": "openai/gpt-4o-mini",
-                                "api_base": sim + "/v1"},
+            "frontier-openai": {
+                "kind": "litellm",
+                "model": "openai/gpt-4o-mini",
+                "api_base": sim + "/v1",
+            },
             "breaker-dead": {"kind": "vllm", "model": "m", "replicas": ["http://127.0.0.1:9"]},
         },
         routing={
             "default": "frontier-openai",
-            "aliases": {"dead": "dead-local", "cut": "cut-local", "half": "half-dead-local",
-                        "breaker": "breaker-dead"},
-            "fallbacks": {"dead-local": ["frontier-openai"], "cut-local": ["frontier-openai"],
-                          "breaker-dead": ["frontier-openai"]},
+            "aliases": {
+                "dead": "dead-local",
+                "cut": "cut-local",
+                "half": "half-dead-local",
+                "breaker": "breaker-dead",
+            },
+            "fallbacks": {
+                "dead-local": ["frontier-openai"],
+                "cut-local": ["frontier-openai"],
+                "breaker-dead": ["frontier-openai"],
+            },
         },
     )
     gw = GatewayThread(cfg).start()
@@ -124,7 +137,9 @@ def test_breaker_opens_and_stops_calling_the_dead_target(
 
 
 def test_admin_reload_swaps_policy_without_dropping_in_flight_streams(
-    frontier_sim, tmp_path: Path, monkeypatch: pytest.MonkeyPatch  # type: ignore[no-untyped-def]
+    frontier_sim,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,  # type: ignore[no-untyped-def]
 ) -> None:
     monkeypatch.setenv("SWITCHYARD_ADMIN_TOKEN", "admin-secret")
     slow = run_in_thread(SimulatorConfig(tokens_per_s=40))
@@ -182,15 +197,19 @@ def test_sighup_reloads_the_config_of_a_running_gateway(frontier_sim, tmp_path: 
     env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
     proc = subprocess.Popen(
         [sys.executable, "-m", "gateway", "--config", str(path), "--port", str(port)],
-        cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
     base = f"http://127.0.0.1:{port}"
     try:
         _wait_ready(base, proc)
         body = {"model": "auto", "messages": [{"role": "user", "content": "x"}]}
-        assert httpx.post(base + "/v1/chat/completions", json=body).headers[
-            "x-switchyard-target"
-        ] == "local"
+        assert (
+            httpx.post(base + "/v1/chat/completions", json=body).headers["x-switchyard-target"]
+            == "local"
+        )
         cfg["routing"]["default"] = "frontier-anthropic"
         path.write_text(yaml.safe_dump(cfg))
         proc.send_signal(signal.SIGHUP)

@@ -22,8 +22,11 @@ def _policy(**kw: object) -> RulePolicy:
             {"name": "tools", "match": {"has_tools": True}, "target": "openai"},
             {"name": "long", "match": {"min_prompt_tokens": 1000}, "target": "anthropic"},
             {"name": "hint", "match": {"route_hint": ["premium"]}, "target": "anthropic"},
-            {"name": "team", "match": {"tags": {"team": "infra"}, "endpoints": ["completions"]},
-             "target": "openai"},
+            {
+                "name": "team",
+                "match": {"tags": {"team": "infra"}, "endpoints": ["completions"]},
+                "target": "openai",
+            },
         ],
         "fallbacks": {"local": ["openai", "anthropic"], "openai": ["anthropic"]},
     }
@@ -32,8 +35,11 @@ def _policy(**kw: object) -> RulePolicy:
 
 
 def _f(model: str = "auto", **kw: object) -> RequestFeatures:
-    base: dict[str, object] = {"endpoint": "chat.completions", "requested_model": model,
-                               "prompt_tokens": 10}
+    base: dict[str, object] = {
+        "endpoint": "chat.completions",
+        "requested_model": model,
+        "prompt_tokens": 10,
+    }
     base.update(kw)
     return RequestFeatures(**base)  # type: ignore[arg-type]
 
