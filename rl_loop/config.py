@@ -41,10 +41,10 @@ class DataConfig(_Strict):
     )
     scrub_pii: bool = Field(default=True, description="Scrub PII from exported texts.")
     max_prompt_tokens: int = Field(
-        default=448, ge=16, description="Longer prompts are left out of training (compute)."
+        default=320, ge=16, description="Longer prompts are left out of SFT (compute budget)."
     )
     max_completion_tokens: int = Field(
-        default=160, ge=4, description="Longer answers are left out of SFT (compute)."
+        default=96, ge=4, description="Longer answers are left out of SFT (compute budget)."
     )
 
 
@@ -52,6 +52,12 @@ class SftConfig(_Strict):
     """Supervised fine-tuning on accepted answers (frontier distillation, edits, own accepts)."""
 
     steps: int = Field(default=600, ge=0, description="Optimizer steps per round (0: no SFT).")
+    max_epochs: float = Field(
+        default=12.0,
+        gt=0,
+        description="Fewer steps when the data is small: at most this many passes over it (a "
+        "few hundred examples are memorised long before `steps`).",
+    )
     batch_size: int = Field(default=16, ge=1, description="Examples per step.")
     lr: float = Field(default=3e-3, gt=0, description="Peak learning rate (AdamW).")
     warmup_steps: int = Field(default=20, ge=0)
@@ -64,6 +70,15 @@ class SftConfig(_Strict):
         description="Weight of a language-modelling loss on the prompt tokens (the code the "
         "user shows): more signal per step for a small model learning to read and copy code.",
     )
+    replay_windows: int = Field(
+        default=8,
+        ge=0,
+        description="Windows of the base-training code corpus per step, trained with the "
+        "plain LM loss beside the answers: without them the model forgets general code (the "
+        "gate's perplexity check rejects it).",
+    )
+    replay_weight: float = Field(default=1.0, ge=0, description="Weight of that LM loss.")
+    replay_seq_len: int = Field(default=64, ge=8, description="Tokens per replay window.")
     per_example_mean: bool = Field(
         default=True,
         description="Average the loss per example first, so one-word answers weigh as much as "
@@ -98,6 +113,12 @@ class RlConfig(_Strict):
         default=-0.25, le=0, description="Added for empty, echoed or repetitive answers."
     )
     concurrency: int = Field(default=8, ge=1, description="Rollout requests in flight.")
+    hint_weight: float = Field(
+        default=0.0,
+        ge=0,
+        description="Weight of hint-conditioned self-distillation on rejected rollouts (the "
+        "verifier's feedback as the hint; 0: off).",
+    )
 
 
 class GateConfig(_Strict):

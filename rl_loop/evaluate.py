@@ -27,16 +27,12 @@ import json
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from functools import lru_cache
-from pathlib import Path
 from typing import Any
 
-import torch
-
 from rl_loop.config import GateConfig
-from rl_loop.modeling import Policy, generate
+from rl_loop.modeling import Policy, code_windows, generate
 from rl_loop.rewards import Verify, hack_flags
-from serving.train_base import CorpusSpec, held_out_loss, split_files, token_windows
+from serving.train_base import held_out_loss
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,25 +145,11 @@ def _prompt_text(item: EvalItem) -> str:
 # ---------------------------------------------------------------- measuring a model
 
 
-@lru_cache(maxsize=4)
-def _ppl_windows(tokenizer_dir: str, windows: int, seq_len: int) -> torch.Tensor:
-    from serving.tokenizer import load_tokenizer
-
-    corpus = CorpusSpec()
-    _, held_out = split_files(corpus)
-    tokens = token_windows(
-        load_tokenizer(Path(tokenizer_dir)),
-        held_out,
-        max_bytes=max(5_000, windows * (seq_len + 1) * 8),
-        max_bytes_per_file=corpus.max_bytes_per_file,
-        seq_len=seq_len,
-    )
-    return tokens[:windows]
-
-
 def held_out_perplexity(policy: Policy, config: GateConfig) -> float:
     """Perplexity on held-out stdlib code (the split of ``serving.train_base``)."""
-    windows = _ppl_windows(str(policy.source), config.ppl_windows, config.ppl_seq_len)
+    size = config.ppl_windows * (config.ppl_seq_len + 1) * 8
+    windows = code_windows(str(policy.source), "held_out", config.ppl_seq_len, max(5_000, size))
+    windows = windows[: config.ppl_windows]
     loss = held_out_loss(policy.model, windows.to(policy.device), batch_size=8)
     return math.exp(min(loss, 50.0))
 

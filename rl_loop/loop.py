@@ -21,9 +21,10 @@ Nothing here imports the task families: the verifier arrives as a plain callable
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -42,7 +43,7 @@ from rl_loop.evaluate import (
     gate,
 )
 from rl_loop.model_registry import record_checkpoint
-from rl_loop.modeling import Policy, load_policy, save_checkpoint
+from rl_loop.modeling import Policy, code_windows, load_policy, save_checkpoint
 from rl_loop.outcomes import VerdictCache
 from rl_loop.promote import promote
 from rl_loop.refit import RefitReport, refit_policy
@@ -53,6 +54,9 @@ from router.features import RequestFeatures
 from router.learned import Outcome, class_key
 from serving.build import read_version
 from serving.hotswap import HotSwapConfig
+
+logger = logging.getLogger(__name__)
+REPLAY_CORPUS_BYTES = 1_500_000  # of stdlib training files: ~6,000 windows of 64 tokens
 
 
 @dataclass(frozen=True)
@@ -144,11 +148,31 @@ async def rollouts_for(
         prompts=prompts,
         penalty=rl.degenerate_penalty,
     )
-    return [
-        Rollout(s.prompt_ids, s.completion_ids, s.logprobs, s.record.id, reward)
-        for s, reward in zip(samples, rewards, strict=True)
-        if s.completion_ids
-    ]
+    out = []
+    for s, reward in zip(samples, rewards, strict=True):
+        if not s.completion_ids:
+            continue
+        hint_ids = None
+        if rl.hint_weight > 0 and reward < 0:
+            passed, feedback = verify(s.record.tags, s.text)
+            if not passed and feedback:
+                hint_ids = policy.encode_prompt(
+                    with_hint(s.record.prompt, feedback), s.record.tools
+                )
+        out.append(
+            Rollout(s.prompt_ids, s.completion_ids, s.logprobs, s.record.id, reward, hint_ids)
+        )
+    return out
+
+
+def with_hint(prompt: Sequence[Mapping[str, Any]], feedback: str) -> list[dict[str, Any]]:
+    """``prompt`` with the verifier's feedback on an earlier attempt added to its last user
+    message (the teacher's context in hint-conditioned self-distillation)."""
+    messages = [dict(m) for m in prompt]
+    last = max(i for i, m in enumerate(messages) if m.get("role") == "user")
+    note = f"\n\nHint (a check of an earlier attempt said): {feedback}"
+    messages[last]["content"] = str(messages[last].get("content") or "") + note
+    return messages
 
 
 @dataclass(slots=True)
@@ -187,6 +211,7 @@ async def prepare_candidate(
         nonlocal clock
         now = time.perf_counter()
         result.seconds[name] = round(now - clock, 1)
+        logger.info("round %d: %s done in %.1fs", round_index, name, now - clock)
         clock = now
 
     data = await build_round_data(services.store, out / "data", config.data)
@@ -214,7 +239,12 @@ async def prepare_candidate(
     lap("rl")
 
     encoded, too_long = encode_sft(policy, data.sft_train, config.data)
-    sft = train_sft(policy, encoded, config.sft, seed=round_index)
+    replay = None
+    if config.sft.replay_windows > 0:
+        replay = code_windows(
+            str(served_dir), "train", config.sft.replay_seq_len, REPLAY_CORPUS_BYTES
+        )
+    sft = train_sft(policy, encoded, config.sft, seed=round_index, replay=replay)
     result.sft = {**_phase(sft), "too_long": too_long}
     lap("sft")
 
@@ -237,8 +267,12 @@ async def prepare_candidate(
     await record_checkpoint(services.store, candidate_dir, "candidate")
     lap("save")
 
+    # The gate judges the weights as saved (bf16, what the replicas will serve), not the
+    # float32 ones in memory.
+    del policy
+    saved = load_policy(candidate_dir, config.device)
     cand_eval = evaluate_policy(
-        policy, result.candidate, items, verify, config.gate, strict_verify, cache=answers
+        saved, result.candidate, items, verify, config.gate, strict_verify, cache=answers
     )
     report = gate(current, cand_eval, config.gate)
     _write_gate(out, report, current, cand_eval)

@@ -20,6 +20,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +36,13 @@ from serving.build import (
     staging_dir,
 )
 from serving.tokenizer import ENDOFTEXT, IM_END, load_tokenizer
-from serving.train_base import load_float32, probe_reference
+from serving.train_base import (
+    CorpusSpec,
+    load_float32,
+    probe_reference,
+    split_files,
+    token_windows,
+)
 
 Message = Mapping[str, Any]
 
@@ -152,6 +159,14 @@ def completion_logprobs(
     return logp * batch.mask
 
 
+def completion_log_dists(model: PreTrainedModel, batch: Batch) -> torch.Tensor:
+    """Log-probabilities over the whole vocabulary at each completion position, ``[B, C, V]``."""
+    hidden = hidden_states(model, batch)
+    index = batch.positions.unsqueeze(-1).expand(-1, -1, hidden.shape[-1])
+    head: torch.nn.Module = model.lm_head
+    return torch.log_softmax(head(hidden.gather(1, index)).float(), dim=-1)
+
+
 def prompt_nll(model: PreTrainedModel, batch: Batch, hidden: torch.Tensor) -> torch.Tensor:
     """Mean next-token loss over the prompt tokens (language modelling on the context)."""
     head: torch.nn.Module = model.lm_head
@@ -164,6 +179,30 @@ def prompt_nll(model: PreTrainedModel, batch: Batch, hidden: torch.Tensor) -> to
     steps = torch.arange(targets.shape[1], device=targets.device).unsqueeze(0)
     mask = (steps < prompt_end).float()
     return (nll * mask).sum() / mask.sum().clamp(min=1)
+
+
+def lm_loss(model: PreTrainedModel, windows: torch.Tensor) -> torch.Tensor:
+    """Mean next-token loss over token windows ``[n, L + 1]`` (plain language modelling)."""
+    logits = model(input_ids=windows[:, :-1]).logits.float()
+    return torch.nn.functional.cross_entropy(
+        logits.reshape(-1, logits.shape[-1]), windows[:, 1:].reshape(-1)
+    )
+
+
+@lru_cache(maxsize=8)
+def code_windows(tokenizer_dir: str, split: str, seq_len: int, max_bytes: int) -> torch.Tensor:
+    """Windows ``[n, seq_len + 1]`` of the stdlib code corpus of ``serving.train_base``: its
+    ``train`` files (replay against forgetting) or its ``held_out`` ones (perplexity)."""
+    corpus = CorpusSpec()
+    train_files, held_out = split_files(corpus)
+    files = held_out if split == "held_out" else sorted(train_files)
+    return token_windows(
+        load_tokenizer(Path(tokenizer_dir)),
+        files,
+        max_bytes=max_bytes,
+        max_bytes_per_file=corpus.max_bytes_per_file,
+        seq_len=seq_len,
+    )
 
 
 @torch.no_grad()

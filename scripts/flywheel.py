@@ -21,8 +21,10 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
+import logging
 import os
 import secrets
+import signal
 import subprocess
 import sys
 import threading
@@ -75,8 +77,9 @@ class Settings(BaseModel):
     tasks_per_round: int = Field(default=320, ge=1, description="IDE tasks sent per round.")
     replicas: int = Field(default=2, ge=1, le=2, description="vLLM replicas (at most 2 here).")
     pretrain_steps: int = Field(
-        default=300, ge=0, description="Base training on stdlib code first (cached); 0: none."
+        default=1200, ge=0, description="Base training on stdlib code first (cached); 0: none."
     )
+    pretrain_seq_len: int = Field(default=128, ge=16, description="Base training window.")
     client_concurrency: int = Field(default=6, ge=1)
     max_tokens: int = Field(default=160, ge=8, description="Answer cap of IDE requests.")
     shadow_share: float = Field(default=0.3, ge=0, le=1)
@@ -96,9 +99,8 @@ PRESETS: dict[str, dict[str, Any]] = {
     "full": {},
     "quick": {
         "rounds": 3,
-        "tasks_per_round": 400,
+        "tasks_per_round": 500,
         "replicas": 1,
-        "pretrain_steps": 300,
         "client_concurrency": 8,
         "heldout_per_family": 24,
         "loop": {
@@ -195,12 +197,13 @@ def heldout_items(per_family: int) -> list[EvalItem]:
 # ---------------------------------------------------------------- model and services
 
 
-def base_model(pretrain_steps: int) -> Path:
+def base_model(pretrain_steps: int, seq_len: int) -> Path:
     """The tiny random init, base-trained for ``pretrain_steps`` (reused when already done)."""
     init = ensure_demo_model(CACHE, progress=True)
     if pretrain_steps == 0:
         return init
-    config = TrainBaseConfig(steps=pretrain_steps, eval_every=max(1, min(100, pretrain_steps // 3)))
+    every = max(1, min(100, pretrain_steps // 3))
+    config = TrainBaseConfig(steps=pretrain_steps, seq_len=seq_len, eval_every=every)
     if find_trained(init.parent, init, config) is None:
         log(f"base training {pretrain_steps} steps on stdlib code (once; cached) ...")
     return ensure_trained(init, init.parent, config)
@@ -325,7 +328,7 @@ async def run(s: Settings, preset: str) -> dict[str, Any]:
     run_dir = OUT / f"run-{datetime.now(UTC).strftime('%Y%m%dT%H%M%S')}"
     run_dir.mkdir(parents=True)
     log(f"preset {preset}: {s.rounds} rounds x {s.tasks_per_round} tasks; output {run_dir}")
-    served = base_model(s.pretrain_steps)
+    served = base_model(s.pretrain_steps, s.pretrain_seq_len)
     loop_config = LoopConfig.model_validate(
         {"work_dir": run_dir, "threads": os.cpu_count(), **s.loop}
     )
@@ -491,7 +494,13 @@ def main() -> int:
     )
     settings = Settings.model_validate(PRESETS[preset])
     transformers_logging.disable_progress_bar()  # type: ignore[no-untyped-call]
+    logging.basicConfig(format="[%(name)s %(asctime)s] %(message)s", datefmt="%H:%M:%S")
+    for name in ("rl_loop", "serving.hotswap"):
+        logging.getLogger(name).setLevel(logging.INFO)
     OUT.mkdir(parents=True, exist_ok=True)
+    # SIGTERM unwinds like Ctrl-C, so the `finally` blocks stop vLLM, the simulator and the
+    # gateway (they run in their own sessions and would outlive us).
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     summary = asyncio.run(run(settings, preset))
     print(json.dumps(summary), flush=True)
     return 0

@@ -34,7 +34,7 @@ def test_sft_loss_decreases_on_a_repeated_batch(micro_model: Path) -> None:
         Encoded(policy.encode_prompt(m), policy.encode_completion(a))
         for m, a in zip(MESSAGES, ["alpha", "beta", "gamma"], strict=True)
     ]
-    config = SftConfig(steps=25, batch_size=3, lr=5e-3, warmup_steps=2)
+    config = SftConfig(steps=25, batch_size=3, lr=5e-3, warmup_steps=2, max_epochs=100)
     stats = train_sft(policy, examples, config)
     assert stats.steps == 25
     assert all(math.isfinite(v) for v in stats.losses)
@@ -151,3 +151,47 @@ async def test_rollouts_from_a_replica_match_the_trainer(vllm_replica) -> None:
         engine = torch.tensor(s.logprobs)
         known = ~torch.isnan(engine)
         assert (trainer[known] - engine[known]).abs().mean() < 0.1
+
+
+def test_sft_replays_code_against_forgetting(micro_model: Path) -> None:
+    from rl_loop.modeling import code_windows
+
+    policy = load_policy(micro_model)
+    examples = [Encoded(policy.encode_prompt(MESSAGES[0]), policy.encode_completion("alpha"))]
+    replay = code_windows(str(micro_model), "train", 16, 20_000)
+    assert replay.shape[1] == 17 and len(replay) > 10
+    stats = train_sft(
+        policy, examples, SftConfig(steps=4, batch_size=1, replay_windows=2), replay=replay
+    )
+    assert math.isfinite(stats.extra["replay_loss_first"])
+    assert math.isfinite(stats.extra["replay_loss_last"])
+
+
+def test_hint_conditioned_self_distillation_moves_towards_the_hinted_teacher(
+    micro_model: Path,
+) -> None:
+    from rl_loop.loop import with_hint
+    from rl_loop.train import hint_distill_loss
+
+    policy = load_policy(micro_model)
+    hinted = with_hint(MESSAGES[0], "the name is alpha")
+    assert hinted[-1]["content"].endswith("the name is alpha") and MESSAGES[0] != hinted
+    plain_ids, hint_ids = policy.encode_prompt(MESSAGES[0]), policy.encode_prompt(hinted)
+    answer = policy.encode_completion("alpha")
+    # A teacher that answers well once it has the hint (and the student does not know yet).
+    reference = policy.clone()
+    for p in reference.model.parameters():
+        p.requires_grad_(True)
+    teach = SftConfig(steps=20, batch_size=1, lr=5e-3, warmup_steps=1, max_epochs=100)
+    train_sft(reference, [Encoded(hint_ids, answer)], teach)
+    reference = reference.clone()
+    rollouts = [
+        Rollout(plain_ids, answer, tuple([-1.0] * len(answer)), "g", -0.25, hint_ids),
+        Rollout(plain_ids, answer, tuple([-1.0] * len(answer)), "g", -0.25, hint_ids),
+    ]  # every sample failed: no RL signal, only the hint's
+    before = float(hint_distill_loss(policy, reference, rollouts).item())
+    start = _mean_logprob(policy, rollouts[:1])
+    stats = train_rl(policy, reference, rollouts, RlConfig(steps=10, lr=3e-3, hint_weight=1.0))
+    assert stats.steps == 10
+    assert float(hint_distill_loss(policy, reference, rollouts).item()) < 0.5 * before
+    assert _mean_logprob(policy, rollouts[:1]) > start + 0.5  # learnt without the hint
