@@ -138,11 +138,36 @@ def make_batch(seqs: Sequence[Encoded], pad_id: int, device: torch.device) -> Ba
     return Batch(ids.to(device), targets.to(device), mask.to(device), positions.to(device))
 
 
+MIN_SHARED_PREFIX = 16  # tokens; below this a shared-prefix pass saves less than it costs
+
+
+def shared_prefix_length(input_ids: torch.Tensor) -> int:
+    """How many leading columns of ``input_ids [B, T]`` are the same in every row."""
+    same = (input_ids == input_ids[:1]).all(dim=0)
+    differs = (~same).nonzero()
+    return int(differs[0, 0]) if len(differs) else input_ids.shape[1]
+
+
 def hidden_states(model: PreTrainedModel, batch: Batch) -> torch.Tensor:
-    """The decoder's last hidden states ``[B, T, H]`` (no LM head)."""
+    """The decoder's last hidden states ``[B, T, H]`` (no LM head).
+
+    Every IDE prompt starts with the same system prompt, about half of a quick question's
+    tokens. When the rows share a prefix of at least ``MIN_SHARED_PREFIX`` tokens, it is run
+    once (batch 1, its KV cache repeated for the batch) and only the rest per row: the same
+    hidden states as one full pass (causal attention; right padding), gradients included,
+    for about half the compute."""
     base = model.model
-    hidden: torch.Tensor = base(input_ids=batch.input_ids).last_hidden_state
-    return hidden
+    ids = batch.input_ids
+    shared = shared_prefix_length(ids)
+    if len(ids) < 2 or shared < MIN_SHARED_PREFIX or shared >= ids.shape[1]:
+        hidden: torch.Tensor = base(input_ids=ids).last_hidden_state
+        return hidden
+    head = base(input_ids=ids[:1, :shared], use_cache=True)
+    cache = head.past_key_values
+    cache.batch_repeat_interleave(len(ids))
+    rest = base(input_ids=ids[:, shared:], past_key_values=cache, use_cache=True)
+    prefix = head.last_hidden_state.expand(len(ids), -1, -1)
+    return torch.cat([prefix, rest.last_hidden_state], dim=1)
 
 
 def completion_logprobs(

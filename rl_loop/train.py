@@ -142,13 +142,16 @@ def sft_loss(
 
 
 BUCKET_BATCHES = 8  # batches drawn together and cut by length, to keep padding small
+PREFIX_KEY = 96  # leading prompt tokens that group a batch (one system prompt shared per batch)
 
 
 def length_buckets(
     examples: Sequence[Encoded], batch_size: int, rng: random.Random
 ) -> list[list[int]]:
     """One epoch of batches (indices): a seeded shuffle, then every ``BUCKET_BATCHES`` batches'
-    worth of examples sorted by length and cut into batches, whose order is shuffled again.
+    worth of examples sorted by their first ``PREFIX_KEY`` prompt tokens (the system prompt, so a
+    batch shares it and ``hidden_states`` runs it once), then by length, and cut into batches,
+    whose order is shuffled again.
     Prompts here range from ~150 to ~450 tokens; a batch padded to its longest member would
     spend most of its compute on padding."""
     order = list(range(len(examples)))
@@ -158,7 +161,10 @@ def length_buckets(
     for start in range(0, len(order), size):
         chunk = sorted(
             order[start : start + size],
-            key=lambda i: len(examples[i].prompt_ids) + len(examples[i].completion_ids),
+            key=lambda i: (
+                examples[i].prompt_ids[:PREFIX_KEY],
+                len(examples[i].prompt_ids) + len(examples[i].completion_ids),
+            ),
         )
         batches += [chunk[j : j + batch_size] for j in range(0, len(chunk), batch_size)]
     rng.shuffle(batches)

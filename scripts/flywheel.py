@@ -104,6 +104,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         "client_concurrency": 8,
         "heldout_per_family": 24,
         "loop": {
+            "sft": {"steps": 400, "lr": 1e-3, "replay_windows": 16},
             "rl": {"prompts": 12, "samples_per_prompt": 4, "steps": 4},
             "gate": {"max_new_tokens": 80, "record_eval_per_family": 8},
         },

@@ -105,7 +105,7 @@ class CompleteFunction:
     """Write the one-line body a docstring describes."""
 
     name = "complete_function"
-    learnable = True
+    learnable = False  # needs in-context copying: beyond the tiny model (README.md)
     answer_format: AnswerFormat = "code"
     description = "Complete a stub (signature + docstring) with a one-line body; hidden tests."
 

@@ -56,7 +56,7 @@ class LoopToComprehension:
     """Rewrite a for loop that appends to a list as one list comprehension."""
 
     name = "loop_to_comprehension"
-    learnable = True
+    learnable = False  # needs in-context copying: beyond the tiny model (README.md)
     answer_format: AnswerFormat = "code"
     description = "Turn a 3-4 line append loop into `name = [... for ... if ...]` (AST match)."
 
@@ -178,7 +178,7 @@ class EvalExpression:
     """Predict what ``print(<tiny expression>)`` prints."""
 
     name = "eval_expression"
-    learnable = True
+    learnable = False  # needs in-context copying: beyond the tiny model (README.md)
     answer_format: AnswerFormat = "line"
     description = "Output of print() of a one-operator expression on digits/short words (exact)."
 

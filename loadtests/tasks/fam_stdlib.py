@@ -27,7 +27,7 @@ class FunctionName:
     """Return the name of the function defined in a short stdlib snippet."""
 
     name = "function_name"
-    learnable = True
+    learnable = False  # needs in-context copying: beyond the tiny model (README.md)
     answer_format: AnswerFormat = "line"
     description = "Name the function defined in a <=6-line stdlib snippet (exact identifier)."
 
@@ -105,7 +105,7 @@ class RenameSymbol:
     """Rename one parameter of a short stdlib function everywhere it is used."""
 
     name = "rename_symbol"
-    learnable = True
+    learnable = False  # needs in-context copying: beyond the tiny model (README.md)
     answer_format: AnswerFormat = "code"
     description = "Rename a parameter in a <=5-line stdlib function (compared by AST)."
 

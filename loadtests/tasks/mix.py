@@ -1,10 +1,11 @@
 """The fixed traffic mix: which families an IDE session sends, and how often.
 
-The weights below are the documented mix (they sum to 1). 70% of requests come from families we
-expect a tiny model to learn (naming, renaming, tiny expressions, loop rewrites, one-line
-completions); 30% from families we expect to stay beyond it (tracing programs, fixing bugs from a
-failing assertion, writing tests that catch bugs). Changing a weight changes every benchmark's
-baseline, so treat it like a schema change.
+The weights below are the documented mix (they sum to 1). Half of the requests are quick
+questions (the type an IDE hover shows, the exception a line raises), the kind a few-M-parameter
+model learns; the other half are edits and reasoning (naming, renaming, expressions, loop
+rewrites, completions, tracing, bug fixes, tests), 1/16 each, which need in-context copying or
+execution in the head and stay beyond the tiny model (measured: see README.md).
+Changing a weight changes every benchmark's baseline, so treat it like a schema change.
 
 ``sample_tasks(n, seed, split)`` draws ``n`` tasks: each draw picks a family by weight and a task
 seed inside the split's seed range, both from one RNG seeded by ``seed`` and ``split``, so a run
@@ -20,14 +21,16 @@ from loadtests.tasks.families import FAMILIES, get_family
 from loadtests.tasks.task import HELDOUT_SEED_START, SEED_LIMIT, Split, Task
 
 MIX: Mapping[str, float] = {
-    "function_name": 0.14,
-    "rename_symbol": 0.14,
-    "eval_expression": 0.14,
-    "loop_to_comprehension": 0.14,
-    "complete_function": 0.14,
-    "trace_output": 0.10,
-    "fix_assertion": 0.10,
-    "write_test": 0.10,
+    "expression_type": 0.25,
+    "exception_type": 0.25,
+    "function_name": 0.0625,
+    "rename_symbol": 0.0625,
+    "eval_expression": 0.0625,
+    "loop_to_comprehension": 0.0625,
+    "complete_function": 0.0625,
+    "trace_output": 0.0625,
+    "fix_assertion": 0.0625,
+    "write_test": 0.0625,
 }
 
 _SEED_RANGES: Mapping[Split, tuple[int, int]] = {

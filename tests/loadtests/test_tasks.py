@@ -131,6 +131,35 @@ def test_eval_expression_rejects_code_for_output() -> None:
     assert not verdict.passed and "printed output" in verdict.feedback
 
 
+@pytest.mark.parametrize("name", ["expression_type", "exception_type"])
+def test_quick_question_families_read_the_name_leniently_and_reject_others(name: str) -> None:
+    task = FAMILIES[name].generate(3)
+    assert verify_reply(task, f"`{task.reference}`").passed
+    assert verify_reply(task, f"builtins.{task.reference}").passed
+    assert verify_reply(task, f"<class '{task.reference}'>").passed
+    wrong = verify_reply(task, task.wrong)
+    assert not wrong.passed and "outermost" in wrong.feedback
+    prose = verify_reply(task, "it is probably an error of some kind")
+    assert not prose.passed and task.wrong in prose.feedback
+
+
+def test_quick_question_references_come_from_running_the_code() -> None:
+    for seed in range(40):
+        hover = FAMILIES["expression_type"].generate(seed)
+        _name, expression = hover.context.split(" = ", 1)
+        assert type(eval(expression)).__name__ == hover.reference, hover.context
+        failing = FAMILIES["exception_type"].generate(seed)
+        with pytest.raises(Exception) as raised:  # any class: its name is checked
+            exec(failing.context, {})
+        assert type(raised.value).__name__ == failing.reference, failing.context
+
+
+def test_the_mix_has_families_on_both_sides_of_the_tiny_model() -> None:
+    learnable = {n for n, f in FAMILIES.items() if f.learnable}
+    assert learnable == {"expression_type", "exception_type"}
+    assert 0 < sum(MIX[n] for n in learnable) < 1
+
+
 def _first_case_constant(task: Task) -> str:
     """A function that returns the first hidden case's expected value, whatever the input."""
     tree = ast.parse(task.tests)

@@ -15,9 +15,11 @@ from rl_loop.modeling import (
     Encoded,
     completion_logprobs,
     generate,
+    hidden_states,
     load_policy,
     make_batch,
     save_checkpoint,
+    shared_prefix_length,
 )
 from rl_loop.train import Rollout, group_advantages, rl_loss, train_rl, train_sft
 from serving.build import read_version
@@ -51,6 +53,34 @@ def test_completion_logprobs_ignore_padding(micro_model: Path) -> None:
     n = len(a.completion_ids)
     torch.testing.assert_close(alone[0, :n], both[0, :n], atol=1e-4, rtol=1e-4)
     assert both[0, n:].abs().sum() == 0
+
+
+def test_a_shared_system_prompt_runs_once_with_the_same_values_and_gradients(
+    micro_model: Path,
+) -> None:
+    policy = load_policy(micro_model)
+    system = {"role": "system", "content": "You are a careful coding assistant. " * 4}
+    examples = [
+        Encoded(policy.encode_prompt([system, m[1]]), policy.encode_completion(a))
+        for m, a in zip(MESSAGES, ["alpha", "beta", "a longer answer"], strict=True)
+    ]
+    batch = make_batch(examples, policy.pad_id, policy.device)
+    assert shared_prefix_length(batch.input_ids) >= 16  # the fast path is taken
+
+    def loss_and_grads(hidden: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        policy.model.zero_grad()
+        loss = -completion_logprobs(policy.model, batch, hidden).sum()
+        loss.backward()
+        return loss.detach(), [p.grad.clone() for p in policy.model.parameters()]
+
+    full = policy.model.model(input_ids=batch.input_ids).last_hidden_state
+    shared = hidden_states(policy.model, batch)
+    torch.testing.assert_close(shared, full, atol=1e-4, rtol=1e-4)
+    loss_full, grads_full = loss_and_grads(full)
+    loss_shared, grads_shared = loss_and_grads(hidden_states(policy.model, batch))
+    torch.testing.assert_close(loss_shared, loss_full, atol=1e-4, rtol=1e-4)
+    for a, b in zip(grads_shared, grads_full, strict=True):
+        torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-3)
 
 
 def _rollouts(policy, samples: int) -> list[Rollout]:
