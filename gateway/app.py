@@ -62,6 +62,16 @@ def _live_gauges(
                     labels,
                     float(rep.in_flight),
                 )
+        for target, replicas in state.kv_event_counters().items():
+            for url, counters in replicas.items():
+                labels = {"target": target, "replica": url}
+                for key, value in counters.items():
+                    yield (
+                        f"switchyard_kv_events_{key}",
+                        f"KV cache event subscriber: {key} (a counter).",
+                        labels,
+                        value,
+                    )
         if recorder is not None:
             for key, value in recorder.stats().items():
                 yield (f"switchyard_store_{key}", f"Traffic store writer: {key}.", {}, value)

@@ -70,9 +70,7 @@ class LocalTarget:
             )
             target.scraper.start()
             if precise and isinstance(sel_cfg, CacheAwareConfig):
-                target.subscriber = KvEventSubscriber(
-                    sel_cfg.kv_event_endpoints, selector, topic=sel_cfg.kv_event_topic
-                )
+                target.subscriber = KvEventSubscriber.from_config(sel_cfg, selector)
                 target.subscriber.start()
         return target
 
@@ -85,4 +83,4 @@ class LocalTarget:
         if self.scraper is not None:
             await self.scraper.stop()
         if self.subscriber is not None:
-            await self.subscriber.stop()
+            await self.subscriber.aclose()

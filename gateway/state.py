@@ -177,6 +177,14 @@ class GatewayState:
     def pools(self) -> dict[str, ReplicaPool]:
         return {name: local.pool for name, local in self._locals.items()}
 
+    def kv_event_counters(self) -> dict[str, dict[str, dict[str, float]]]:
+        """Per local target in precise mode, per replica: the KV event subscriber's counters."""
+        return {
+            name: {url: st.counters() for url, st in local.subscriber.stats.items()}
+            for name, local in self._locals.items()
+            if local.subscriber is not None
+        }
+
     async def aclose(self) -> None:
         for local in self._locals.values():
             await local.aclose()

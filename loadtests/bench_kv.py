@@ -1,15 +1,44 @@
 """``make bench-kv``: KV-cache-aware replica choice against round-robin, least-load and session
-affinity, on real vLLM replicas and on a simulated fleet. ``BENCH_QUICK=1`` (or ``--quick``):
-smaller traces and fewer load levels (about five minutes, two vLLM boots included).
+affinity, on real vLLM replicas behind a real gateway and on a simulated fleet. ``BENCH_QUICK=1``
+(or ``--quick``): a shorter trace and fewer load levels (about ten minutes on a busy 2-core box,
+two vLLM boots included).
 
-Real part: two vLLM CPU replicas with prefix caching, our hash algorithm (``sha256_cbor``), KV
-events on ZMQ, a deliberately small KV cache (the trace's working set fits in both caches
-together, not in each: where replica choice matters) and dev mode (``/reset_prefix_cache``
-between policies). Requests go straight to the replicas as the selector chooses, with the
-gateway's components around it (``/metrics`` scraper, KV event subscriber, in-flight counts);
-prompts are token ids sent to ``/v1/completions`` (streamed, ``ignore_eos``), so vLLM hashes what
-the selector hashed. Judged by vLLM's own counters: hit rate = delta ``prefix_cache_hits`` /
-delta ``prefix_cache_queries``; TTFT to the first streamed token; max/mean requests per replica.
+Real part (``loadtests/kv_gateway_replay.py``): two vLLM CPU replicas (prefix caching, our hash
+algorithm ``sha256_cbor``, KV events on ZMQ with a replay socket, dev mode for
+``/reset_prefix_cache``, each replica's worker bound to its own CPUs), and one gateway process in
+front of them. Each policy in turn: the gateway is reloaded with that ``replica_selector``, both
+prefix caches are emptied, and the same trace is replayed through the gateway at its own arrival
+times (``/v1/completions``, token-id prompts, streamed). Judged by vLLM's own counters: hit rate
+= delta ``prefix_cache_hits`` / delta ``prefix_cache_queries`` (tokens, both replicas); TTFT at
+the client; throughput; max/mean requests per replica.
+
+Sizing of the real part, and why. Replica choice moves the hit rate only while the caches are
+the constraint: with unbounded caches every policy ends up caching everything, with tiny ones
+nothing lives long enough to be reused.
+
+- Trace (:func:`real_workload`): IDE chat sessions of 2-3 turns, 4 s think time, opening at
+  1.2/s (bursts of 1.5x). A prompt is the client's system prompt (256 tokens; 64 clients: one
+  per developer, with their own rules in it), then the repository context (1024 tokens; 64
+  repositories, Zipf 0.5), then the conversation so far (64-192 tokens per user turn, 8-token
+  answers). Block hashes are chained, so a cached block is shared only by sessions of one client
+  on one repository: contexts are per session. Quick: 60 sessions, 144 requests over 57 s
+  (2.5 req/s; 8 generated tokens each, so that the CPU replicas keep up: TTFT p50 ~0.3 s).
+- KV capacity: ``REAL_NUM_BLOCKS`` = 256 blocks of 32 tokens per replica (8192 tokens,
+  ``--num-gpu-blocks-override``). About 8 sessions are live at a time (1.2/s x ~6 s), each with a
+  ~50-block context: a working set of ~400 blocks, between one replica's cache and two. A
+  policy that keeps a session on one replica needs ~200 blocks per replica: it fits. Round-robin
+  sends a session's turns to either replica, so each replica holds copies of every live session
+  (~400 blocks, it does not fit) and computes each context twice before reusing it. Every policy
+  gets the same trace and the same caches.
+- The ceiling of the ratio to round-robin. With two replicas, round-robin still sends half of
+  the next turns to the replica that served the previous one, and older turns' copies on the
+  other replica cover part of the rest; with an LRU cache and exponential think times ours/RR
+  is therefore about 2 where contexts are per session, and lower where sessions share prefixes
+  (round-robin reuses those too; ours then beats session affinity instead, which duplicates
+  them). ``replica_sim`` on this trace, caches as here, trace seeds 1-10: ours/RR 1.6-2.9
+  (mean 2.1), ours - session affinity -2.9 to +3.0 points (mean +1.0); the bench's trace is
+  seed 7 (2.9x there). Against 8+ replicas (scale part) round-robin's share of lucky repeats
+  falls to 1/N and the ratio grows with N.
 
 Scale part: ``loadtests/replica_sim.py`` with 8 to 64 replicas and rising load, every policy on
 the same trace; TTFT p90 against load is drawn to ``<out>/kv_ttft_p90.png``. The selector's own
@@ -29,19 +58,18 @@ import os
 import random
 import statistics
 import sys
+import tempfile
 import time
 import tracemalloc
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-import aiohttp
-
-from gateway.backends.replica_metrics import ReplicaMetricsScraper, parse_metrics
-from gateway.kv_event_subscriber import KvEventSubscriber
-from loadtests.kv_workload import KvRequest, KvWorkloadSpec, SegmentTokens, generate, scaled
-from loadtests.replica_sim import SimReplicaSpec, SimResult, block_keys_of, features_for, simulate
-from router.block_hash import BlockHasher
+from loadtests.bench.servers import ServerFleet
+from loadtests.kv_gateway_replay import GatewayUnderTest, RealResult, ReplicaUnderTest, run_policy
+from loadtests.kv_workload import KvWorkloadSpec, SegmentTokens, generate, scaled
+from loadtests.replica_sim import SimReplicaSpec, SimResult, block_keys_of, simulate
+from router.block_hash import DEFAULT_HASH_ALGO, BlockHasher
 from router.cache_aware import CacheAwareSelector, PrefixIndex
 from router.replicas import ReplicaView
 from router.selector_config import (
@@ -51,16 +79,17 @@ from router.selector_config import (
     SelectorConfig,
     SessionAffinityConfig,
 )
-from router.selectors import ObservingSelector, build_selector
+from router.selectors import build_selector
 from serving.build import ensure_demo_model
 from serving.replica import VllmReplica, find_free_port
-from serving.vllm_config import VllmLaunchConfig
+from serving.vllm_config import CpuSettings, KvEventsSettings, VllmLaunchConfig
 
 OURS = "cache_aware"
-HASH_ALGO = "sha256_cbor"
+HASH_ALGO = DEFAULT_HASH_ALGO
 KV_TOPIC = "kv"
 REAL_BLOCK_SIZE = 32
-REAL_NUM_BLOCKS = 320  # 10k tokens per replica: the trace's working set needs about two
+REAL_NUM_BLOCKS = 256  # per replica; the trace's working set is ~400 (sizing: module docstring)
+REAL_MAX_NUM_SEQS = 16
 SIM_BLOCK_SIZE = 32
 # The hash memo holds the fleet's recently seen distinct blocks (64 replicas: ~10^5).
 MEMO_BLOCKS = 2**19
@@ -92,26 +121,27 @@ class Settings:
     @classmethod
     def make(cls, quick: bool) -> Settings:
         if quick:
-            return cls(True, 24, (8, 64), 15, (1.0, 4.0, 6.0, 7.0))
-        return cls(False, 60, (8, 16, 32, 64), 40, (1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0))
+            return cls(True, 60, (8, 64), 15, (1.0, 4.0, 6.0, 7.0))
+        return cls(False, 150, (8, 16, 32, 64), 40, (1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0))
 
 
 def real_workload(sessions: int) -> KvWorkloadSpec:
+    """The real part's trace (its sizing: module docstring)."""
     return KvWorkloadSpec(
         sessions=sessions,
-        clients=2,
-        repos=10,
-        zipf_s=0.9,
+        clients=64,
+        repos=64,
+        zipf_s=0.5,
         system_tokens=256,
-        repo_tokens=1536,
-        user_tokens=(32, 128),
-        answer_tokens=16,
-        turns=(2, 5),
-        session_rate=1.5,
-        think_s=3.0,
+        repo_tokens=1024,
+        user_tokens=(64, 192),
+        answer_tokens=8,
+        turns=(2, 3),
+        session_rate=1.2,
+        think_s=4.0,
         burst_every_s=8.0,
         burst_len_s=2.0,
-        burst_factor=3.0,
+        burst_factor=1.5,
         max_prompt_tokens=4000,
         seed=7,
     )
@@ -132,52 +162,57 @@ def sim_workload(replicas: int, sessions_per_replica: int) -> KvWorkloadSpec:
 
 @dataclass(frozen=True)
 class RealReplica:
-    url: str
-    kv_endpoint: str
+    endpoints: ReplicaUnderTest
     process: VllmReplica
 
+    @property
+    def url(self) -> str:
+        return self.endpoints.url
 
-@dataclass
-class RealResult:
-    policy: str
-    requests: int
-    errors: int
-    hit_rate: float
-    ttft_p50_s: float
-    ttft_p90_s: float
-    throughput_rps: float
-    max_mean_requests: float
-    per_replica: dict[str, int]
+
+def core_sets(count: int) -> list[str]:
+    """This process's CPUs split into ``count`` disjoint sets (``VLLM_CPU_OMP_THREADS_BIND``
+    values; one CPU is shared round-robin when there are fewer CPUs than replicas). vLLM's
+    "auto" binding would put every replica's worker on the same cores."""
+    cpus = sorted(os.sched_getaffinity(0))
+    per = max(1, len(cpus) // count)
+    return [
+        ",".join(str(c) for c in cpus[i * per : (i + 1) * per] or [cpus[i % len(cpus)]])
+        for i in range(count)
+    ]
 
 
 def start_replicas(cache_dir: Path, count: int, num_blocks: int) -> list[RealReplica]:
-    """Launch ``count`` replicas (returns at once; :func:`wait_replicas` waits)."""
+    """Launch ``count`` replicas (returns at once; :func:`wait_replicas` waits). KV events: PUB
+    on an ipc path (vLLM binds it; nothing listens beyond this machine), replay ROUTER on
+    127.0.0.1."""
     model_dir = ensure_demo_model(cache_dir)
+    ipc_dir = Path(tempfile.mkdtemp(prefix="kv-events-"))
     started: list[RealReplica] = []
-    for _ in range(count):
-        port, kv_port = find_free_port(), find_free_port()
-        events = {"enable_kv_cache_events": True, "publisher": "zmq", "topic": KV_TOPIC}
-        events["endpoint"] = f"tcp://*:{kv_port}"
+    for cores in core_sets(count):
+        port = find_free_port()
+        events = KvEventsSettings(
+            endpoint=f"ipc://{ipc_dir}/{port}.ipc",
+            replay_endpoint=f"tcp://127.0.0.1:{find_free_port()}",
+            topic=KV_TOPIC,
+        )
         config = VllmLaunchConfig(
             model_dir=model_dir,
             cache_dir=cache_dir,
             port=port,
             enforce_eager=True,
-            max_num_seqs=16,
+            max_num_seqs=REAL_MAX_NUM_SEQS,
             block_size=REAL_BLOCK_SIZE,
             dev_mode=True,
-            extra_args=(
-                "--prefix-caching-hash-algo",
-                HASH_ALGO,
-                "--num-gpu-blocks-override",
-                str(num_blocks),
-                "--kv-events-config",
-                json.dumps(events),
-            ),
+            prefix_caching_hash_algo=HASH_ALGO,
+            num_gpu_blocks_override=num_blocks,
+            kv_events=events,
+            cpu=CpuSettings(omp_threads_bind=cores),
         )
         process = VllmReplica(config)
         process.start()
-        started.append(RealReplica(config.base_url, f"tcp://127.0.0.1:{kv_port}", process))
+        endpoints = ReplicaUnderTest(config.base_url, events.endpoint, events.replay_endpoint)
+        started.append(RealReplica(endpoints, process))
     return started
 
 
@@ -190,136 +225,34 @@ def stop_replicas(replicas: Sequence[RealReplica]) -> None:
         replica.process.stop()
 
 
-async def _counters(session: aiohttp.ClientSession, urls: Sequence[str]) -> tuple[float, float]:
-    hits = queries = 0.0
-    for url in urls:
-        async with session.get(url + "/metrics") as resp:
-            metrics = parse_metrics(await resp.text())
-        hits += metrics.prefix_hits
-        queries += metrics.prefix_queries
-    return hits, queries
-
-
-async def _reset_caches(session: aiohttp.ClientSession, urls: Sequence[str]) -> None:
-    for url in urls:
-        for _ in range(50):  # refused while requests still run
-            async with session.post(url + "/reset_prefix_cache") as resp:
-                if resp.status == 200:
-                    break
-            await asyncio.sleep(0.2)
-
-
-async def _stream_ttft(
-    session: aiohttp.ClientSession, url: str, model: str, ids: list[int], max_tokens: int
-) -> float:
-    """Send one streamed completion; seconds until its first token."""
-    body = {"model": model, "prompt": ids, "max_tokens": max_tokens, "stream": True,
-            "ignore_eos": True, "temperature": 0.0}  # fmt: skip
-    t0 = time.perf_counter()
-    ttft = -1.0
-    async with session.post(url + "/v1/completions", json=body) as resp:
-        if resp.status != 200:
-            raise RuntimeError(f"{url} answered {resp.status}: {(await resp.text())[:200]}")
-        async for line in resp.content:
-            if ttft < 0 and line.startswith(b"data: {"):
-                ttft = time.perf_counter() - t0
-    return ttft
-
-
-async def run_real_policy(
-    name: str,
-    config: SelectorConfig,
-    replicas: Sequence[RealReplica],
-    trace: Sequence[KvRequest],
-    tokens: SegmentTokens,
-    model: str = "switchyard-local",
-) -> RealResult:
-    """Replay ``trace`` at its own arrival times over ``replicas``, routed by ``config``."""
-    urls = [r.url for r in replicas]
-    if isinstance(config, CacheAwareConfig) and config.mode == "precise":
-        endpoints = {r.url: r.kv_endpoint for r in replicas}
-        config = config.model_copy(update={"kv_event_endpoints": endpoints})
-    selector: ObservingSelector = build_selector(config)
-    in_flight = dict.fromkeys(urls, 0)
-    counts = dict.fromkeys(urls, 0)
-    ttfts: list[float] = []
-    errors = 0
-    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=300)) as session:
-        await _reset_caches(session, urls)
-        scraper = ReplicaMetricsScraper(
-            urls, selector, session, interval_s=0.5, block_size=REAL_BLOCK_SIZE,
-            hash_algo=HASH_ALGO,
-        )  # fmt: skip
-        subscriber = KvEventSubscriber(
-            {r.url: r.kv_endpoint for r in replicas}, selector, topic=KV_TOPIC
-        )
-        await scraper.scrape_all()
-        scraper.start()
-        subscriber.start()
-        await asyncio.sleep(0.5)  # ZMQ subscriptions take a moment to reach the publishers
-        hits0, queries0 = await _counters(session, urls)
-
-        async def issue(request: KvRequest) -> None:
-            nonlocal errors
-            ids = tokens.prompt_ids(request)
-            views = [ReplicaView(u, True, in_flight[u]) for u in urls]
-            url = selector.select_replica("local", views, features_for(request, ids))
-            in_flight[url] += 1
-            counts[url] += 1
-            try:
-                ttfts.append(await _stream_ttft(session, url, model, ids, request.max_tokens))
-            except (aiohttp.ClientError, RuntimeError, TimeoutError):
-                errors += 1
-            finally:
-                in_flight[url] -= 1
-
-        start = time.perf_counter()
-        tasks = []
-        for request in trace:
-            delay = request.arrival_s - trace[0].arrival_s - (time.perf_counter() - start)
-            if delay > 0:
-                await asyncio.sleep(delay)
-            tasks.append(asyncio.create_task(issue(request)))
-        await asyncio.gather(*tasks)
-        elapsed = time.perf_counter() - start
-        await scraper.stop()
-        await subscriber.stop()
-        await asyncio.sleep(1.0)  # vLLM publishes its counters once per engine step
-        hits1, queries1 = await _counters(session, urls)
-    queries = queries1 - queries0
-    values = list(counts.values())
-    deciles = statistics.quantiles(ttfts, n=10, method="inclusive")
-    return RealResult(
-        policy=name,
-        requests=len(trace),
-        errors=errors,
-        hit_rate=(hits1 - hits0) / queries if queries > 0 else 0.0,
-        ttft_p50_s=statistics.median(ttfts),
-        ttft_p90_s=deciles[8],
-        throughput_rps=len(ttfts) / elapsed,
-        max_mean_requests=max(values) / (sum(values) / len(values)),
-        per_replica=counts,
-    )
+def start_gateway(
+    fleet: ServerFleet, cache_dir: Path, out_dir: Path, replicas: Sequence[RealReplica]
+) -> GatewayUnderTest:
+    """A gateway process in front of ``replicas`` (returns at once; ``wait_ready`` waits)."""
+    return GatewayUnderTest(
+        fleet, out_dir, [r.endpoints for r in replicas], ensure_demo_model(cache_dir),
+        find_free_port(),
+    )  # fmt: skip
 
 
 async def run_real(
-    replicas: Sequence[RealReplica], sessions: int, names: Sequence[str] | None = None
+    gateway: GatewayUnderTest, spec: KvWorkloadSpec, names: Sequence[str] | None = None
 ) -> dict[str, RealResult]:
-    spec = real_workload(sessions)
+    """Every policy (or ``names``) in turn on the same trace, through ``gateway``."""
     trace, tokens = generate(spec), SegmentTokens(spec)
     out: dict[str, RealResult] = {}
     for name, config in policies(REAL_BLOCK_SIZE).items():
         if names is None or name in names:
-            out[name] = await run_real_policy(name, config, replicas, trace, tokens)
+            out[name] = await run_policy(name, config, gateway, trace, tokens, KV_TOPIC)
             print(f"  real {name:20s} {_fmt_real(out[name])}", flush=True)
     return out
 
 
 def _fmt_real(r: RealResult) -> str:
     return (
-        f"hit {r.hit_rate:6.1%}  TTFT p50 {r.ttft_p50_s * 1e3:6.0f} ms  p90 "
-        f"{r.ttft_p90_s * 1e3:6.0f} ms  {r.throughput_rps:5.2f} req/s  max/mean "
-        f"{r.max_mean_requests:4.2f}  errors {r.errors}"
+        f"hit {r.hit_rate:6.1%} (usage {r.usage_hit_rate:6.1%})  TTFT p50 "
+        f"{r.ttft_p50_s * 1e3:6.0f} ms  p90 {r.ttft_p90_s * 1e3:6.0f} ms  "
+        f"{r.throughput_rps:5.2f} req/s  max/mean {r.max_mean_requests:4.2f}  errors {r.errors}"
     )
 
 
@@ -444,9 +377,11 @@ def summary(
             k: {"hit_rate": round(v.hit_rate, 4), "ttft_p90_ms": round(v.ttft_p90_s * 1e3, 1),
                 "ttft_p50_ms": round(v.ttft_p50_s * 1e3, 1),
                 "max_mean_load": round(v.max_mean_requests, 3),
-                "throughput_rps": round(v.throughput_rps, 3)}
+                "throughput_rps": round(v.throughput_rps, 3), "errors": v.errors}
             for k, v in real.items()
         }  # fmt: skip
+        # The gateway's KV event subscriber in precise mode (catch-up and gap repair by replay).
+        out["real_kv_events"] = {k: v.kv_events for k, v in real.items() if v.kv_events}
         out["real_ratios"] = {
             k: {"hit_rate": round(ours.hit_rate / v.hit_rate, 3) if v.hit_rate else None,
                 "ttft_p90": round(v.ttft_p90_s / ours.ttft_p90_s, 3)}
@@ -497,21 +432,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     replicas: list[RealReplica] = []
     real: dict[str, RealResult] = {}
     sim: dict[int, dict[float, dict[str, SimResult]]] = {}
-    try:
-        if not args.skip_real:
-            print("starting 2 vLLM CPU replicas (the simulation runs meanwhile)", flush=True)
-            replicas = start_replicas(cache, 2, REAL_NUM_BLOCKS)
-        if not args.skip_sim:
-            sim = run_sim(settings)
-            plot(sim, out_dir / "kv_ttft_p90.png")
-            print(f"  plot: {out_dir / 'kv_ttft_p90.png'}", flush=True)
-        cost = selector_cost()
-        print(f"  selector cost: {json.dumps({k: round(v, 2) for k, v in cost.items()})}")
-        if replicas:
-            asyncio.run(wait_replicas(replicas))
-            real = asyncio.run(run_real(replicas, settings.real_sessions))
-    finally:
-        stop_replicas(replicas)
+    with ServerFleet(out_dir / "logs") as fleet:
+        try:
+            gateway = None
+            if not args.skip_real:
+                print("starting 2 vLLM CPU replicas and a gateway (the simulation runs meanwhile)")
+                replicas = start_replicas(cache, 2, REAL_NUM_BLOCKS)
+                gateway = start_gateway(fleet, cache, out_dir, replicas)
+            if not args.skip_sim:
+                sim = run_sim(settings)
+                plot(sim, out_dir / "kv_ttft_p90.png")
+                print(f"  plot: {out_dir / 'kv_ttft_p90.png'}", flush=True)
+            cost = selector_cost()
+            print(f"  selector cost: {json.dumps({k: round(v, 2) for k, v in cost.items()})}")
+            if gateway is not None:
+                asyncio.run(wait_replicas(replicas))
+                gateway.wait_ready()
+                real = asyncio.run(run_real(gateway, real_workload(settings.real_sessions)))
+        finally:
+            stop_replicas(replicas)
     report = summary(real, sim, cost)
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "bench_kv.json").write_text(json.dumps(report, indent=2))

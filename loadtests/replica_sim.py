@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 
 from loadtests.kv_workload import KvRequest, SegmentTokens
 from router.block_hash import BlockHasher
-from router.cache_aware import CacheAwareSelector, ReplicaLoad
+from router.cache_aware import CacheAwareSelector, ReplicaLoad, home_key
 from router.features import RequestFeatures
 from router.kv_events import BlocksRemoved, BlocksStored, KvEvent
 from router.replicas import ReplicaView
@@ -183,7 +183,8 @@ def simulate(
             t0 = time.perf_counter()
             hashed = selector.hasher.block_keys(features.prompt_token_ids or ())  # type: ignore[attr-defined]
             t1 = time.perf_counter()
-            chosen = selector.select_for_keys(views, hashed, now)
+            home = home_key(hashed, features.episode_id)
+            chosen = selector.select_for_keys(views, hashed, now, home)
             decisions.append(time.perf_counter() - t1)
             hash_times.append(t1 - t0)
         else:

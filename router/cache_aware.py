@@ -7,8 +7,8 @@ the gateway exactly as vLLM will), hashed into vLLM's chained block hashes
 and what the replica's ``/metrics`` last said (:class:`ReplicaLoad`: running and waiting
 requests, KV cache usage, KV capacity in blocks).
 
-The prefix index (:class:`PrefixIndex`) maps block key -> bit mask of replicas holding it, and
-keeps one LRU of block keys per replica, bounded by that replica's capacity
+The prefix index (``router/prefix_index.py``) maps block key -> bit mask of replicas holding it,
+and keeps one LRU of block keys per replica, bounded by that replica's capacity
 ``min(max_index_blocks, capacity_fraction * num_gpu_blocks)``; memory is therefore bounded by
 construction (about 200 bytes per indexed block). The longest cached prefix on every replica is
 found in one walk over the prompt's blocks (chained hashes: a block can only be reused if all
@@ -20,7 +20,10 @@ blocks before it are), O(prompt blocks + replicas).
 - precise mode: the index holds what vLLM reports in its KV cache events (blocks stored and
   removed, cache cleared; ``router/kv_events.py``). Routed prefixes are also recorded in a small
   *pending* index whose entries expire after ``pending_ttl_s``: they cover the time between
-  routing and vLLM's event, so a burst of requests for one new prefix lands together.
+  routing and vLLM's event, so a burst of requests for one new prefix lands together. Event
+  batches lost for good (a sequence gap vLLM's replay socket could not fill,
+  ``gateway/kv_event_subscriber.py``) make the replica's event-fed index untrustworthy: it is
+  dropped (:meth:`CacheAwareSelector.kv_events_lost`) and refilled by the next events.
 
 The decision, for the healthy replicas ``R``:
 
@@ -30,17 +33,28 @@ The decision, for the healthy replicas ``R``:
    - imbalance: with ``m = min load``, a replica is *overloaded* when ``load > m +
      balance_abs_threshold`` **and** ``load > m * balance_rel_threshold``;
    - share: a replica that received more than ``max_share_ratio`` times the mean share of the
-     last ``share_window_per_replica * |R|`` requests (exponentially decayed counts);
+     last ``share_window_per_replica * |R|`` requests (exponentially decayed counts) *and* more
+     than the mean plus ``share_noise_sd`` standard deviations of a fair random split of that
+     window (with few requests counted, as after a start or a reload, counting noise alone
+     exceeds 20% and used to push sessions off their cached replica), unless it is less loaded
+     than every replica within its share (then it is faster, not hogging a hot prefix, and the
+     guard would only queue requests on a slower replica);
    - memory: KV usage above ``kv_usage_limit`` (running requests hold nearly every block: a new
      one would wait or preempt).
    These are what stop the "every miss goes to the emptiest cache" and "hot prefix owns one
    replica" spirals: a hot prefix spills to a second replica, which then caches it too.
 3. Among the remaining replicas, minimise ``cost(r) = uncached_tokens(r) + load_cost_tokens *
-   load(r)``: a replica must save ``load_cost_tokens`` prefill tokens per extra request it holds.
-4. Ties (typically: nothing cached anywhere, equal load) are broken by a hash of the block
-   halfway into the prompt: deep enough to tell repositories apart behind a shared system prompt,
-   shallow enough that a session's turns and its sibling sessions agree. A new prefix family thus
-   has a stable home while the replica set stands still, and different families spread evenly.
+   load(r) - home_bonus_tokens * [r is the request's home]``: a replica must save
+   ``load_cost_tokens`` prefill tokens per extra request it holds.
+4. The *home* is the highest-random-weight replica (rendezvous hashing) for :func:`home_key`:
+   the request's session (``episode_id``) if it names one, else the block at the largest
+   power-of-two depth at most half the prompt (past a shared system prompt; the same for a
+   conversation's turns until its prompt doubles). When the index knows nothing useful (a new
+   prefix family, or one the approximate index has already evicted while vLLM still holds it)
+   the request goes home unless home is more than ``home_bonus_tokens / load_cost_tokens``
+   requests busier: a session stays on one replica like session affinity, different families
+   spread evenly, gateways that do not share an index agree, and a replica set change moves
+   only the homes of the replicas that changed. Equal costs prefer a known match, then home.
 
 Why the defaults (``router/selector_config.py``; swept with ``loadtests/replica_sim.py``):
 
@@ -51,8 +65,14 @@ Why the defaults (``router/selector_config.py``; swept with ``loadtests/replica_
 - ``balance_abs_threshold = 16``, ``balance_rel_threshold = 1.5``: SGLang uses 64 / 1.5 for GPU
   batch sizes; 16 is a CPU replica's batch. Smaller gaps are the cost term's business.
 - ``max_share_ratio = 1.2`` over ``share_window_per_replica = 128`` requests: bounds max/mean
-  requests per replica near 1.25 for a few points of hit rate; 128 keeps counting noise
-  (1/sqrt(128), 9%) well inside the 20% margin, so noise alone rarely trips it.
+  requests per replica near 1.25 for a few points of hit rate; once the window is full, counting
+  noise (1/sqrt(128), 9%) is well inside the 20% margin. ``share_noise_sd = 2`` covers the
+  windows that are not full yet (a two-sigma excess is what a fair split rarely produces).
+- ``home_bonus_tokens = 256``: two requests of load at ``load_cost_tokens``; a session keeps its
+  replica through the small load differences of a moderately loaded fleet, while a replica
+  that is really busier still sheds new work. (On the real bench without it, 20 of 113
+  continuing turns changed replica, most with nothing left in the index and one to a few
+  requests of load difference, while vLLM still held part of their context.)
 - ``kv_usage_limit = 0.98``: vLLM's usage counts blocks held by running requests only (cached
   free blocks do not count), so near 1.0 a new request waits for memory.
 - ``capacity_fraction = 0.9``: some blocks always belong to running requests' fresh tokens.
@@ -65,24 +85,32 @@ at p50; hashing ~4 us per new block, ~0.7 us per repeated one (memo).
 from __future__ import annotations
 
 import hashlib
+import math
 import time
-from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from itertools import repeat
 from typing import Literal
 
 from router.block_hash import BlockHasher
 from router.features import RequestFeatures
 from router.kv_events import KvEvent, apply_events
+from router.prefix_index import INDEX_BYTES_PER_BLOCK, PrefixIndex, match_lengths
 from router.replicas import NoHealthyReplicaError, ReplicaView
 from router.selector_config import CacheAwareConfig
 
+__all__ = [
+    "INDEX_BYTES_PER_BLOCK",
+    "CacheAwareSelector",
+    "LoadBook",
+    "PrefixIndex",
+    "ReplicaLoad",
+    "Selection",
+    "home_key",
+    "match_lengths",
+]
+
 _MASK64 = 0xFFFF_FFFF_FFFF_FFFF
 _GOLDEN64 = 0x9E37_79B9_7F4A_7C15
-# Measured with tracemalloc (tests/router/test_cache_aware.py checks it): LRU entry, owner-map
-# entry and the int key, per indexed block.
-INDEX_BYTES_PER_BLOCK = 200
 
 
 def prompt_token_ids(features: RequestFeatures) -> Sequence[int] | None:
@@ -98,8 +126,25 @@ def rendezvous(key: int, salt: int) -> int:
     return (x * _GOLDEN64) & _MASK64
 
 
+def hash64(text: str) -> int:
+    """A stable 64-bit hash of ``text`` (replica salts, session home keys)."""
+    return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "big")
+
+
 def replica_salt(name: str) -> int:
-    return int.from_bytes(hashlib.blake2b(name.encode(), digest_size=8).digest(), "big")
+    return hash64(name)
+
+
+def home_key(keys: Sequence[int], session: str | None) -> int | None:
+    """What names a request's home replica: its session if it has one, else the block at the
+    largest power-of-two depth at most half the prompt (past a shared system prompt, and the
+    same for a conversation's turns until its prompt doubles); None without either."""
+    if session:
+        return hash64(session)
+    if not keys:
+        return None
+    depth = 1 << ((len(keys) // 2).bit_length() - 1) if len(keys) > 1 else 0
+    return keys[depth]
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,146 +225,7 @@ class LoadBook:
         return [usage[s] if seen[s] >= cutoff else 0.0 for s in slots]
 
 
-class PrefixIndex:
-    """Block key -> replicas holding it, with one bounded LRU per replica slot.
-
-    A slot is a small integer naming a replica (bit ``1 << slot`` in the owner masks). With
-    ``ttl_s`` set, entries expire that long after they were last added (see :meth:`expire`).
-    """
-
-    def __init__(self, default_capacity: int, max_capacity: int, ttl_s: float | None = None):
-        self.default_capacity = min(default_capacity, max_capacity)
-        self.max_capacity = max_capacity
-        self.ttl_s = ttl_s
-        self._owners: dict[int, int] = {}
-        self._lru: list[OrderedDict[int, float]] = []
-        self._capacity: list[int] = []
-
-    def _slot(self, slot: int) -> OrderedDict[int, float]:
-        while len(self._lru) <= slot:
-            self._lru.append(OrderedDict())
-            self._capacity.append(self.default_capacity)
-        return self._lru[slot]
-
-    def set_capacity(self, slot: int, blocks: int) -> None:
-        self._slot(slot)
-        self._capacity[slot] = max(1, min(blocks, self.max_capacity))
-        self._evict(slot)
-
-    def capacity(self, slot: int) -> int:
-        self._slot(slot)
-        return self._capacity[slot]
-
-    def entries(self, slot: int) -> int:
-        return len(self._slot(slot))
-
-    def total_entries(self) -> int:
-        return sum(len(lru) for lru in self._lru)
-
-    def _drop_owner(self, key: int, bit: int) -> None:
-        mask = self._owners.get(key, 0) & ~bit
-        if mask:
-            self._owners[key] = mask
-        else:
-            self._owners.pop(key, None)
-
-    def _evict(self, slot: int) -> None:
-        lru = self._lru[slot]
-        bit = 1 << slot
-        for _ in range(len(lru) - self._capacity[slot]):
-            key, _ = lru.popitem(last=False)
-            self._drop_owner(key, bit)
-
-    def add_blocks(self, slot: int, keys: Sequence[int], now: float, present: int = 0) -> None:
-        """Record ``keys`` (prefix order) on ``slot``; the first key ends up most recent.
-
-        ``present``: how many leading keys the caller knows ``slot`` already holds (their
-        refresh then runs at C speed).
-        """
-        lru = self._slot(slot)
-        bit = 1 << slot
-        stamp = now + self.ttl_s if self.ttl_s is not None else 0.0
-        owners = self._owners
-        for key in reversed(keys[present:]):
-            if key in lru:
-                lru.move_to_end(key)
-                lru[key] = stamp
-            else:
-                lru[key] = stamp
-                owners[key] = owners.get(key, 0) | bit
-        if present:
-            head = keys[present - 1 :: -1] if present < len(keys) else keys[::-1]
-            deque(map(lru.move_to_end, head), maxlen=0)
-            if self.ttl_s is not None:
-                lru.update(zip(head, repeat(stamp)))
-        if len(lru) > self._capacity[slot]:
-            self._evict(slot)
-
-    def remove_blocks(self, slot: int, keys: Iterable[int]) -> None:
-        lru = self._slot(slot)
-        bit = 1 << slot
-        for key in keys:
-            if lru.pop(key, None) is not None:
-                self._drop_owner(key, bit)
-
-    def clear_slot(self, slot: int) -> None:
-        lru = self._slot(slot)
-        bit = 1 << slot
-        for key in lru:
-            self._drop_owner(key, bit)
-        lru.clear()
-
-    def expire(self, now: float) -> None:
-        """Drop entries whose TTL has passed (no-op without ``ttl_s``)."""
-        if self.ttl_s is None:
-            return
-        for slot, lru in enumerate(self._lru):
-            bit = 1 << slot
-            while lru:
-                key, stamp = next(iter(lru.items()))
-                if stamp > now:
-                    break
-                del lru[key]
-                self._drop_owner(key, bit)
-
-    def owners(self, key: int) -> int:
-        return self._owners.get(key, 0)
-
-
-def match_lengths(
-    keys: Sequence[int], candidates: int, indexes: Sequence[PrefixIndex]
-) -> dict[int, int]:
-    """Leading blocks of ``keys`` held by each slot in the ``candidates`` mask (only slots with
-    at least one block appear). A block counts if any of ``indexes`` holds it."""
-    matched: dict[int, int] = {}
-    alive = candidates
-    owner_maps = [ix._owners for ix in indexes]
-    single = owner_maps[0] if len(owner_maps) == 1 else None
-    for depth, key in enumerate(keys):
-        if single is not None:
-            here = single.get(key, 0) & alive
-        else:
-            here = 0
-            for om in owner_maps:
-                here |= om.get(key, 0)
-            here &= alive
-        dropped = alive & ~here
-        while dropped and depth:
-            low = dropped & -dropped
-            matched[low.bit_length() - 1] = depth
-            dropped ^= low
-        alive = here
-        if not alive:
-            return matched
-    depth = len(keys)
-    while alive and depth:
-        low = alive & -alive
-        matched[low.bit_length() - 1] = depth
-        alive ^= low
-    return matched
-
-
-Reason = Literal["prefix", "load", "tie"]
+Reason = Literal["prefix", "home", "load"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -366,6 +272,7 @@ class CacheAwareSelector:
         self._rr = 0
         self.last: Selection | None = None
         self.event_gaps = 0
+        self.index_resets = 0
 
     # -- observation hooks ------------------------------------------------------------------
     def slot_of(self, name: str) -> int:
@@ -393,8 +300,14 @@ class CacheAwareSelector:
         return apply_events(self.index, self.slot_of(name), events, self._clock())
 
     def kv_events_lost(self, name: str, count: int) -> None:
-        """Hook for the subscriber: ``count`` event batches of ``name`` never arrived."""
+        """Hook for the subscriber: ``count`` event batches of ``name`` are lost for good (the
+        replay could not fill the gap). Precise mode drops that replica's event-fed index: it
+        may list evicted blocks and lack stored ones, and new events refill it; meanwhile the
+        pending index (what was routed there) scores it, as approximate mode would."""
         self.event_gaps += count
+        self.index_resets += 1
+        if self.pending is not None:
+            self.index.clear_slot(self.slot_of(name))
 
     # -- decision ---------------------------------------------------------------------------
     def _guard(self, loads: list[float], slots: list[int], now: float) -> tuple[list[int], str]:
@@ -408,14 +321,22 @@ class CacheAwareSelector:
         if max(loads) > bound:
             keep = [i for i in keep if loads[i] <= bound]
             guarded.append("imbalance")
-        if cfg.max_share_ratio is not None:
+        if cfg.max_share_ratio is not None and n > 1:
             tallies = [self._tally[s] for s in slots]
             total = sum(tallies)
+            # In requests: the window's mean per replica, and a fair random split's spread.
+            mean = total / n / self._unit
+            spread = math.sqrt(mean * (1.0 - 1.0 / n))
+            cap = max(cfg.max_share_ratio * mean, mean + cfg.share_noise_sd * spread)
             # Only once the window holds a couple of requests per replica.
-            if total >= 2.0 * n * self._unit:
-                cap = cfg.max_share_ratio * total / n
-                trimmed = [i for i in keep if tallies[i] <= cap]
-                if trimmed and len(trimmed) < len(keep):
+            limit = cap * self._unit
+            within = [i for i in keep if tallies[i] <= limit]
+            if mean >= 2.0 and within and len(within) < len(keep):
+                # An over-share replica less busy than every other one is faster, not hogging
+                # a hot prefix: sending its requests to a busier replica would only queue them.
+                least = min(loads[i] for i in within)
+                trimmed = [i for i in keep if tallies[i] <= limit or loads[i] < least]
+                if len(trimmed) < len(keep):
                     keep = trimmed
                     guarded.append("share")
         usage = self.load_book.kv_usages(slots, now)
@@ -425,6 +346,19 @@ class CacheAwareSelector:
                 keep = trimmed
                 guarded.append("kv_usage")
         return keep, ",".join(guarded)
+
+    def _home_of(self, key: int, keep: Sequence[int], slots: Sequence[int]) -> int:
+        """The index in ``keep`` with the highest :func:`rendezvous` score for ``key`` (inlined:
+        this runs for every candidate of every request)."""
+        salts = self._salts
+        best, best_score = keep[0], -1
+        for i in keep:
+            x = ((key ^ salts[slots[i]]) * _GOLDEN64) & _MASK64
+            x ^= x >> 29
+            x = (x * _GOLDEN64) & _MASK64
+            if x > best_score:
+                best, best_score = i, x
+        return best
 
     def _record_share(self, slot: int, n_replicas: int) -> None:
         # Exponentially decayed request counts, decayed lazily: each new request weighs
@@ -444,12 +378,18 @@ class CacheAwareSelector:
             raise NoHealthyReplicaError(target)
         tokens = prompt_token_ids(features)
         keys = self.hasher.block_keys(tokens) if tokens else []
-        return self.select_for_keys(healthy, keys, self._clock())
+        home = home_key(keys, features.episode_id)
+        return self.select_for_keys(healthy, keys, self._clock(), home)
 
     def select_for_keys(
-        self, healthy: Sequence[ReplicaView], keys: Sequence[int], now: float
+        self,
+        healthy: Sequence[ReplicaView],
+        keys: Sequence[int],
+        now: float,
+        home: int | None = None,
     ) -> str:
-        """The decision for already-hashed prompt blocks (``healthy`` must be non-empty)."""
+        """The decision for already-hashed prompt blocks (``healthy`` must be non-empty);
+        ``home``: :func:`home_key` (defaults to the one of ``keys`` alone)."""
         cfg = self.config
         slots = self.load_book.slots_of(healthy)
         if len(self._tally) < len(self.load_book.names()):
@@ -465,29 +405,35 @@ class CacheAwareSelector:
         for i in keep:
             candidates |= 1 << slots[i]
         matched = match_lengths(keys, candidates, indexes) if keys else {}
-        # The best replica holding no prefix is the least loaded one, so only replicas with a
-        # match and the least-loaded rest need a cost.
-        low = min(loads[i] for i in keep)
-        tied = [i for i in keep if loads[i] == low]
-        if keys:
-            tie_key = keys[len(keys) // 2]
-        else:
+        if home is None:
+            home = home_key(keys, None)
+        if home is None:  # nothing to go by: spread
             self._rr += 1
-            tie_key = self._rr
-        best = tied[rendezvous(tie_key, len(tied)) % len(tied)]
-        best_cost = cfg.load_cost_tokens * low - cfg.block_size * matched.get(slots[best], 0)
-        reason: Reason = "tie" if len(tied) > 1 else "load"
+            home = self._rr
+        home_i = self._home_of(home, keep, slots)
+        # The best replica holding no prefix is the home or the least loaded one, so only
+        # those and the replicas with a match need a cost.
+        least = min([loads[i] for i in keep])
+        low = home_i if loads[home_i] == least else next(i for i in keep if loads[i] == least)
+        costs = {home_i: cfg.load_cost_tokens * loads[home_i] - cfg.home_bonus_tokens}
+        costs[low] = min(costs.get(low, math.inf), cfg.load_cost_tokens * loads[low])
         if matched:
             index_of = {slots[i]: i for i in keep}
             for slot, depth in matched.items():
                 i = index_of[slot]
                 cost = cfg.load_cost_tokens * loads[i] - cfg.block_size * depth
-                if cost < best_cost:
-                    best, best_cost, reason = i, cost, "prefix"
+                costs[i] = cost - cfg.home_bonus_tokens if i == home_i else cost
+        # Equal costs: a known match first, then the home.
+        best = min(costs, key=lambda i: (costs[i], not matched.get(slots[i]), i != home_i))
+        reason: Reason
+        if matched.get(slots[best], 0):
+            reason = "prefix"
+        elif best == home_i:
+            reason = "home"
+        else:
+            reason = "load"
         slot = slots[best]
         got = matched.get(slot, 0)
-        if got and reason != "prefix":
-            reason = "prefix"
         if keys:
             if self.pending is not None:
                 self.pending.add_blocks(slot, keys, now)

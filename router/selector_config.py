@@ -117,6 +117,13 @@ class CacheAwareConfig(BaseModel):
         description="Prompt tokens of prefill one queued or running request is worth: a "
         "replica with one more request must save this many more tokens to win.",
     )
+    home_bonus_tokens: float = Field(
+        default=256.0,
+        ge=0,
+        description="Prompt tokens the request's home replica (rendezvous hash of its session, "
+        "else of a block early in its prompt) is credited with: a session keeps its replica "
+        "when the index has forgotten it, unless that replica is this much busier.",
+    )
     # Guards.
     balance_abs_threshold: int = Field(
         default=16, ge=0, description="Loads within this many requests never count as imbalanced."
@@ -132,6 +139,12 @@ class CacheAwareConfig(BaseModel):
         ge=1,
         description="A replica that received more than this times the mean share of recent "
         "requests is skipped (None: no share guard).",
+    )
+    share_noise_sd: float = Field(
+        default=2.0,
+        ge=0,
+        description="... and more than the mean plus this many standard deviations of a fair "
+        "random split of the window (so that a short window's counting noise never trips it).",
     )
     share_window_per_replica: int = Field(
         default=128, ge=1, description="Recent requests per replica the share guard looks at."
@@ -151,6 +164,18 @@ class CacheAwareConfig(BaseModel):
     kv_event_topic: str = Field(
         default="", description="precise: the publishers' topic (--kv-events-config topic)."
     )
+    kv_event_replay_endpoints: dict[str, str] = Field(
+        default_factory=dict,
+        description="precise: replica base URL -> ZMQ endpoint of its publisher's replay socket "
+        "(vLLM --kv-events-config replay_endpoint, e.g. tcp://10.0.0.5:5558); a gap in the "
+        "event sequence is filled from it instead of resetting that replica's index.",
+    )
+    kv_event_replay_timeout_s: float = Field(
+        default=1.0,
+        gt=0,
+        description="precise: a replay that stays silent this long is given up (what arrived "
+        "is kept).",
+    )
 
     @model_validator(mode="after")
     def _check(self) -> CacheAwareConfig:
@@ -158,6 +183,12 @@ class CacheAwareConfig(BaseModel):
             raise ValueError(
                 "mode `precise` needs `kv_event_endpoints: {replica_url: tcp://host:port}`; "
                 "start vLLM with --kv-events-config, or use mode `approximate`"
+            )
+        unknown = set(self.kv_event_replay_endpoints) - set(self.kv_event_endpoints)
+        if unknown:
+            raise ValueError(
+                f"kv_event_replay_endpoints name replicas {sorted(unknown)} that have no "
+                "kv_event_endpoints entry: add their event endpoints too"
             )
         return self
 

@@ -23,6 +23,17 @@ variables to run it with. Choices made here, and why:
   Hot-swap also needs `worker_extension_cls` (`--worker-extension-cls`) set to
   `serving.hotswap.RELOAD_WORKER_EXTENSION`: the reload method it calls through
   `/collective_rpc`.
+- Prefix cache, for prefix-aware replica choice (`router/cache_aware.py`): the router must hash
+  prompts exactly as vLLM does, so `prefix_caching_hash_algo` (`--prefix-caching-hash-algo`;
+  `None` keeps vLLM's own default, `sha256`) must equal the selector's `hash_algo`;
+  `sha256_cbor` (canonical CBOR, reproducible in any language) is the router's default.
+  `num_gpu_blocks_override` (`--num-gpu-blocks-override`) fixes the KV capacity in blocks
+  instead of deriving it from `VLLM_CPU_KVCACHE_SPACE` / GPU memory (benchmarks size it).
+- KV cache events (`kv_events`, `--kv-events-config` JSON): vLLM publishes every block it stores
+  or evicts on a ZMQ PUB socket (`endpoint`; a `*` host makes vLLM bind, a named host makes it
+  connect), as multipart `(topic, seq, payload)`; with `replay_endpoint` it also binds a ROUTER
+  socket that resends buffered batches from a sequence number (`gateway/kv_event_subscriber.py`
+  repairs gaps with it). Events need prefix caching on.
 - GPU only: fp8 weights (`quantization="fp8"`, or a compressed-tensors checkpoint, which vLLM
   detects from its config with `quantization=None`), `gpu_memory_utilization`, `kv_cache_dtype`
   and LMCache KV offload through `LMCacheConnectorV1` configured by `LMCACHE_*` variables.
@@ -37,12 +48,14 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 Device = Literal["cpu", "gpu"]
 ENTRYPOINT_MODULE = "vllm.entrypoints.openai.api_server"
 CPU_BLOCK_SIZE_MULTIPLE = 32
 DEFAULT_BLOCK_SIZE: dict[Device, int] = {"cpu": 32, "gpu": 16}
+# vLLM 0.32's choices for --prefix-caching-hash-algo (vllm/config/cache.py).
+PrefixCachingHashAlgo = Literal["sha256", "sha256_cbor", "xxhash", "xxhash_cbor"]
 
 
 class CpuSettings(BaseModel):
@@ -83,6 +96,55 @@ class LmCacheSettings(BaseModel):
         }
 
 
+class KvEventsSettings(BaseModel):
+    """vLLM's KV cache event publisher (`--kv-events-config`, `vllm/config/kv_events.py`).
+
+    Fields left `None` keep vLLM's own defaults (not repeated here).
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    endpoint: str = Field(
+        description="ZMQ PUB endpoint, e.g. 'tcp://*:5557' (vLLM binds it; subscribers connect "
+        "to tcp://<replica host>:5557)."
+    )
+    replay_endpoint: str | None = Field(
+        default=None,
+        description="ZMQ ROUTER endpoint vLLM binds for replays of missed batches, e.g. "
+        "'tcp://*:5558'; None: no replay.",
+    )
+    topic: str = Field(default="", description="Topic every message is published under.")
+    buffer_steps: int | None = Field(
+        default=None, ge=1, description="Batches kept for replay; None: vLLM's default."
+    )
+    hwm: int | None = Field(
+        default=None, ge=1, description="ZMQ high-water mark of the PUB socket; None: vLLM's."
+    )
+
+    @field_validator("endpoint", "replay_endpoint")
+    @classmethod
+    def _zmq_endpoint(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith(("tcp://", "ipc://", "inproc://")):
+            raise ValueError(f"a ZMQ endpoint looks like tcp://*:5557, not {value!r}")
+        return value
+
+    def config_json(self) -> str:
+        """The JSON value of `--kv-events-config`."""
+        out: dict[str, object] = {
+            "enable_kv_cache_events": True,
+            "publisher": "zmq",
+            "endpoint": self.endpoint,
+            "topic": self.topic,
+        }
+        if self.replay_endpoint is not None:
+            out["replay_endpoint"] = self.replay_endpoint
+        if self.buffer_steps is not None:
+            out["buffer_steps"] = self.buffer_steps
+        if self.hwm is not None:
+            out["hwm"] = self.hwm
+        return json.dumps(out, separators=(",", ":"))
+
+
 class GpuSettings(BaseModel):
     """Flags that only a CUDA replica accepts."""
 
@@ -117,6 +179,19 @@ class VllmLaunchConfig(BaseModel):
     enable_prefix_caching: bool = True
     block_size: int | None = Field(
         default=None, ge=1, description="Tokens per KV block; None: DEFAULT_BLOCK_SIZE[device]."
+    )
+    prefix_caching_hash_algo: PrefixCachingHashAlgo | None = Field(
+        default=None,
+        description="--prefix-caching-hash-algo; must equal the replica selector's hash_algo "
+        "(None: vLLM's default, sha256).",
+    )
+    num_gpu_blocks_override: int | None = Field(
+        default=None,
+        ge=1,
+        description="--num-gpu-blocks-override: KV capacity in blocks (None: from memory).",
+    )
+    kv_events: KvEventsSettings | None = Field(
+        default=None, description="--kv-events-config: publish KV cache events on ZMQ."
     )
     enforce_eager: bool = Field(
         default=False, description="Skip graph capture/compilation: faster boot, slower decode."
@@ -162,6 +237,15 @@ class VllmLaunchConfig(BaseModel):
                     f"{CPU_BLOCK_SIZE_MULTIPLE} (got {self.block_size}): set block_size to 32, "
                     "64, 128, ... or leave it None"
                 )
+        if self.kv_events is not None and not self.enable_prefix_caching:
+            raise ValueError(
+                "KV cache events report the prefix cache: set enable_prefix_caching=True or "
+                "kv_events=None"
+            )
+        if self.prefix_caching_hash_algo is not None and not self.enable_prefix_caching:
+            raise ValueError(
+                "prefix_caching_hash_algo needs enable_prefix_caching=True (or leave it None)"
+            )
         if self.gpu.lmcache is not None and not self.enable_prefix_caching:
             raise ValueError(
                 "LMCache offload extends prefix caching: set enable_prefix_caching=True"
@@ -207,6 +291,12 @@ class VllmLaunchConfig(BaseModel):
             "--seed",
             str(self.seed),
         ]
+        if self.prefix_caching_hash_algo is not None:
+            args += ["--prefix-caching-hash-algo", self.prefix_caching_hash_algo]
+        if self.num_gpu_blocks_override is not None:
+            args += ["--num-gpu-blocks-override", str(self.num_gpu_blocks_override)]
+        if self.kv_events is not None:
+            args += ["--kv-events-config", self.kv_events.config_json()]
         if self.enforce_eager:
             args.append("--enforce-eager")
         if self.enable_tool_calling:

@@ -15,6 +15,7 @@ from router.cache_aware import (
     CacheAwareSelector,
     PrefixIndex,
     ReplicaLoad,
+    home_key,
     match_lengths,
 )
 from router.features import RequestFeatures
@@ -150,6 +151,60 @@ def test_requests_without_tokens_spread() -> None:
     assert chosen == {A, B, C}
 
 
+def test_home_key_is_the_session_or_a_block_stable_while_the_prompt_grows() -> None:
+    keys = list(range(1000, 1100))
+    assert home_key(keys[:40], "s1") == home_key(keys[:90], "s1") != home_key(keys[:40], "s2")
+    # 32 <= len < 64 blocks: block 16; 64 <= len < 128: block 32.
+    assert {home_key(keys[:n], None) for n in range(32, 64)} == {keys[16]}
+    assert {home_key(keys[:n], None) for n in range(64, 100)} == {keys[32]}
+    assert home_key([7], None) == 7 and home_key([], None) is None
+
+
+def test_a_session_the_index_forgot_goes_home_unless_home_is_much_busier() -> None:
+    sel, _ = selector(default_capacity_blocks=8, max_share_ratio=None)
+    turn0 = prompt(1, 6)
+    home = sel.select_replica("local", views(0, 0, 0), feats(turn0, episode="s1"))
+
+    def forget() -> None:  # other sessions push this one out of the (tiny) index
+        for i in range(6):
+            other = feats(prompt(50 + i, 6), episode=f"o{i}")
+            sel.select_replica("local", views(0, 0, 0), other)
+        assert sel.index.owners(sel.hasher.block_keys(turn0)[0]) == 0
+
+    forget()
+    turn1 = turn0 + prompt(2, 2)
+    loads = {A: 0, B: 0, C: 0}
+    loads[home] = 1  # one request busier: 128 tokens < the 256-token home bonus
+    vs = [ReplicaView(n, True, v) for n, v in loads.items()]
+    assert sel.select_replica("local", vs, feats(turn1, episode="s1")) == home
+    assert sel.last is not None and sel.last.reason == "home"
+    forget()
+    loads[home] = 3  # three busier: 384 tokens > 256
+    vs = [ReplicaView(n, True, v) for n, v in loads.items()]
+    assert sel.select_replica("local", vs, feats(turn1, episode="s1")) != home
+    assert sel.last is not None and sel.last.reason == "load"
+
+
+def test_sessions_spread_over_their_homes() -> None:
+    sel, _ = selector(max_share_ratio=None)
+    chosen = [
+        sel.select_replica("local", views(0, 0, 0), feats(prompt(i, 4), episode=f"s{i}"))
+        for i in range(90)
+    ]
+    assert min(chosen.count(n) for n in (A, B, C)) >= 18
+
+
+def test_share_guard_ignores_the_counting_noise_of_a_short_window() -> None:
+    sel, _ = selector(max_share_ratio=1.2, share_noise_sd=2.0)
+    session = prompt(1, 20)
+    two = (A, B)
+    home = sel.select_replica("local", views(0, 0, names=two), feats(session, episode="s"))
+    for turn in range(4):  # 5 of 5 requests on one replica: 2.2 sd above a fair split of 5
+        session = session + prompt(10 + turn, 1)
+        assert sel.select_replica("local", views(0, 0, names=two), feats(session)) == home
+        assert sel.last is not None and sel.last.guarded == ""
+
+
 def test_imbalance_guard_beats_any_match() -> None:
     sel, _ = selector(balance_abs_threshold=4, balance_rel_threshold=1.5, max_share_ratio=None)
     shared = prompt(1, 100)
@@ -164,7 +219,9 @@ def test_imbalance_guard_beats_any_match() -> None:
 
 
 def test_load_cost_trades_matched_tokens_against_queue() -> None:
-    sel, _ = selector(load_cost_tokens=100.0, max_share_ratio=None, balance_abs_threshold=100)
+    sel, _ = selector(
+        load_cost_tokens=100.0, max_share_ratio=None, balance_abs_threshold=100, home_bonus_tokens=0
+    )
     shared = prompt(1, 4)  # 128 tokens matched
     home = sel.select_replica("local", views(0, 0, 0), feats(shared))
     loads = dict.fromkeys((A, B, C), 0)
@@ -196,7 +253,7 @@ def test_full_kv_cache_is_avoided() -> None:
 
 
 def test_share_guard_spills_a_hot_prefix() -> None:
-    sel, _ = selector(max_share_ratio=1.2, share_window_per_replica=16)
+    sel, _ = selector(max_share_ratio=1.2, share_window_per_replica=64)
     hot = prompt(1, 30)
     chosen = [
         sel.select_replica("local", views(0, 0, 0), feats(hot + prompt(100 + i, 1)))
@@ -204,6 +261,18 @@ def test_share_guard_spills_a_hot_prefix() -> None:
     ]
     counts = [chosen.count(n) for n in (A, B, C)]
     assert max(counts) / (sum(counts) / 3) < 1.3, counts
+
+
+def test_share_guard_never_sends_work_to_a_busier_replica() -> None:
+    sel, _ = selector(max_share_ratio=1.2, share_window_per_replica=8, balance_abs_threshold=100)
+    two = (A, B)
+    # A serves most requests because B is slow: B's queue stays long, A's empty.
+    for i in range(40):
+        sel.select_replica("local", views(0, 9, names=two), feats(prompt(i, 4), episode=f"s{i}"))
+    assert sel.last is not None and sel.last.replica == A and sel.last.guarded == ""
+    # With equal queues, A's excess share is a hot spot: the guard sends new work to B.
+    assert sel.select_replica("local", views(0, 0, names=two), feats(prompt(99, 4))) == B
+    assert sel.last is not None and sel.last.guarded == "share"
 
 
 def test_capacity_follows_the_replica_kv_size() -> None:
@@ -231,6 +300,30 @@ def test_precise_mode_scores_on_reported_blocks() -> None:
     assert sel.select_replica("local", views(0, 0, 0), feats(shared)) == C
 
 
+def test_lost_kv_events_drop_that_replicas_event_index_only() -> None:
+    sel, _ = selector(mode="precise", kv_event_endpoints={A: "-", B: "-"}, pending_ttl_s=60.0)
+    shared, other = prompt(1, 8), prompt(2, 8)
+    sel.apply_kv_events(A, [BlocksStored(tuple(sel.hasher.block_keys(shared)), None, "GPU")])
+    sel.apply_kv_events(B, [BlocksStored(tuple(sel.hasher.block_keys(other)), None, "GPU")])
+    routed = prompt(3, 8)
+    assert sel.select_replica("local", views(0, 0, names=(A, B)), feats(routed)) in (A, B)
+    home = sel.last.replica if sel.last else ""
+    sel.kv_events_lost(A, 3)
+    assert (sel.event_gaps, sel.index_resets) == (3, 1)
+    assert sel.index.entries(sel.slot_of(A)) == 0  # A's reported blocks are no longer trusted
+    assert sel.index.entries(sel.slot_of(B)) == 8  # B's are
+    # What was routed (pending) still scores: the routed prompt goes back to its replica.
+    assert sel.select_replica("local", views(0, 0, names=(A, B)), feats(routed)) == home
+
+
+def test_lost_kv_events_leave_the_approximate_index_alone() -> None:
+    sel, _ = selector()
+    shared = prompt(1, 8)
+    home = sel.select_replica("local", views(0, 0, names=(A, B)), feats(shared))
+    sel.kv_events_lost(home, 2)
+    assert sel.index.entries(sel.slot_of(home)) == 8
+
+
 def test_no_healthy_replica() -> None:
     sel, _ = selector()
     with pytest.raises(NoHealthyReplicaError):
@@ -250,6 +343,12 @@ def test_config_is_strict() -> None:
         CacheAwareConfig.model_validate({"kind": "cache_aware", "blok_size": 16})
     with pytest.raises(ValidationError, match="kv_event_endpoints"):
         CacheAwareConfig(mode="precise")
+    with pytest.raises(ValidationError, match="add their event endpoints too"):
+        CacheAwareConfig(
+            mode="precise",
+            kv_event_endpoints={A: "tcp://a:5557"},
+            kv_event_replay_endpoints={B: "tcp://b:5558"},
+        )
 
 
 def test_decision_time_at_64_replicas_is_bounded() -> None:

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from serving.replica import VllmReplica, find_free_port
-from serving.vllm_config import GpuSettings, LmCacheSettings, VllmLaunchConfig
+from serving.vllm_config import GpuSettings, KvEventsSettings, LmCacheSettings, VllmLaunchConfig
 
 MODEL = Path("/models/base-abc")
 CACHE = Path("/srv/switchyard/.cache")
@@ -89,6 +89,59 @@ def test_cpu_options_map_to_flags_and_variables() -> None:
     assert env["VLLM_CPU_OMP_THREADS_BIND"] == "0-1"
 
 
+def test_prefix_cache_hash_capacity_and_kv_events_are_first_class_flags() -> None:
+    config = cpu_config(
+        prefix_caching_hash_algo="sha256_cbor",
+        num_gpu_blocks_override=320,
+        kv_events=KvEventsSettings(
+            endpoint="tcp://*:5557", replay_endpoint="tcp://*:5558", topic="kv"
+        ),
+    )
+    command = config.command()
+    assert command[command.index("--prefix-caching-hash-algo") + 1] == "sha256_cbor"
+    assert command[command.index("--num-gpu-blocks-override") + 1] == "320"
+    assert json.loads(command[command.index("--kv-events-config") + 1]) == {
+        "enable_kv_cache_events": True,
+        "publisher": "zmq",
+        "endpoint": "tcp://*:5557",
+        "replay_endpoint": "tcp://*:5558",
+        "topic": "kv",
+    }
+    # Unset, vLLM's own defaults apply: no flag at all.
+    plain = cpu_config().command()
+    for flag in ("--prefix-caching-hash-algo", "--num-gpu-blocks-override", "--kv-events-config"):
+        assert flag not in plain
+
+
+@pytest.mark.slow
+def test_vllms_own_parser_reads_our_prefix_cache_and_kv_event_flags() -> None:
+    """The flag names and JSON keys are the installed vLLM's (imports vLLM: slow)."""
+    from vllm.engine.arg_utils import AsyncEngineArgs
+    from vllm.entrypoints.launchers.cli_args import make_arg_parser
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+    config = cpu_config(
+        prefix_caching_hash_algo="sha256_cbor",
+        num_gpu_blocks_override=320,
+        kv_events=KvEventsSettings(
+            endpoint="tcp://*:5557",
+            replay_endpoint="tcp://*:5558",
+            topic="kv",
+            buffer_steps=500,
+            hwm=1000,
+        ),
+    )
+    parser = make_arg_parser(FlexibleArgumentParser())
+    args = AsyncEngineArgs.from_cli_args(parser.parse_args(config.command()[3:]))
+    assert args.prefix_caching_hash_algo == "sha256_cbor"
+    assert args.num_gpu_blocks_override == 320
+    events = args.kv_events_config
+    assert events is not None and events.enable_kv_cache_events
+    assert (events.publisher, events.endpoint, events.replay_endpoint, events.topic) == (
+        "zmq", "tcp://*:5557", "tcp://*:5558", "kv")  # fmt: skip
+    assert (events.buffer_steps, events.hwm) == (500, 1000)
+
+
 def test_gpu_command_line_with_fp8_and_lmcache_offload() -> None:
     config = cpu_config(
         device="gpu",
@@ -132,6 +185,16 @@ def test_gpu_command_line_with_fp8_and_lmcache_offload() -> None:
             "set enable_prefix_caching=True",
         ),
         ({"devices": "gpu"}, "Extra inputs are not permitted"),
+        (
+            {"enable_prefix_caching": False, "kv_events": {"endpoint": "tcp://*:5557"}},
+            "set enable_prefix_caching=True or kv_events=None",
+        ),
+        (
+            {"enable_prefix_caching": False, "prefix_caching_hash_algo": "sha256_cbor"},
+            "needs enable_prefix_caching=True",
+        ),
+        ({"kv_events": {"endpoint": "localhost:5557"}}, "looks like tcp://"),
+        ({"prefix_caching_hash_algo": "md5"}, "sha256_cbor"),
     ],
 )
 def test_invalid_combinations_say_what_to_set(overrides: dict[str, object], hint: str) -> None:
