@@ -3,10 +3,12 @@ enough for optimizer steps in unit tests."""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
+from gateway.store import StoreBackend, StoreConfig, open_store
 from serving.build import build_model, ensure_tokenizer
 from serving.model_config import ModelSpec
 from serving.tokenizer import TokenizerSpec
@@ -32,3 +34,14 @@ def micro_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     models = cache_dir() / "models"
     tokenizer = ensure_tokenizer(models, TokenizerSpec(vocab_size=MICRO.vocab_size))
     return build_model(MICRO, tokenizer, tmp_path_factory.mktemp("micro"), seed=3)
+
+
+@pytest.fixture
+async def store(tmp_path: Path) -> AsyncIterator[StoreBackend]:
+    """An embedded SQLite traffic record, connected."""
+    backend = open_store(StoreConfig(url=f"sqlite:///{tmp_path / 'store.db'}"))
+    await backend.connect()
+    try:
+        yield backend
+    finally:
+        await backend.close()

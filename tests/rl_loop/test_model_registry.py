@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
-from gateway.store import StoreBackend, StoreConfig, open_store
+from gateway.store import StoreBackend
 from rl_loop.model_registry import (
     checkpoint_record,
     lineage,
@@ -33,16 +32,6 @@ def write_checkpoint(root: Path, version_id: str, parent: str | None, **extra: o
     )
     (directory / VERSION_FILE).write_text(version.model_dump_json(exclude_defaults=True))
     return directory
-
-
-@pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[StoreBackend]:
-    backend = open_store(StoreConfig(url=f"sqlite:///{tmp_path / 'store.db'}"))
-    await backend.connect()
-    try:
-        yield backend
-    finally:
-        await backend.close()
 
 
 async def test_a_trained_checkpoint_is_recorded_then_promoted(

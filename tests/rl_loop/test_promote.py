@@ -3,7 +3,6 @@ replaced by a fake here; tests/serving/test_hotswap.py and the flywheel smoke te
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -32,16 +31,6 @@ def checkpoint(root: Path, version_id: str, parent: str | None, minute: int) -> 
     )
     (directory / VERSION_FILE).write_text(version.model_dump_json(exclude_defaults=True))
     return directory
-
-
-@pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[StoreBackend]:
-    backend = open_store(StoreConfig(url=f"sqlite:///{tmp_path / 'store.db'}"))
-    await backend.connect()
-    try:
-        yield backend
-    finally:
-        await backend.close()
 
 
 @pytest.fixture
