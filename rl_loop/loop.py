@@ -20,6 +20,7 @@ Nothing here imports the task families: the verifier arrives as a plain callable
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import time
@@ -218,10 +219,12 @@ async def prepare_candidate(
     result.data = data.counts()
     lap("datasets")
 
-    policy = load_policy(served_dir, config.device)
+    # Loading, evaluating and training are CPU/GPU-bound and long: they run in a worker thread
+    # so the event loop (store reads, HTTP to the replicas, a caller's other tasks) stays live.
+    policy = await asyncio.to_thread(load_policy, served_dir, config.device)
     items = gate_items(heldout, data, config.gate.record_eval_per_family)
-    current = evaluate_policy(
-        policy, served, items, verify, config.gate, strict_verify, cache=answers
+    current = await asyncio.to_thread(
+        evaluate_policy, policy, served, items, verify, config.gate, strict_verify, cache=answers
     )
     lap("eval_current")
 
@@ -232,19 +235,24 @@ async def prepare_candidate(
         if any(0.0 < r < 1.0 for r in rates.values()) and records:
             rollouts = await rollouts_for(policy, records, services, config, verify, round_index)
             reference = policy.clone()
-            result.rl = _phase(train_rl(policy, reference, rollouts, rl, seed=round_index))
+            trained = await asyncio.to_thread(
+                train_rl, policy, reference, rollouts, rl, seed=round_index
+            )
+            result.rl = _phase(trained)
             del reference
         else:
             result.rl = {"skipped": "no class is partly solved: every group would be uniform"}
     lap("rl")
 
-    encoded, too_long = encode_sft(policy, data.sft_train, config.data)
+    encoded, too_long = await asyncio.to_thread(encode_sft, policy, data.sft_train, config.data)
     replay = None
     if config.sft.replay_windows > 0:
-        replay = code_windows(
-            str(served_dir), "train", config.sft.replay_seq_len, REPLAY_CORPUS_BYTES
+        replay = await asyncio.to_thread(
+            code_windows, str(served_dir), "train", config.sft.replay_seq_len, REPLAY_CORPUS_BYTES
         )
-    sft = train_sft(policy, encoded, config.sft, seed=round_index, replay=replay)
+    sft = await asyncio.to_thread(
+        train_sft, policy, encoded, config.sft, seed=round_index, replay=replay
+    )
     result.sft = {**_phase(sft), "too_long": too_long}
     lap("sft")
 
@@ -256,7 +264,8 @@ async def prepare_candidate(
         "sft": result.sft,
         "torch": torch.__version__,
     }
-    candidate_dir = save_checkpoint(
+    candidate_dir = await asyncio.to_thread(
+        save_checkpoint,
         policy,
         config.work_dir / "checkpoints",
         kind=config.checkpoint_kind,
@@ -270,9 +279,16 @@ async def prepare_candidate(
     # The gate judges the weights as saved (bf16, what the replicas will serve), not the
     # float32 ones in memory.
     del policy
-    saved = load_policy(candidate_dir, config.device)
-    cand_eval = evaluate_policy(
-        saved, result.candidate, items, verify, config.gate, strict_verify, cache=answers
+    saved = await asyncio.to_thread(load_policy, candidate_dir, config.device)
+    cand_eval = await asyncio.to_thread(
+        evaluate_policy,
+        saved,
+        result.candidate,
+        items,
+        verify,
+        config.gate,
+        strict_verify,
+        cache=answers,
     )
     report = gate(current, cand_eval, config.gate)
     _write_gate(out, report, current, cand_eval)

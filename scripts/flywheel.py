@@ -41,7 +41,8 @@ from transformers.utils import logging as transformers_logging
 from gateway.store import StoreBackend, StoreConfig, open_store
 from loadtests import ide_client
 from loadtests.ide_client import IdeClientConfig, RunStats, run_ide_client
-from loadtests.tasks import FAMILIES, Verdict, task_from_id, verify_reply
+from loadtests.tasks import FAMILIES, MIX, Verdict, task_from_id, verify_reply
+from loadtests.tasks.mix import OLD_MIX
 from loadtests.tasks.task import HELDOUT_SEED_START, Task, TaskIdError, extract_answer
 from rl_loop.config import LoopConfig
 from rl_loop.evaluate import AnswerCache, EvalItem
@@ -481,7 +482,8 @@ async def rounds(
             f"{candidate.result.served_after}; {total.sent} requests during the swap, "
             f"{total.errors} failed; policy {policy}"
         )
-    targets = check_targets(figures, learnable, s.exploration_share, swap_failures)
+    mixes = {"mix": MIX, "old_mix_before_2026_11_23": OLD_MIX}
+    targets = check_targets(figures, learnable, s.exploration_share, swap_failures, mixes)
     header = {"preset": preset, "settings": s.model_dump(), "run_dir": str(run_dir)}
     wall = time.monotonic() - started
     return write_report(header, figures, loop_results, targets, [run_dir, OUT], wall)

@@ -1,20 +1,30 @@
-"""Quick-question families: the type of an expression (an IDE hover) and the exception a line
-raises (an IDE "why does this fail?").
+"""Quick-question families: one name answers them, decided by the shape of the code.
 
-Both answer with one name from a small set, decided by the shape of the code (the outermost
-operator or call), not by copying from the context or by arithmetic: the regular, short
-input -> output mappings a model of a few million parameters learns from a few hundred examples.
-The content inside each shape (numbers, words, names) is drawn at random, so held-out tasks are
-new code with a known shape. References are computed by evaluating the generated code
-in-process: our own tiny grammar, always terminating, no I/O.
+- ``expression_type``: the type of a one-line expression's value (an IDE hover);
+- ``return_type``: the return type of a small function (an IDE inlay hint / "add annotation"
+  quick fix); the function comes whole, with its guards and logging, as an IDE sends the
+  enclosing function, and its last statement returns an expression of the hover shapes;
+- ``exception_type``: the exception a one-line statement raises (an IDE "why does this fail?").
+
+Each answers with one name from a small set, decided by the outermost operator or call of one
+expression at the end of the shown code, not by copying from the context or by arithmetic: the
+regular, short input -> output mappings a model of a few million parameters learns from a few
+hundred examples. The content inside each shape (numbers, words, names) is drawn at random, so
+held-out tasks are new code with a known shape. References are computed by evaluating the
+generated code in-process: our own tiny grammar, always terminating, no I/O.
+
+The three are one :class:`OneNameFamily` each: a drawing function (random -> code + reference
+name) and the wording around it; generation, the train/held-out split and the lenient verifier
+are shared.
 """
 
 from __future__ import annotations
 
 import random
 from collections.abc import Callable
+from dataclasses import dataclass
 
-from loadtests.tasks.fam_snippets import _WORDS, _until_split
+from loadtests.tasks.drawing import WORDS, until_split
 from loadtests.tasks.task import AnswerFormat, Task, Verdict, make_task_id
 
 _NAMES = ("count", "total", "label", "size", "width", "offset", "limit", "score", "key", "name")
@@ -24,7 +34,7 @@ Shape = Callable[[random.Random], str]
 
 
 def _w(rng: random.Random) -> str:
-    return rng.choice(_WORDS)
+    return rng.choice(WORDS)
 
 
 def _d(rng: random.Random, low: int = 0, high: int = 9) -> int:
@@ -84,6 +94,23 @@ _RAISE_SHAPES: tuple[Shape, ...] = (
     lambda r: f"assert {_d(r)} > {_d(r, 10, 20)}",
 )
 
+# Statements a function does before it returns (guards, logging, bookkeeping): realistic
+# context that says nothing about the return type. ``{a}`` is the parameter, ``{w}`` a word.
+_PREAMBLE: tuple[str, ...] = (
+    "if {a} is None:\n        raise ValueError('{w} is required')",
+    "logger.debug('{w}: %r', {a})",
+    "if not isinstance({a}, {cls}):\n        raise TypeError(f'expected {cls}, got {{{a}!r}}')",
+    "self._{w}_calls += 1",
+    "assert {a} is not None, '{w} missing'",
+    "if self.closed:\n        raise RuntimeError('{w} is closed')",
+    "# {w}: keep in sync with the {w2} schema",
+    "warnings.warn('{w} is deprecated; use {w2}', DeprecationWarning, stacklevel=2)",
+    "self._last_{w} = {a}",
+    "with self._lock:\n        self._pending.discard({a})",
+)
+_VERBS = ("get", "load", "build", "read", "make", "compute", "parse", "fetch", "lookup", "to")
+_CLASSES = ("str", "int", "dict", "list", "bytes")
+
 
 def _type_name(expression: str) -> str:
     value = eval(compile(expression, "<task>", "eval"), {"__builtins__": __builtins__})
@@ -98,95 +125,128 @@ def _raised(statement: str) -> str | None:
     return None
 
 
-def _name_verdict(task: Task, answer: str, what: str) -> Verdict:
-    name = answer.removeprefix("builtins.").removesuffix("()")
-    if name.startswith("<class '") and name.endswith("'>"):
-        name = name[len("<class '") : -2]
-    if name == task.reference:
-        return Verdict(True, "correct")
-    if not name.isidentifier():
-        return Verdict(False, f"reply with the {what} name alone, e.g. `{task.wrong}`")
-    return Verdict(False, f"`{name}` is not the {what} here; look at the outermost operation")
+def _draw_hover(rng: random.Random) -> tuple[str, str] | None:
+    expression = rng.choice(_TYPE_SHAPES)(rng)
+    return f"{rng.choice(_NAMES)} = {expression}", _type_name(expression)
 
 
-def _wrong(reference: str, pool: tuple[str, ...], rng: random.Random) -> str:
-    return rng.choice([name for name in pool if name != reference])
+def _draw_failing(rng: random.Random) -> tuple[str, str] | None:
+    for _ in range(20):
+        statement = rng.choice(_RAISE_SHAPES)(rng)
+        reference = _raised(statement)
+        if reference is not None:
+            return statement, reference
+    return None  # pragma: no cover - every shape raises by construction
+
+
+def _draw_function(rng: random.Random) -> tuple[str, str] | None:
+    expression = rng.choice(_TYPE_SHAPES)(rng)
+    param = rng.choice(_NAMES)
+    words = {"a": param, "w": _w(rng), "w2": _w(rng), "cls": rng.choice(_CLASSES)}
+    preamble = [line.format(**words) for line in rng.sample(_PREAMBLE, rng.randint(2, 5))]
+    body = "\n".join(f"    {line}" for line in [*preamble, f"return {expression}"])
+    name = f"{rng.choice(_VERBS)}_{_w(rng)}_{rng.choice(_NAMES)}"
+    doc = f"The {_w(rng)} {rng.choice(_NAMES)} for ``{param}``."
+    code = f'def {name}(self, {param}):\n    """{doc}"""\n{body}'
+    return code, _type_name(expression)
+
+
+@dataclass(frozen=True, slots=True)
+class OneNameFamily:
+    """A quick question answered by one name: ``draw(rng) -> (code, reference)`` plus wording.
+
+    ``what`` names the kind of answer in feedback ("type", "exception"), ``pool`` holds the
+    plausible answers the wrong reply is drawn from, ``file_suffix`` ends the shown file name.
+    """
+
+    name: str
+    description: str
+    draw: Callable[[random.Random], tuple[str, str] | None]
+    instruction: Callable[[str], str]
+    what: str
+    pool: tuple[str, ...]
+    file_suffix: str
+    learnable: bool = True
+    answer_format: AnswerFormat = "line"
+
+    def generate(self, seed: int) -> Task:
+        return until_split(self.name, seed, lambda rng: self._build(seed, rng))
+
+    def _build(self, seed: int, rng: random.Random) -> tuple[str, Task] | None:
+        drawn = self.draw(rng)
+        if drawn is None:
+            return None
+        code, reference = drawn
+        task = Task(
+            task_id=make_task_id(self.name, seed),
+            family=self.name,
+            seed=seed,
+            filename=f"{_w(rng)}_{self.file_suffix}.py",
+            context=code,
+            instruction=self.instruction(code),
+            answer_format=self.answer_format,
+            reference=reference,
+            wrong=rng.choice([name for name in self.pool if name != reference]),
+        )
+        return code, task
+
+    def verify(self, task: Task, answer: str) -> Verdict:
+        """Exact name, tolerating ``builtins.``, a trailing ``()`` and ``<class '...'>``."""
+        name = answer.removeprefix("builtins.").removesuffix("()")
+        if name.startswith("<class '") and name.endswith("'>"):
+            name = name[len("<class '") : -2]
+        if name == task.reference:
+            return Verdict(True, "correct")
+        if not name.isidentifier():
+            return Verdict(False, f"reply with the {self.what} name alone, e.g. `{task.wrong}`")
+        return Verdict(
+            False, f"`{name}` is not the {self.what} here; look at the outermost operation"
+        )
 
 
 _TYPES = ("int", "float", "str", "list", "bool", "tuple", "dict", "set", "range", "bytes")
 _ERRORS = ("ValueError", "TypeError", "IndexError", "KeyError", "AttributeError", "NameError")
 
 
-class ExpressionType:
-    """Name the type of a one-line expression's value (what an IDE hover shows)."""
-
-    name = "expression_type"
-    learnable = True
-    answer_format: AnswerFormat = "line"
-    description = "type(x).__name__ of a one-line expression, decided by its outermost form."
-
-    def generate(self, seed: int) -> Task:
-        return _until_split(self.name, seed, lambda rng: self._build(seed, rng))
-
-    def _build(self, seed: int, rng: random.Random) -> tuple[str, Task]:
-        expression = rng.choice(_TYPE_SHAPES)(rng)
-        name = rng.choice(_NAMES)
-        code = f"{name} = {expression}"
-        reference = _type_name(expression)
-        task = Task(
-            task_id=make_task_id(self.name, seed),
-            family=self.name,
-            seed=seed,
-            filename=f"{_w(rng)}_hover.py",
-            context=code,
-            instruction=(
-                f"What is the type of `{name}` after this line runs? Reply with the type name "
-                "only, as `type(x).__name__` gives it."
-            ),
-            answer_format=self.answer_format,
-            reference=reference,
-            wrong=_wrong(reference, _TYPES, rng),
-        )
-        return code, task
-
-    def verify(self, task: Task, answer: str) -> Verdict:
-        return _name_verdict(task, answer, "type")
+def _hover_instruction(code: str) -> str:
+    return (
+        f"What is the type of `{code.split(' = ', 1)[0]}` after this line runs? Reply with the "
+        "type name only, as `type(x).__name__` gives it."
+    )
 
 
-class ExceptionType:
-    """Name the exception a one-line statement raises."""
+EXPRESSION_TYPE = OneNameFamily(
+    name="expression_type",
+    description="type(x).__name__ of a one-line expression, decided by its outermost form.",
+    draw=_draw_hover,
+    instruction=_hover_instruction,
+    what="type",
+    pool=_TYPES,
+    file_suffix="hover",
+)
 
-    name = "exception_type"
-    learnable = True
-    answer_format: AnswerFormat = "line"
-    description = "The exception class a failing one-line statement raises."
+RETURN_TYPE = OneNameFamily(
+    name="return_type",
+    description="The return type of a 4-9 line function whose last line returns an expression.",
+    draw=_draw_function,
+    instruction=lambda _code: (
+        "Which return type annotation does this function need? Reply with the type name only, "
+        "as `type(x).__name__` gives it for the returned value."
+    ),
+    what="type",
+    pool=_TYPES,
+    file_suffix="service",
+)
 
-    def generate(self, seed: int) -> Task:
-        return _until_split(self.name, seed, lambda rng: self._build(seed, rng))
-
-    def _build(self, seed: int, rng: random.Random) -> tuple[str, Task]:
-        for _ in range(20):
-            statement = rng.choice(_RAISE_SHAPES)(rng)
-            reference = _raised(statement)
-            if reference is not None:
-                break
-        else:  # pragma: no cover - every shape raises by construction
-            raise RuntimeError("no raising statement drawn")
-        task = Task(
-            task_id=make_task_id(self.name, seed),
-            family=self.name,
-            seed=seed,
-            filename=f"{_w(rng)}_debug.py",
-            context=statement,
-            instruction=(
-                "Running this line raises an exception. Which exception class? Reply with the "
-                "class name only."
-            ),
-            answer_format=self.answer_format,
-            reference=reference,
-            wrong=_wrong(reference, _ERRORS, rng),
-        )
-        return statement, task
-
-    def verify(self, task: Task, answer: str) -> Verdict:
-        return _name_verdict(task, answer, "exception")
+EXCEPTION_TYPE = OneNameFamily(
+    name="exception_type",
+    description="The exception class a failing one-line statement raises.",
+    draw=_draw_failing,
+    instruction=lambda _code: (
+        "Running this line raises an exception. Which exception class? Reply with the class "
+        "name only."
+    ),
+    what="exception",
+    pool=_ERRORS,
+    file_suffix="debug",
+)

@@ -23,8 +23,9 @@ import textwrap
 from collections.abc import Callable
 from typing import Any
 
+from loadtests.tasks.drawing import until_split
 from loadtests.tasks.program_specs import ONE_LINERS, PROGRAMS, Args, Program
-from loadtests.tasks.task import AnswerFormat, Task, Verdict, content_split, make_task_id, split_of
+from loadtests.tasks.task import AnswerFormat, Task, Verdict, make_task_id
 from loadtests.tasks.verify import run_python, static_guard
 
 MAX_ATTEMPTS = 100
@@ -92,15 +93,6 @@ def _run_function_answer(task: Task, answer: str) -> Verdict:
     return Verdict(False, result.failure_text())
 
 
-def _until_split(name: str, seed: int, build: Any) -> Task:
-    split = split_of(seed)
-    for attempt in range(MAX_ATTEMPTS):
-        built: tuple[str, Task] | None = build(random.Random(f"{name}:{seed}:{attempt}"))
-        if built is not None and content_split(built[0]) == split:
-            return built[1]
-    raise RuntimeError(f"{name}: no task in split {split} for seed {seed}")
-
-
 class CompleteFunction:
     """Write the one-line body a docstring describes."""
 
@@ -110,7 +102,7 @@ class CompleteFunction:
     description = "Complete a stub (signature + docstring) with a one-line body; hidden tests."
 
     def generate(self, seed: int) -> Task:
-        return _until_split(self.name, seed, lambda rng: self._build(seed, rng))
+        return until_split(self.name, seed, lambda rng: self._build(seed, rng), MAX_ATTEMPTS)
 
     def _build(self, seed: int, rng: random.Random) -> tuple[str, Task] | None:
         spec = rng.choice(ONE_LINERS)
@@ -169,7 +161,7 @@ class FixAssertion:
     description = "Fix one injected bug in a 4-8 line function from a failing assert; hidden tests."
 
     def generate(self, seed: int) -> Task:
-        return _until_split(self.name, seed, lambda rng: self._build(seed, rng))
+        return until_split(self.name, seed, lambda rng: self._build(seed, rng), MAX_ATTEMPTS)
 
     def _build(self, seed: int, rng: random.Random) -> tuple[str, Task] | None:
         program = rng.choice(PROGRAMS)
@@ -251,7 +243,7 @@ class WriteTest:
     description = "Write asserts for a 4-8 line function; must pass it and kill >=half its mutants."
 
     def generate(self, seed: int) -> Task:
-        return _until_split(self.name, seed, lambda rng: self._build(seed, rng))
+        return until_split(self.name, seed, lambda rng: self._build(seed, rng), MAX_ATTEMPTS)
 
     def _build(self, seed: int, rng: random.Random) -> tuple[str, Task] | None:
         program = rng.choice(PROGRAMS)

@@ -14,9 +14,9 @@ import textwrap
 from collections.abc import Callable
 from contextlib import redirect_stdout
 
-from loadtests.tasks.task import AnswerFormat, Task, Verdict, content_split, make_task_id, split_of
+from loadtests.tasks.drawing import WORDS, until_split
+from loadtests.tasks.task import AnswerFormat, Task, Verdict, make_task_id
 
-MAX_ATTEMPTS = 200
 _RESULTS = ("result", "out", "picked", "values", "kept", "mapped", "collected", "selected")
 _SOURCES = ("items", "numbers", "words", "data", "rows", "entries", "records", "parts")
 _VARS = ("x", "item", "n", "v", "w", "s", "row", "el")
@@ -28,21 +28,6 @@ _CONDS = (
     "{v} > {k}", "{v} < {k}", "{v} % 2 == 0", "{v} % 2 == 1", "{v} != {k}", "{v}",
     "not {v}", "{v} >= {k}", "{v} % {k} == 0",
 )  # fmt: skip
-_WORDS = ("cache", "route", "token", "model", "queue", "batch", "shard", "index", "delta")
-
-
-def _fresh_rng(name: str, seed: int, attempt: int) -> random.Random:
-    return random.Random(f"{name}:{seed}:{attempt}")
-
-
-def _until_split(name: str, seed: int, build: Callable[[random.Random], tuple[str, Task]]) -> Task:
-    """Draw candidates until one's content hash lands in the seed's split."""
-    split = split_of(seed)
-    for attempt in range(MAX_ATTEMPTS):
-        content, task = build(_fresh_rng(name, seed, attempt))
-        if content_split(content) == split:
-            return task
-    raise RuntimeError(f"{name}: no task in split {split} for seed {seed}")
 
 
 def _parse(code: str) -> ast.Module | None:
@@ -61,7 +46,7 @@ class LoopToComprehension:
     description = "Turn a 3-4 line append loop into `name = [... for ... if ...]` (AST match)."
 
     def generate(self, seed: int) -> Task:
-        return _until_split(self.name, seed, lambda rng: self._build(seed, rng))
+        return until_split(self.name, seed, lambda rng: self._build(seed, rng))
 
     def _build(self, seed: int, rng: random.Random) -> tuple[str, Task]:
         res, src, var = rng.choice(_RESULTS), rng.choice(_SOURCES), rng.choice(_VARS)
@@ -80,7 +65,7 @@ class LoopToComprehension:
             task_id=make_task_id(self.name, seed),
             family=self.name,
             seed=seed,
-            filename=f"{rng.choice(_WORDS)}_utils.py",
+            filename=f"{rng.choice(WORDS)}_utils.py",
             context=loop,
             instruction=(
                 f"Rewrite this loop as a single list comprehension assigned to `{res}`. "
@@ -122,7 +107,7 @@ class LoopToComprehension:
 
 def _expression(rng: random.Random) -> str:
     a, b, c = rng.randint(0, 9), rng.randint(1, 9), rng.randint(0, 9)
-    word = rng.choice(_WORDS)
+    word = rng.choice(WORDS)
     forms = (
         f"{a} + {b}",
         f"{a} * {b}",
@@ -183,7 +168,7 @@ class EvalExpression:
     description = "Output of print() of a one-operator expression on digits/short words (exact)."
 
     def generate(self, seed: int) -> Task:
-        return _until_split(self.name, seed, lambda rng: self._build(seed, rng))
+        return until_split(self.name, seed, lambda rng: self._build(seed, rng))
 
     def _build(self, seed: int, rng: random.Random) -> tuple[str, Task]:
         code = f"print({_expression(rng)})"
@@ -207,7 +192,7 @@ class EvalExpression:
 
 def _program(rng: random.Random) -> str:
     a, k, m = rng.randint(0, 5), rng.randint(2, 7), rng.randint(2, 4)
-    n, word = rng.randint(4, 9), rng.choice(_WORDS)
+    n, word = rng.randint(4, 9), rng.choice(WORDS)
     nums = [rng.randint(1, 20) for _ in range(rng.randint(3, 6))]
     templates: tuple[Callable[[], str], ...] = (
         lambda: (
@@ -240,7 +225,7 @@ print(nums[{rng.randint(0, len(nums) - 1)}] * {m} + len(nums))"""
         ),
         lambda: (
             f"""counts = {{}}
-for ch in "{word}{rng.choice(_WORDS)}":
+for ch in "{word}{rng.choice(WORDS)}":
     counts[ch] = counts.get(ch, 0) + 1
 print(max(counts.values()) * 10 + len(counts))"""
         ),
@@ -278,7 +263,7 @@ class TraceOutput:
     description = "Final print of a small loop program (exact); needs simulated execution."
 
     def generate(self, seed: int) -> Task:
-        return _until_split(self.name, seed, lambda rng: self._build(seed, rng))
+        return until_split(self.name, seed, lambda rng: self._build(seed, rng))
 
     def _build(self, seed: int, rng: random.Random) -> tuple[str, Task]:
         code = _program(rng)
@@ -287,7 +272,7 @@ class TraceOutput:
             task_id=make_task_id(self.name, seed),
             family=self.name,
             seed=seed,
-            filename=f"{rng.choice(_WORDS)}_check.py",
+            filename=f"{rng.choice(WORDS)}_check.py",
             context=code,
             instruction="What does this program print? Reply with the printed output only.",
             answer_format=self.answer_format,

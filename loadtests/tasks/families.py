@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Protocol
 
-from loadtests.tasks.fam_kinds import ExceptionType, ExpressionType
+from loadtests.tasks.fam_kinds import EXCEPTION_TYPE, EXPRESSION_TYPE, RETURN_TYPE
 from loadtests.tasks.fam_programs import CompleteFunction, FixAssertion, WriteTest
 from loadtests.tasks.fam_snippets import EvalExpression, LoopToComprehension, TraceOutput
 from loadtests.tasks.fam_stdlib import FunctionName, RenameSymbol
@@ -52,8 +52,9 @@ def _registry(*families: Family) -> Mapping[str, Family]:
 
 
 FAMILIES: Mapping[str, Family] = _registry(
-    ExpressionType(),
-    ExceptionType(),
+    EXPRESSION_TYPE,
+    RETURN_TYPE,
+    EXCEPTION_TYPE,
     FunctionName(),
     RenameSymbol(),
     EvalExpression(),

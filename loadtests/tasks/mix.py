@@ -1,10 +1,18 @@
 """The fixed traffic mix: which families an IDE session sends, and how often.
 
-The weights below are the documented mix (they sum to 1). Half of the requests are quick
-questions (the type an IDE hover shows, the exception a line raises), the kind a few-M-parameter
-model learns; the other half are edits and reasoning (naming, renaming, expressions, loop
-rewrites, completions, tracing, bug fixes, tests), 1/16 each, which need in-context copying or
-execution in the head and stay beyond the tiny model (measured: see README.md).
+The weights below are the documented mix (they sum to 1). Three quarters of the requests are
+quick questions, 1/4 each: the type an IDE hover shows, the return type an inlay hint or an
+"add annotation" quick fix asks for (with the whole enclosing function as context), the
+exception a line raises. That is the shape of an IDE assistant's request volume: many small
+inline requests for each multi-line edit. The kind a few-M-parameter model learns. The other
+quarter are edits and reasoning (naming, renaming, expressions, loop rewrites, completions,
+tracing, bug fixes, tests), 1/32 each, which need in-context copying or execution in the head
+and stay beyond the tiny model (measured: see README.md).
+
+History: until 2026-11-23 the mix was 1/2 quick questions (hover and exception, 1/4 each) and
+1/2 the eight others (1/16 each). With the frontier priced per token, those quick questions
+carried only ~35% of the frontier cost, so even serving all of them locally could not cut cost
+by half; the flywheel report prints the cost change re-weighted to that old mix too.
 Changing a weight changes every benchmark's baseline, so treat it like a schema change.
 
 ``sample_tasks(n, seed, split)`` draws ``n`` tasks: each draw picks a family by weight and a task
@@ -22,16 +30,24 @@ from loadtests.tasks.task import HELDOUT_SEED_START, SEED_LIMIT, Split, Task
 
 MIX: Mapping[str, float] = {
     "expression_type": 0.25,
+    "return_type": 0.25,
     "exception_type": 0.25,
-    "function_name": 0.0625,
-    "rename_symbol": 0.0625,
-    "eval_expression": 0.0625,
-    "loop_to_comprehension": 0.0625,
-    "complete_function": 0.0625,
-    "trace_output": 0.0625,
-    "fix_assertion": 0.0625,
-    "write_test": 0.0625,
+    "function_name": 0.03125,
+    "rename_symbol": 0.03125,
+    "eval_expression": 0.03125,
+    "loop_to_comprehension": 0.03125,
+    "complete_function": 0.03125,
+    "trace_output": 0.03125,
+    "fix_assertion": 0.03125,
+    "write_test": 0.03125,
 }
+
+OLD_MIX: Mapping[str, float] = {
+    "expression_type": 0.25,
+    "exception_type": 0.25,
+    **{name: 0.0625 for name in MIX if MIX[name] == 0.03125},
+}
+"""The mix before 2026-11-23 (see the module docstring): reports re-weight to it."""
 
 _SEED_RANGES: Mapping[Split, tuple[int, int]] = {
     "train": (0, HELDOUT_SEED_START),

@@ -131,7 +131,7 @@ def test_eval_expression_rejects_code_for_output() -> None:
     assert not verdict.passed and "printed output" in verdict.feedback
 
 
-@pytest.mark.parametrize("name", ["expression_type", "exception_type"])
+@pytest.mark.parametrize("name", ["expression_type", "return_type", "exception_type"])
 def test_quick_question_families_read_the_name_leniently_and_reject_others(name: str) -> None:
     task = FAMILIES[name].generate(3)
     assert verify_reply(task, f"`{task.reference}`").passed
@@ -154,9 +154,24 @@ def test_quick_question_references_come_from_running_the_code() -> None:
         assert type(raised.value).__name__ == failing.reference, failing.context
 
 
+def test_return_type_shows_a_whole_function_that_ends_in_the_returned_expression() -> None:
+    for seed in range(40):
+        task = FAMILIES["return_type"].generate(seed)
+        function = ast.parse(task.context).body[0]
+        assert isinstance(function, ast.FunctionDef)
+        assert 4 <= len(task.context.splitlines()) <= 12, task.context
+        last = function.body[-1]
+        assert isinstance(last, ast.Return) and last.value is not None
+        returned = eval(ast.unparse(last.value))
+        assert type(returned).__name__ == task.reference, task.context
+        # the rest of the body says nothing about the type: no other return, no assignment of
+        # a value of the hover shapes before it
+        assert not any(isinstance(n, ast.Return) for n in function.body[:-1])
+
+
 def test_the_mix_has_families_on_both_sides_of_the_tiny_model() -> None:
     learnable = {n for n, f in FAMILIES.items() if f.learnable}
-    assert learnable == {"expression_type", "exception_type"}
+    assert learnable == {"expression_type", "return_type", "exception_type"}
     assert 0 < sum(MIX[n] for n in learnable) < 1
 
 
