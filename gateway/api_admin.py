@@ -30,9 +30,10 @@ from gateway.errors import (
     error_response_parts,
 )
 from gateway.export import ExportConfig
-from gateway.export.from_store import TrafficQuery, export_from_store, summarize
+from gateway.export.from_store import TRAFFIC_QUERY, export_from_store, summarize
 from gateway.recording import RecorderHandle
 from gateway.state import Canary, GatewayState, build_policy
+from gateway.store import InferenceFilter
 from router.config import RoutingConfig
 from router.errors import RoutingError
 
@@ -162,7 +163,7 @@ async def undrain_replica(request: Request) -> Response:
 class ExportRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    query: TrafficQuery = Field(default_factory=TrafficQuery)
+    query: InferenceFilter = Field(default_factory=InferenceFilter)
     export: ExportConfig
 
 
@@ -184,7 +185,7 @@ async def traffic_summary(request: Request) -> Response:
             k: v for k, v in params.items() if k not in ("by", "tag") and v != ""
         }
         fields["tags"] = dict(t.split("=", 1) for t in params.getlist("tag") if "=" in t)
-        query = TrafficQuery.model_validate(fields)
+        query = TRAFFIC_QUERY.validate_python(fields)
         rows = await summarize(handle.backend, query, by)
     except ValidationError as exc:
         return _error(InvalidRequestError(f"invalid traffic query: {exc}"))

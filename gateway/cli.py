@@ -24,8 +24,8 @@ from rich.table import Table
 
 from gateway.config import load_config
 from gateway.export import ExportConfig, SplitConfig
-from gateway.export.from_store import TrafficQuery, export_from_store, summarize
-from gateway.store import StoreBackend, StoreConfig, open_store
+from gateway.export.from_store import export_from_store, summarize
+from gateway.store import InferenceFilter, StoreBackend, StoreConfig, open_store
 
 
 def _store_config(args: argparse.Namespace) -> StoreConfig:
@@ -37,9 +37,9 @@ def _store_config(args: argparse.Namespace) -> StoreConfig:
     raise SystemExit("give --store URL or --config FILE")
 
 
-def _query(args: argparse.Namespace) -> TrafficQuery:
+def _query(args: argparse.Namespace) -> InferenceFilter:
     tags = dict(t.split("=", 1) for t in (args.tag or []))
-    return TrafficQuery(
+    return InferenceFilter(
         since=datetime.fromisoformat(args.since) if args.since else None,
         until=datetime.fromisoformat(args.until) if args.until else None,
         route_target=args.route_target,

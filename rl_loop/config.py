@@ -4,7 +4,8 @@ Groups, in the loop's order: ``data`` (which recorded traffic becomes which data
 (supervised fine-tuning / distillation on accepted answers), ``rl`` (on-policy RL on the served
 model's own samples), ``gate`` (the evaluation that accepts or rejects a candidate), ``refit``
 (the learned routing policy refitted after a promotion). ``LoopConfig`` holds them all plus the
-device. Unknown keys are errors; an invalid combination raises an error naming what to set.
+device and the MoE experts' kernels. Unknown keys are errors; an invalid combination raises an
+error naming what to set.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from pathlib import Path
 from typing import Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from serving.train_base import DEFAULT_EXPERTS_IMPLEMENTATION, ExpertsImplementation
 
 
 class _Strict(BaseModel):
@@ -186,6 +189,12 @@ class LoopConfig(_Strict):
 
     work_dir: Path = Field(description="Datasets, checkpoints and reports go here.")
     device: str = Field(default="cpu", description="torch device of training and evaluation.")
+    experts_implementation: ExpertsImplementation = Field(
+        default=DEFAULT_EXPERTS_IMPLEMENTATION,
+        description="How transformers computes the MoE experts of the models the loop loads: "
+        "'eager' (the per-expert loop, fastest on the CPU), 'grouped_mm' or 'batched_mm' "
+        "(GPU kernels). Speed only: the checkpoints are the same.",
+    )
     threads: int | None = Field(default=None, ge=1, description="torch CPU threads (None: all).")
     seed: int = 0
     served_model_name: str = Field(

@@ -221,7 +221,9 @@ async def prepare_candidate(
 
     # Loading, evaluating and training are CPU/GPU-bound and long: they run in a worker thread
     # so the event loop (store reads, HTTP to the replicas, a caller's other tasks) stays live.
-    policy = await asyncio.to_thread(load_policy, served_dir, config.device)
+    policy = await asyncio.to_thread(
+        load_policy, served_dir, config.device, config.experts_implementation
+    )
     items = gate_items(heldout, data, config.gate.record_eval_per_family)
     current = await asyncio.to_thread(
         evaluate_policy, policy, served, items, verify, config.gate, strict_verify, cache=answers
@@ -279,7 +281,9 @@ async def prepare_candidate(
     # The gate judges the weights as saved (bf16, what the replicas will serve), not the
     # float32 ones in memory.
     del policy
-    saved = await asyncio.to_thread(load_policy, candidate_dir, config.device)
+    saved = await asyncio.to_thread(
+        load_policy, candidate_dir, config.device, config.experts_implementation
+    )
     cand_eval = await asyncio.to_thread(
         evaluate_policy,
         saved,

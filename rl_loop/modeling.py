@@ -37,7 +37,9 @@ from serving.build import (
 )
 from serving.tokenizer import ENDOFTEXT, IM_END, load_tokenizer
 from serving.train_base import (
+    DEFAULT_EXPERTS_IMPLEMENTATION,
     CorpusSpec,
+    ExpertsImplementation,
     load_float32,
     probe_reference,
     split_files,
@@ -112,9 +114,14 @@ class Policy:
         return Policy(model, self.tokenizer, self.source)
 
 
-def load_policy(checkpoint_dir: Path, device: str = "cpu") -> Policy:
-    """The checkpoint's model in float32 on ``device`` (train mode) and its tokenizer."""
-    model = load_float32(checkpoint_dir)
+def load_policy(
+    checkpoint_dir: Path,
+    device: str = "cpu",
+    experts_implementation: ExpertsImplementation = DEFAULT_EXPERTS_IMPLEMENTATION,
+) -> Policy:
+    """The checkpoint's model in float32 on ``device`` (train mode), its MoE experts computed
+    as ``experts_implementation`` says (``LoopConfig``), and its tokenizer."""
+    model = load_float32(checkpoint_dir, experts_implementation)
     model.to(device)  # type: ignore[arg-type]
     return Policy(model, load_tokenizer(checkpoint_dir), checkpoint_dir)
 

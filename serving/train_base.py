@@ -19,7 +19,10 @@ The algorithm
    MoE load-balancing loss (`router_aux_loss_coef` times Switch-Transformer's auxiliary loss)
    added to the cross-entropy so experts stay in use. Batches are drawn from a permutation of
    the training windows made by a `torch.Generator` seeded with `seed` (a new permutation each
-   epoch); with the same init, config and seed two runs give bit-identical weights.
+   epoch); with the same init, config and seed two runs give bit-identical weights. The MoE
+   experts run on the kernels `experts_implementation` names (the per-expert loop by default,
+   the fastest on a CPU); they change the speed, not the function, so they are no part of the
+   run's identity when `find_trained` looks for a checkpoint it already wrote.
 4. Evaluation. Held-out loss is the mean token cross-entropy over `eval_windows` held-out
    windows spread evenly over the held-out stream; perplexity is its exponential. It is
    measured before training, every `eval_every` steps and at the end.
@@ -46,7 +49,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import get_args
+from typing import Final, Literal, get_args
 
 import torch
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
@@ -89,6 +92,21 @@ class CorpusSpec(BaseModel):
     held_out_bytes: int = Field(default=100_000, ge=5_000, description="Held-out text bound.")
 
 
+#: How transformers computes the MoE experts (its ``experts_implementation``; the values its
+#: ``from_pretrained`` documents): ``eager`` loops over the experts, ``batched_mm`` uses
+#: ``torch.bmm``, ``grouped_mm`` ``torch.nn.functional.grouped_mm``. Same maths, other kernels.
+ExpertsImplementation = Literal["eager", "batched_mm", "grouped_mm"]
+
+#: transformers' own default is ``grouped_mm``; on the CPU its backward pass is about twice as
+#: slow as the per-expert loop (measured: 0.95 vs 0.48 s for a forward+backward of 16 x 180
+#: tokens through the tiny preset, one thread). A GPU run sets ``grouped_mm`` in its config.
+DEFAULT_EXPERTS_IMPLEMENTATION: Final[ExpertsImplementation] = "eager"
+
+#: Config fields that choose how a run computes, not what: left out of a checkpoint's identity
+#: (`find_trained`), so a run on other kernels, or one saved before the field existed, matches.
+NON_IDENTITY_FIELDS: Final = frozenset({"experts_implementation"})
+
+
 class TrainBaseConfig(BaseModel):
     """Hyper-parameters of one base-training run (defaults: a few CPU minutes, tiny preset)."""
 
@@ -107,6 +125,12 @@ class TrainBaseConfig(BaseModel):
     eval_windows: int = Field(default=64, ge=1, description="Held-out windows per eval.")
     seed: int = 0
     corpus: CorpusSpec = CorpusSpec()
+    experts_implementation: ExpertsImplementation = Field(
+        default=DEFAULT_EXPERTS_IMPLEMENTATION,
+        description="How transformers computes the MoE experts of the model being trained: "
+        "'eager' (fastest on the CPU), 'grouped_mm' or 'batched_mm' (GPU kernels). Not part of "
+        "the checkpoint's identity (see `NON_IDENTITY_FIELDS`).",
+    )
 
 
 #: A smoke-sized run (seconds on a CPU): tests and `BENCH_QUICK` use it. It still moves the
@@ -220,17 +244,13 @@ def token_logprobs(model: PreTrainedModel, token_ids: Sequence[int]) -> list[flo
     return [float(v) for v in picked[:, 0]]
 
 
-#: transformers picks ``grouped_mm`` for the MoE experts by default; on the CPU its backward
-#: pass is about twice as slow as the per-expert loop (measured: 0.95 vs 0.48 s for a
-#: forward+backward of 16 x 180 tokens through the tiny preset, one thread). A GPU run may set
-#: ``grouped_mm`` here.
-EXPERTS_IMPLEMENTATION = "eager"
-
-
-def load_float32(checkpoint_dir: Path) -> PreTrainedModel:
-    """A checkpoint's model in float32, in eval mode."""
+def load_float32(
+    checkpoint_dir: Path,
+    experts_implementation: ExpertsImplementation = DEFAULT_EXPERTS_IMPLEMENTATION,
+) -> PreTrainedModel:
+    """A checkpoint's model in float32, in eval mode, its MoE experts computed as asked."""
     model = AutoModelForCausalLM.from_pretrained(
-        str(checkpoint_dir), dtype=torch.float32, experts_implementation=EXPERTS_IMPLEMENTATION
+        str(checkpoint_dir), dtype=torch.float32, experts_implementation=experts_implementation
     )
     assert isinstance(model, PreTrainedModel)
     model.train(False)
@@ -374,7 +394,7 @@ def _train(
     init = read_version(init_dir)
     tokenizer = load_tokenizer(init_dir)
     corpus = _corpus(tokenizer, config)
-    model = load_float32(init_dir)
+    model = load_float32(init_dir, config.experts_implementation)
     started = time.perf_counter()
     train_losses, evals = _optimise(model, corpus, config, progress=progress)
     seconds = time.perf_counter() - started
@@ -433,13 +453,22 @@ def _train(
     )
 
 
+def config_identity(config: JsonValue) -> JsonValue:
+    """A run's config as saved in its checkpoint's metadata, less the `NON_IDENTITY_FIELDS` fields
+    (a checkpoint saved before one of them existed has the same identity)."""
+    if not isinstance(config, dict):
+        return config
+    return {k: v for k, v in config.items() if k not in NON_IDENTITY_FIELDS}
+
+
 def find_trained(out_dir: Path, init_dir: Path, config: TrainBaseConfig) -> Path | None:
-    """A checkpoint under `out_dir` that `train_base(init_dir, out_dir, config)` wrote."""
+    """A checkpoint under `out_dir` that `train_base(init_dir, out_dir, config)` wrote, or a run
+    whose config differs only in how it computed (`NON_IDENTITY_FIELDS`)."""
     parent = read_version(init_dir).version_id
-    wanted = json.loads(config.model_dump_json())
+    wanted = config_identity(json.loads(config.model_dump_json()))
     for version_file in sorted(out_dir.glob(f"{CHECKPOINT_KIND}-*/{VERSION_FILE}")):
         version = read_version(version_file.parent)
-        if version.parent == parent and version.metadata.get("config") == wanted:
+        if version.parent == parent and config_identity(version.metadata.get("config")) == wanted:
             return version_file.parent
     return None
 
@@ -470,6 +499,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--lr", type=float, default=defaults.lr)
     parser.add_argument("--seed", type=int, default=defaults.seed)
     parser.add_argument("--train-bytes", type=int, default=defaults.corpus.train_bytes)
+    parser.add_argument(
+        "--experts-implementation",
+        choices=get_args(ExpertsImplementation),
+        default=defaults.experts_implementation,
+        help="MoE experts kernels (grouped_mm on a GPU).",
+    )
     args = parser.parse_args(argv)
     config = defaults.model_copy(
         update={
@@ -480,6 +515,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "seed": args.seed,
             "eval_every": max(1, min(defaults.eval_every, args.steps // 3 or 1)),
             "corpus": defaults.corpus.model_copy(update={"train_bytes": args.train_bytes}),
+            "experts_implementation": args.experts_implementation,
         }
     )
     config = TrainBaseConfig.model_validate(config.model_dump())

@@ -1,4 +1,4 @@
-"""Exports straight from the traffic store: a query, the store's rows, the exporter.
+"""Exports straight from the traffic store: a filter, the store's rows, the exporter.
 
 Used by the CLI (``switchyard traffic ...``), the admin API (``/admin/traffic/*``) and the RL
 loop (which imports ``gateway.store`` and ``gateway.export`` only). Exports stream rows from the
@@ -12,38 +12,25 @@ import asyncio
 import queue
 import threading
 from collections.abc import Iterator
-from datetime import datetime
-from typing import Any, Literal, cast
+from typing import Any, Final, TypeAlias, cast
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import TypeAdapter
 
 from gateway.export.config import ExportConfig
 from gateway.export.export import ExportManifest, export_dataset
 from gateway.export.rows import ExportRow, FeedbackItem
-from gateway.store import FeedbackKind, InferenceFilter, InferenceRow, StoreBackend
+from gateway.store import InferenceFilter, InferenceRow, StoreBackend
 
 QUEUE_BATCHES = 8
 BATCH_ROWS = 500
 
 
-class TrafficQuery(BaseModel):
-    """Which traffic: every field given must hold. Times are ISO 8601 with a zone."""
+#: Validates the store's filter from JSON or query parameters (unknown keys are errors) and dumps
+#: it into a manifest. The filter itself is defined once, as :class:`InferenceFilter`.
+TRAFFIC_QUERY: Final[TypeAdapter[InferenceFilter]] = TypeAdapter(InferenceFilter)
 
-    model_config = ConfigDict(extra="forbid")
-
-    since: datetime | None = None
-    until: datetime | None = None
-    route_target: str | None = None
-    served_model: str | None = None
-    api_key_id: str | None = None
-    endpoint: str | None = None
-    episode_id: str | None = None
-    tags: dict[str, str] = Field(default_factory=dict)
-    has_feedback: FeedbackKind | Literal["any"] | None = None
-    ok_only: bool = False
-
-    def to_filter(self) -> InferenceFilter:
-        return InferenceFilter(**self.model_dump())
+#: Which traffic an export or a summary reads: the export API's name for the store's filter.
+TrafficQuery: TypeAlias = InferenceFilter
 
 
 def to_export_row(row: InferenceRow) -> ExportRow:
@@ -74,10 +61,10 @@ def to_export_row(row: InferenceRow) -> ExportRow:
 
 
 async def summarize(
-    backend: StoreBackend, query: TrafficQuery, group_by: list[str]
+    backend: StoreBackend, query: InferenceFilter, group_by: list[str]
 ) -> list[dict[str, Any]]:
     """Count, errors, cost, latency and TTFT percentiles, acceptance rate per group."""
-    return await backend.summarize(query.to_filter(), group_by)
+    return await backend.summarize(query, group_by)
 
 
 _END = object()
@@ -92,10 +79,11 @@ def _drain(q: queue.Queue[object]) -> Iterator[ExportRow]:
 
 
 async def export_from_store(
-    backend: StoreBackend, query: TrafficQuery, config: ExportConfig, *, progress: bool = False
+    backend: StoreBackend, query: InferenceFilter, config: ExportConfig, *, progress: bool = False
 ) -> ExportManifest:
     """Export the rows ``query`` selects as ``config`` says; the filters go into the manifest."""
-    config = config.model_copy(update={"filters": query.model_dump(mode="json")})
+    filters = TRAFFIC_QUERY.dump_python(query, mode="json")
+    config = config.model_copy(update={"filters": filters})
     q: queue.Queue[object] = queue.Queue(maxsize=QUEUE_BATCHES)
     result: dict[str, Any] = {}
 
@@ -111,7 +99,7 @@ async def export_from_store(
     worker.start()
     batch: list[ExportRow] = []
     try:
-        async for row in backend.iter_inferences(query.to_filter()):
+        async for row in backend.iter_inferences(query):
             batch.append(to_export_row(row))
             if len(batch) >= BATCH_ROWS:
                 await asyncio.to_thread(q.put, batch)

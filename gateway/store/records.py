@@ -17,7 +17,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Final, Literal, get_args
+from typing import Any, ClassVar, Final, Literal, get_args
+
+from pydantic import ConfigDict
 
 from gateway.store.ids import new_id
 
@@ -175,7 +177,13 @@ class InferenceFilter:
     ``since <= time < until``, answered from the primary key. ``tags`` must all match exactly.
     ``has_feedback`` keeps inferences with at least one feedback of that kind, or of any kind
     for ``"any"``. ``ok_only`` keeps status < 400 without error.
+
+    The one definition of the traffic filter: the CLI, the exports and the RL loop build it
+    directly; the admin API validates JSON into it with pydantic (``gateway.export.TRAFFIC_QUERY``:
+    ISO 8601 times parsed, types checked, unknown keys rejected per ``__pydantic_config__``).
     """
+
+    __pydantic_config__: ClassVar[ConfigDict] = ConfigDict(extra="forbid")
 
     since: datetime | None = None
     until: datetime | None = None

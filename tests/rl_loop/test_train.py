@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import get_args
 
 import pytest
 import torch
 
-from rl_loop.config import GateConfig, RlConfig, SftConfig
+from rl_loop.config import GateConfig, LoopConfig, RlConfig, SftConfig
 from rl_loop.evaluate import held_out_perplexity
 from rl_loop.modeling import (
     Encoded,
@@ -23,6 +24,7 @@ from rl_loop.modeling import (
 )
 from rl_loop.train import Rollout, group_advantages, rl_loss, train_rl, train_sft
 from serving.build import read_version
+from serving.train_base import ExpertsImplementation
 
 MESSAGES = [
     [{"role": "system", "content": "Answer with the name."}, {"role": "user", "content": q}]
@@ -152,6 +154,25 @@ def test_candidate_checkpoint_round_trip(micro_model: Path, tmp_path: Path) -> N
     reloaded = load_policy(saved)
     ppl = held_out_perplexity(reloaded, GateConfig(ppl_windows=2, ppl_seq_len=16))
     assert math.isfinite(ppl) and ppl > 1
+
+
+def test_the_loop_config_picks_the_experts_kernels_with_the_same_logprobs(
+    micro_model: Path, tmp_path: Path
+) -> None:
+    assert LoopConfig(work_dir=tmp_path).experts_implementation == "eager"
+    with pytest.raises(ValueError, match="experts_implementation"):
+        LoopConfig.model_validate({"work_dir": tmp_path, "experts_implementation": "fastest"})
+    logprobs = {}
+    for kernels in get_args(ExpertsImplementation):
+        config = LoopConfig(work_dir=tmp_path, experts_implementation=kernels)
+        policy = load_policy(micro_model, config.device, config.experts_implementation)
+        assert policy.model.config._experts_implementation == kernels
+        seq = Encoded(policy.encode_prompt(MESSAGES[0]), policy.encode_completion("alpha"))
+        with torch.no_grad():
+            batch = make_batch([seq], policy.pad_id, policy.device)
+            logprobs[kernels] = completion_logprobs(policy.model, batch)
+    for kernels in logprobs:
+        torch.testing.assert_close(logprobs[kernels], logprobs["eager"], atol=1e-5, rtol=1e-5)
 
 
 @pytest.mark.slow

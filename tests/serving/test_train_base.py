@@ -4,20 +4,24 @@ from __future__ import annotations
 
 import json
 import math
+from datetime import UTC, datetime
 from pathlib import Path
+from typing import get_args
 
 import pytest
 import torch
 from transformers import AutoModelForCausalLM
+from transformers.integrations.moe import ALL_EXPERTS_FUNCTIONS
 
 from serving import train_base
 from serving.build import checkpoint_digest, ensure_demo_model, make_version_id, read_version
-from serving.model_config import VERSION_FILE
+from serving.model_config import VERSION_FILE, CheckpointVersion, ModelSpec
 from serving.tokenizer import TOKENIZER_FILES, load_tokenizer, stdlib_sources
 from serving.train_base import (
     LOSS_CURVE_FILE,
     QUICK_TRAINING,
     CorpusSpec,
+    ExpertsImplementation,
     TrainBaseConfig,
     ensure_trained,
     find_trained,
@@ -144,3 +148,48 @@ def test_cli_trains_and_prints_the_figures(
     (checkpoint,) = tmp_path.glob(f"pretrain-*/{VERSION_FILE}")
     config = read_version(checkpoint.parent).metadata["config"]
     assert isinstance(config, dict) and config["steps"] == 2
+
+
+def test_experts_implementations_are_ones_transformers_accepts() -> None:
+    accepted = {"eager", *ALL_EXPERTS_FUNCTIONS.keys()}
+    assert set(get_args(ExpertsImplementation)) <= accepted
+    assert TrainBaseConfig().experts_implementation == "eager"  # the CPU's fastest
+    with pytest.raises(ValueError, match="experts_implementation"):
+        TrainBaseConfig.model_validate({"experts_implementation": "fastest"})
+
+
+def _write_version(directory: Path, parent: str | None, config: object = None) -> Path:
+    directory.mkdir(parents=True)
+    version = CheckpointVersion(
+        version_id=directory.name,
+        parent=parent,
+        created_at=datetime(2026, 1, 1, tzinfo=UTC),
+        spec=ModelSpec(),
+        seed=0,
+        metadata={} if config is None else {"kind": "base-training", "config": config},
+    )
+    (directory / VERSION_FILE).write_text(version.model_dump_json(exclude_defaults=True))
+    return directory
+
+
+def test_the_experts_kernels_are_no_part_of_a_trained_checkpoint_identity(
+    tmp_path: Path,
+) -> None:
+    init = _write_version(tmp_path / "base-000000000001", None)
+    out = tmp_path / "trained"
+    saved = json.loads(TINY_RUN.model_dump_json())
+    # A checkpoint written before the field existed (a run going on now writes one).
+    before = {k: v for k, v in saved.items() if k != "experts_implementation"}
+    assert len(before) == len(saved) - 1
+    old = _write_version(out / "pretrain-000000000002", init.name, before)
+    on_gpu = TINY_RUN.model_copy(update={"experts_implementation": "grouped_mm"})
+    assert find_trained(out, init, TINY_RUN) == old
+    assert find_trained(out, init, on_gpu) == old
+    assert find_trained(out, init, TINY_RUN.model_copy(update={"seed": 1})) is None
+
+    # And one written on other kernels is found by a CPU run of the same config.
+    other = tmp_path / "other"
+    gpu_made = _write_version(
+        other / "pretrain-000000000003", init.name, json.loads(on_gpu.model_dump_json())
+    )
+    assert find_trained(other, init, TINY_RUN) == gpu_made
