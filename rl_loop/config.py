@@ -182,6 +182,14 @@ class RefitConfig(_Strict):
         description="Count the gate's verified answers of the served weights on held-out items "
         "as local outcomes: unbiased evidence (never trained on) the moment weights change.",
     )
+    inherit_no_worse: bool = Field(
+        default=True,
+        description="After a promotion, a class on which the gate found the new weights no worse "
+        "than the replaced ones (at least as many of the same held-out items passed) keeps the "
+        "replaced weights' live and shadow outcomes as evidence: the gate certifies the class "
+        "did not regress, and its few held-out items alone would hold a learned class back "
+        "after every promotion (one miss in 32 keeps the lower bound under the target).",
+    )
 
 
 class LoopConfig(_Strict):

@@ -24,7 +24,7 @@ import asyncio
 import json
 import logging
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -354,6 +354,12 @@ async def ship_candidate(
     result.served_after = read_version(now_served).version_id
     result.seconds["swap"] = round(time.perf_counter() - started, 1)
     started = time.perf_counter()
+    inherited: dict[str, str] = {}
+    if result.promoted and config.refit.inherit_no_worse:
+        classes = no_worse_classes(
+            candidate.current_eval, candidate.candidate_eval, config.refit.class_tags
+        )
+        inherited = dict.fromkeys(sorted(classes), result.served_before)
     refit = await refit_round(
         services,
         config,
@@ -362,6 +368,7 @@ async def ship_candidate(
         cache,
         result.round,
         candidate.candidate_eval if result.promoted else candidate.current_eval,
+        inherited,
     )
     result.refit = refit.to_json()
     result.seconds["refit"] = round(time.perf_counter() - started, 1)
@@ -406,6 +413,24 @@ def gate_outcomes(evaluation: ModelEval, class_tags: Sequence[str]) -> list[Outc
     return out
 
 
+def no_worse_classes(
+    current: ModelEval, candidate: ModelEval, class_tags: Sequence[str]
+) -> set[str]:
+    """Routing classes on which ``candidate`` passed at least as many of the gate's items as
+    ``current`` did (both answered the same items)."""
+
+    def passed(evaluation: ModelEval) -> tuple[Counter[str], Counter[str]]:
+        ok: Counter[str] = Counter()
+        seen: Counter[str] = Counter()
+        for o in gate_outcomes(evaluation, class_tags):
+            seen[o.class_key] += 1
+            ok[o.class_key] += o.accepted
+        return ok, seen
+
+    (cur_ok, cur_n), (cand_ok, cand_n) = passed(current), passed(candidate)
+    return {k for k in cand_n if cur_n[k] == cand_n[k] and cand_ok[k] >= cur_ok[k]}
+
+
 async def refit_round(
     services: Services,
     config: LoopConfig,
@@ -414,6 +439,7 @@ async def refit_round(
     cache: VerdictCache,
     round_index: int,
     served_eval: ModelEval | None,
+    inherited: Mapping[str, str] | None = None,
 ) -> RefitReport:
     """Refit the learned routing for ``weights_version`` and reload the gateway."""
     extra = (
@@ -434,6 +460,7 @@ async def refit_round(
         admin_token=services.admin_token,
         version=f"fit-r{round_index}-{weights_version}",
         extra=extra,
+        inherited=inherited,
     )
 
 

@@ -9,6 +9,10 @@
    held-out items count as local outcomes too. They are unbiased: held-out tasks and the time
    split's latest traffic were never trained on (recorded frontier prompts were, so answering
    those again would flatter the new weights).
+   And (``inherit_no_worse``) for each class on which the gate found the new weights no worse
+   than the ones they replaced (same items, at least as many passed), the replaced weights'
+   local outcomes count too (``inherited``: class -> weights version). One step only: the
+   replaced weights' own inherited evidence is not passed further down.
 3. ``router.learned.fit`` -> a ``LearnedState`` whose version names the weights it was fitted
    for; written atomically to ``routing.learned.state_file``; recorded as a policy version; then
    ``POST {gateway}/admin/reload`` makes the gateway use it (every decision records the version).
@@ -21,7 +25,7 @@ import json
 import os
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -47,6 +51,7 @@ class RefitReport:
     state_file: str
     outcomes: dict[str, dict[str, list[int]]] = field(default_factory=dict)
     gate_outcomes: int = 0
+    inherited: dict[str, str] = field(default_factory=dict)
     reloaded: bool = False
     policy_version: str | None = None
     seconds: float = 0.0
@@ -57,6 +62,7 @@ class RefitReport:
             "state_file": self.state_file,
             "outcomes": self.outcomes,
             "gate_outcomes": self.gate_outcomes,
+            "inherited": dict(sorted(self.inherited.items())),
             "reloaded": self.reloaded,
             "policy_version": self.policy_version,
             "seconds": round(self.seconds, 2),
@@ -96,8 +102,11 @@ def fit_state(
     weights_version: str | None,
     current_version_only: bool,
     extra: Sequence[Outcome] = (),
+    inherited: Mapping[str, str] | None = None,
 ) -> LearnedState:
-    """Step 3's fit, keeping local outcomes of ``weights_version`` only when asked."""
+    """Step 3's fit, keeping local outcomes of ``weights_version`` only when asked, plus those
+    of ``inherited[class]`` for the classes it names (step 2)."""
+    inherited = inherited or {}
     kept = list(extra) + [
         Outcome(o.class_key, o.arm, o.accepted)
         for o in outcomes
@@ -105,6 +114,7 @@ def fit_state(
         or not current_version_only
         or weights_version is None
         or o.weights_version == weights_version
+        or (o.weights_version is not None and inherited.get(o.class_key) == o.weights_version)
     ]
     return fit(kept, version)
 
@@ -143,9 +153,10 @@ async def refit_policy(
     admin_token: str | None = None,
     version: str | None = None,
     extra: Sequence[Outcome] = (),
+    inherited: Mapping[str, str] | None = None,
 ) -> RefitReport:
-    """Outcomes (plus ``extra``, e.g. the gate's) -> fitted state -> state file -> policy
-    version -> gateway reload."""
+    """Outcomes (plus ``extra``, e.g. the gate's, and the ``inherited`` classes' outcomes of
+    the weights named there) -> fitted state -> state file -> policy version -> reload."""
     started = time.perf_counter()
     outcomes = await gather_outcomes(
         store,
@@ -162,12 +173,15 @@ async def refit_policy(
         weights_version=weights_version,
         current_version_only=config.current_version_only,
         extra=extra,
+        inherited=inherited,
     )
     write_state(state, state_file)
     await store.upsert_policy_version(
         PolicyVersionRecord(id=version, config=state.to_json(), status="active")
     )
-    report = RefitReport(version, str(state_file), gate_outcomes=len(extra))
+    report = RefitReport(
+        version, str(state_file), gate_outcomes=len(extra), inherited=dict(inherited or {})
+    )
     counts: Counter[tuple[str, str, bool]] = Counter()
     for arms_key, arms in state.classes.items():
         for arm, c in arms.items():

@@ -16,8 +16,10 @@ import yaml
 from gateway.store import FeedbackRecord, InferenceRecord, ShadowRecord, SqliteBackend
 from rl_loop import replay as replay_cli
 from rl_loop.config import RefitConfig
-from rl_loop.outcomes import VerdictCache, answer_text
-from rl_loop.refit import refit_policy
+from rl_loop.evaluate import ItemResult, ModelEval
+from rl_loop.loop import no_worse_classes
+from rl_loop.outcomes import RecordedOutcome, VerdictCache, answer_text
+from rl_loop.refit import fit_state, refit_policy
 from router.config import LearnedConfig, RoutingConfig
 from router.features import RequestFeatures
 from router.learned import LearnedPolicy, LearnedState, Outcome
@@ -235,3 +237,39 @@ def test_answer_text_reads_every_wire_format() -> None:
     output = {"output": [{"type": "message", "content": [{"type": "output_text", "text": "r"}]}]}
     assert answer_text(output) == "r"
     assert answer_text(None) == ""
+
+
+def _recorded(class_key: str, accepted: bool, weights: str | None, arm: str = "local"):
+    return RecordedOutcome("id", class_key, arm, accepted, "shadow", weights, 0.0, 1.0)
+
+
+def test_a_class_the_gate_found_no_worse_keeps_the_replaced_weights_evidence() -> None:
+    outcomes = [
+        *[_recorded("quick", True, "v1") for _ in range(40)],
+        *[_recorded("hard", False, "v1") for _ in range(40)],
+        _recorded("quick", True, "v0"),  # two versions back: never inherited
+        _recorded("quick", True, "v2"),
+        _recorded("quick", True, None, arm="frontier"),
+    ]
+    state = fit_state(
+        outcomes, "fit", weights_version="v2", current_version_only=True, inherited={"quick": "v1"}
+    )
+    assert state.counts("quick", "local").n == 41  # v2's own and v1's
+    assert state.counts("hard", "local").n == 0  # not certified: v1's failures do not count
+    assert state.counts("quick", "frontier").n == 1
+    alone = fit_state(outcomes, "fit", weights_version="v2", current_version_only=True)
+    assert alone.counts("quick", "local").n == 1
+
+
+def test_no_worse_classes_compares_passes_on_the_same_items() -> None:
+    def evaluation(passes: dict[str, list[bool]]) -> ModelEval:
+        items = [
+            ItemResult(family, {"family": family}, "heldout", ok, ok, (), "a")
+            for family, oks in passes.items()
+            for ok in oks
+        ]
+        return ModelEval("v", items=items)
+
+    current = evaluation({"a": [True, False, True], "b": [True, True], "c": [False]})
+    candidate = evaluation({"a": [True, True, True], "b": [True, False], "c": [False]})
+    assert no_worse_classes(current, candidate, ["family"]) == {"a", "c"}
