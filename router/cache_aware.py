@@ -10,13 +10,16 @@ requests, KV cache usage, KV capacity in blocks).
 The prefix index (``router/prefix_index.py``) maps block key -> bit mask of replicas holding it,
 and keeps one LRU of block keys per replica, bounded by that replica's capacity
 ``min(max_index_blocks, capacity_fraction * num_gpu_blocks)``; memory is therefore bounded by
-construction (about 200 bytes per indexed block). The longest cached prefix on every replica is
-found in one walk over the prompt's blocks (chained hashes: a block can only be reused if all
-blocks before it are), O(prompt blocks + replicas).
+construction (about 340 bytes per indexed block once full). A block can only be reused if all
+blocks before it are (chained hashes), so every replica's longest cached prefix is found in one
+pass over the prompt's blocks, or, on an index fed whole prompts (below), by bisection.
 
 - approximate mode: when a request is routed, its prompt blocks are recorded on the chosen
   replica, deepest block first, so the first blocks are the most recent and the LRU evicts a
-  prefix from its tail as vLLM does (it frees a request's blocks tail first).
+  prefix from its tail as vLLM does (it frees a request's blocks tail first). This index only
+  ever receives whole prompts, so it is a :class:`~router.prefix_index.PromptIndex` (the same
+  LRU kept as a tree: recording a prompt costs its new blocks, not all of them); KV events are
+  not applied in this mode.
 - precise mode: the index holds what vLLM reports in its KV cache events (blocks stored and
   removed, cache cleared; ``router/kv_events.py``). Routed prefixes are also recorded in a small
   *pending* index whose entries expire after ``pending_ttl_s``: they cover the time between
@@ -44,17 +47,23 @@ The decision, for the healthy replicas ``R``:
    These are what stop the "every miss goes to the emptiest cache" and "hot prefix owns one
    replica" spirals: a hot prefix spills to a second replica, which then caches it too.
 3. Among the remaining replicas, minimise ``cost(r) = uncached_tokens(r) + load_cost_tokens *
-   load(r) - home_bonus_tokens * [r is the request's home]``: a replica must save
-   ``load_cost_tokens`` prefill tokens per extra request it holds.
-4. The *home* is the highest-random-weight replica (rendezvous hashing) for :func:`home_key`:
-   the request's session (``episode_id``) if it names one, else the block at the largest
-   power-of-two depth at most half the prompt (past a shared system prompt; the same for a
-   conversation's turns until its prompt doubles). When the index knows nothing useful (a new
-   prefix family, or one the approximate index has already evicted while vLLM still holds it)
-   the request goes home unless home is more than ``home_bonus_tokens / load_cost_tokens``
-   requests busier: a session stays on one replica like session affinity, different families
-   spread evenly, gateways that do not share an index agree, and a replica set change moves
-   only the homes of the replicas that changed. Equal costs prefer a known match, then home.
+   load(r) - home_bonus_tokens * [r is the request's remembered home]``: a replica must save
+   ``load_cost_tokens`` prefill tokens per extra request it holds. Equal costs prefer a known
+   match, then the home.
+4. The *home key* (:func:`home_key`) is the request's session (``episode_id``) if it names one,
+   else the block at the largest power-of-two depth at most half the prompt (past a shared
+   system prompt; the same for a conversation's turns until its prompt doubles). Its *home* is
+   the replica its last request went to (remembered per key, two generations of at most 65,536
+   keys). When the index knows nothing useful about a known key (the approximate index has
+   evicted what vLLM may still hold) the request goes home unless home is more than
+   ``home_bonus_tokens / load_cost_tokens`` requests busier: a session stays on one replica like
+   session affinity, and a replica set change moves only the sessions of the replicas that
+   left. A key not seen lately gets no bonus: its first request goes where the cost is lowest,
+   which for a prompt nothing holds is the least loaded replica; ties go to the replica that
+   received the fewest recent requests (the share guard's counts), then to the rendezvous
+   (highest-random-weight) winner for the key. Sessions then spread evenly, and so do their
+   contexts, which share the replicas' KV capacity. (Gateways that share no index may place a
+   new session differently; in precise mode KV events tell every gateway where it went.)
 
 Why the defaults (``router/selector_config.py``; swept with ``loadtests/replica_sim.py``):
 
@@ -65,21 +74,32 @@ Why the defaults (``router/selector_config.py``; swept with ``loadtests/replica_
 - ``balance_abs_threshold = 16``, ``balance_rel_threshold = 1.5``: SGLang uses 64 / 1.5 for GPU
   batch sizes; 16 is a CPU replica's batch. Smaller gaps are the cost term's business.
 - ``max_share_ratio = 1.2`` over ``share_window_per_replica = 128`` requests: bounds max/mean
-  requests per replica near 1.25 for a few points of hit rate; once the window is full, counting
-  noise (1/sqrt(128), 9%) is well inside the 20% margin. ``share_noise_sd = 2`` covers the
-  windows that are not full yet (a two-sigma excess is what a fair split rarely produces).
+  requests per replica near 1.25 for a few points of hit rate; once the window is full,
+  counting noise (1/sqrt(128), 9%) is well inside the 20% margin. ``share_noise_sd = 2`` covers
+  the windows that are not full yet (a two-sigma excess is what a fair split rarely produces).
 - ``home_bonus_tokens = 256``: two requests of load at ``load_cost_tokens``; a session keeps its
   replica through the small load differences of a moderately loaded fleet, while a replica
   that is really busier still sheds new work. (On the real bench without it, 20 of 113
   continuing turns changed replica, most with nothing left in the index and one to a few
-  requests of load difference, while vLLM still held part of their context.)
+  requests of load difference, while vLLM still held part of their context.) A new key has no
+  context anywhere to keep: with the bonus it queued behind one or two requests at its
+  rendezvous home while other replicas were idle. In the 64-replica simulation at its lightest
+  load, where a quarter of the requests are cold misses no routing avoids and set TTFT p90,
+  placing new keys by load (then fewest recent requests) cut the slowest tenth's queued
+  requests from 149 to 73 and the avoidable cold misses from 155 to 37 (session affinity: 128
+  and 82); TTFT p90 178 ms against session affinity's 182 ms (164 ms with no queueing at all).
 - ``kv_usage_limit = 0.98``: vLLM's usage counts blocks held by running requests only (cached
   free blocks do not count), so near 1.0 a new request waits for memory.
 - ``capacity_fraction = 0.9``: some blocks always belong to running requests' fresh tokens.
 - ``pending_ttl_s = 10``: longer than a prefill waits in a saturated replica's queue.
 
-Cost (``make bench-kv``, 64 replicas, 120-block prompts, a busy 2-core box): the choice ~40-70 us
-at p50; hashing ~4 us per new block, ~0.7 us per repeated one (memo).
+Cost per request at 64 replicas on this project's shared 2-core box (``make bench-kv``:
+``sim_decision_us`` on the simulation's own prompts, ``selector_cost`` on synthetic ones): the
+choice ~80 us at p50 (75-115 us over runs; a few list passes over the replicas, a bisecting
+prefix match, and only the new blocks recorded); hashing ~150-250 us per ~115-block prompt at
+p50, of which ~6-7 us per new block (SHA-256) and the rest reading the prompt's tokens once: a
+session's previous prompt is recognised by one keyed hash of its bytes and not hashed again
+(``router/block_hash.py``).
 """
 
 from __future__ import annotations
@@ -94,15 +114,23 @@ from typing import Literal
 from router.block_hash import BlockHasher
 from router.features import RequestFeatures
 from router.kv_events import KvEvent, apply_events
-from router.prefix_index import INDEX_BYTES_PER_BLOCK, PrefixIndex, match_lengths
-from router.replicas import NoHealthyReplicaError, ReplicaView
+from router.prefix_index import (
+    INDEX_BYTES_PER_BLOCK,
+    PROMPT_INDEX_BYTES_PER_BLOCK,
+    PrefixIndex,
+    PromptIndex,
+    match_lengths,
+)
+from router.replicas import LoadBook, NoHealthyReplicaError, ReplicaLoad, ReplicaView, SlotList
 from router.selector_config import CacheAwareConfig
 
 __all__ = [
     "INDEX_BYTES_PER_BLOCK",
+    "PROMPT_INDEX_BYTES_PER_BLOCK",
     "CacheAwareSelector",
     "LoadBook",
     "PrefixIndex",
+    "PromptIndex",
     "ReplicaLoad",
     "Selection",
     "home_key",
@@ -111,6 +139,7 @@ __all__ = [
 
 _MASK64 = 0xFFFF_FFFF_FFFF_FFFF
 _GOLDEN64 = 0x9E37_79B9_7F4A_7C15
+_HOME_MEMO = 65_536  # home keys remembered per generation (about 100 B each)
 
 
 def prompt_token_ids(features: RequestFeatures) -> Sequence[int] | None:
@@ -147,84 +176,6 @@ def home_key(keys: Sequence[int], session: str | None) -> int | None:
     return keys[depth]
 
 
-@dataclass(frozen=True, slots=True)
-class ReplicaLoad:
-    """One replica's ``/metrics`` reading."""
-
-    running: int
-    waiting: int
-    kv_usage: float
-    observed_at: float
-    num_blocks: int | None = None
-    block_size: int | None = None
-
-
-class LoadBook:
-    """Latest :class:`ReplicaLoad` per replica, combined with the gateway's in-flight counts.
-
-    Replicas get small integer slots (also their bit in :class:`PrefixIndex` masks); readings
-    are kept in per-slot lists so a decision reads them without dict lookups.
-    """
-
-    def __init__(self, stale_after_s: float) -> None:
-        self.stale_after_s = stale_after_s
-        self._slots: dict[str, int] = {}
-        self._slot_lists: dict[tuple[str, ...], list[int]] = {}
-        self._readings: list[ReplicaLoad | None] = []
-        self._queued: list[float] = []  # running + waiting, per slot
-        self._kv_usage: list[float] = []
-        self._seen_at: list[float] = []  # -inf until a reading arrives
-
-    def slot_of(self, name: str) -> int:
-        slot = self._slots.get(name)
-        if slot is None:
-            slot = self._slots[name] = len(self._slots)
-            self._readings.append(None)
-            self._queued.append(0.0)
-            self._kv_usage.append(0.0)
-            self._seen_at.append(float("-inf"))
-        return slot
-
-    def slots_of(self, views: Sequence[ReplicaView]) -> list[int]:
-        """Slots of ``views`` in order (memoised per replica list; bounded)."""
-        names = tuple(v.name for v in views)
-        slots = self._slot_lists.get(names)
-        if slots is None:
-            if len(self._slot_lists) > 256:
-                self._slot_lists.clear()
-            slots = self._slot_lists[names] = [self.slot_of(n) for n in names]
-        return slots
-
-    def names(self) -> dict[str, int]:
-        return dict(self._slots)
-
-    def update(self, name: str, load: ReplicaLoad) -> None:
-        slot = self.slot_of(name)
-        self._readings[slot] = load
-        self._queued[slot] = float(load.running + load.waiting)
-        self._kv_usage[slot] = load.kv_usage
-        self._seen_at[slot] = load.observed_at
-
-    def get(self, name: str) -> ReplicaLoad | None:
-        slot = self._slots.get(name)
-        return None if slot is None else self._readings[slot]
-
-    def loads(self, views: Sequence[ReplicaView], slots: Sequence[int], now: float) -> list[float]:
-        """``max(in_flight, running + waiting)`` per view; stale readings count as absent."""
-        cutoff = now - self.stale_after_s
-        queued, seen = self._queued, self._seen_at
-        return [
-            max(float(v.in_flight), queued[s]) if seen[s] >= cutoff else float(v.in_flight)
-            for v, s in zip(views, slots, strict=True)
-        ]
-
-    def kv_usages(self, slots: Sequence[int], now: float) -> list[float]:
-        """KV cache usage (0..1) per slot; 0 where the reading is stale or missing."""
-        cutoff = now - self.stale_after_s
-        usage, seen = self._kv_usage, self._seen_at
-        return [usage[s] if seen[s] >= cutoff else 0.0 for s in slots]
-
-
 Reason = Literal["prefix", "home", "load"]
 
 
@@ -255,12 +206,13 @@ class CacheAwareSelector:
         precise = config.mode == "precise"
         # approximate: the index itself models the cache; precise: events fill `index`, routing
         # fills the short-lived `pending` one.
-        self.index = PrefixIndex(
-            config.max_index_blocks if precise else config.default_capacity_blocks,
-            config.max_index_blocks,
+        self.index: PrefixIndex | PromptIndex = (
+            PrefixIndex(config.max_index_blocks, config.max_index_blocks)
+            if precise
+            else PromptIndex(config.default_capacity_blocks, config.max_index_blocks)
         )
-        self.pending: PrefixIndex | None = (
-            PrefixIndex(
+        self.pending: PromptIndex | None = (
+            PromptIndex(
                 config.default_capacity_blocks, config.max_index_blocks, config.pending_ttl_s
             )
             if precise
@@ -270,6 +222,9 @@ class CacheAwareSelector:
         self._tally: list[float] = []
         self._unit = 1.0
         self._rr = 0
+        # Home key -> slot its last request went to; two generations of at most _HOME_MEMO.
+        self._homes: dict[int, int] = {}
+        self._homes_old: dict[int, int] = {}
         self.last: Selection | None = None
         self.event_gaps = 0
         self.index_resets = 0
@@ -296,7 +251,10 @@ class CacheAwareSelector:
             modelled.set_capacity(slot, blocks)
 
     def apply_kv_events(self, name: str, events: Iterable[KvEvent]) -> int:
-        """Hook for the KV event subscriber (precise mode); returns events applied."""
+        """Hook for the KV event subscriber (precise mode); returns events applied (none in
+        approximate mode, whose index models the caches from routed prompts alone)."""
+        if not isinstance(self.index, PrefixIndex):
+            return 0
         return apply_events(self.index, self.slot_of(name), events, self._clock())
 
     def kv_events_lost(self, name: str, count: int) -> None:
@@ -310,19 +268,22 @@ class CacheAwareSelector:
             self.index.clear_slot(self.slot_of(name))
 
     # -- decision ---------------------------------------------------------------------------
-    def _guard(self, loads: list[float], slots: list[int], now: float) -> tuple[list[int], str]:
-        """Indexes (into ``slots``) that survive the guards, and which guards removed some."""
+    def _guard(self, loads: list[float], slots: SlotList, now: float) -> tuple[set[int], str]:
+        """Indexes (into ``slots``) the guards remove, and which guards removed some. Each
+        guard first checks, on aggregates (min, max, sum), whether it removes any: usually
+        none or a few replicas are removed, so the rest of the decision works on the few."""
         cfg = self.config
         n = len(slots)
-        keep = list(range(n))
+        removed: set[int] = set()
         guarded = []
         low = min(loads)
         bound = max(low + cfg.balance_abs_threshold, low * cfg.balance_rel_threshold)
         if max(loads) > bound:
-            keep = [i for i in keep if loads[i] <= bound]
+            removed = {i for i, load in enumerate(loads) if load > bound}
             guarded.append("imbalance")
         if cfg.max_share_ratio is not None and n > 1:
-            tallies = [self._tally[s] for s in slots]
+            tally = self._tally
+            tallies = tally if slots.identity and len(tally) == n else [tally[s] for s in slots]
             total = sum(tallies)
             # In requests: the window's mean per replica, and a fair random split's spread.
             mean = total / n / self._unit
@@ -330,28 +291,62 @@ class CacheAwareSelector:
             cap = max(cfg.max_share_ratio * mean, mean + cfg.share_noise_sd * spread)
             # Only once the window holds a couple of requests per replica.
             limit = cap * self._unit
-            within = [i for i in keep if tallies[i] <= limit]
-            if mean >= 2.0 and within and len(within) < len(keep):
-                # An over-share replica less busy than every other one is faster, not hogging
-                # a hot prefix: sending its requests to a busier replica would only queue them.
-                least = min(loads[i] for i in within)
-                trimmed = [i for i in keep if tallies[i] <= limit or loads[i] < least]
-                if len(trimmed) < len(keep):
-                    keep = trimmed
-                    guarded.append("share")
-        usage = self.load_book.kv_usages(slots, now)
-        if max(usage) > cfg.kv_usage_limit:
-            trimmed = [i for i in keep if usage[i] <= cfg.kv_usage_limit]
-            if trimmed:
-                keep = trimmed
+            if mean >= 2.0 and max(tallies) > limit:
+                over = [i for i, t in enumerate(tallies) if t > limit and i not in removed]
+                if len(over) < n - len(removed):
+                    # An over-share replica less busy than every replica within its share is
+                    # faster, not hogging a hot prefix: sending its requests to a busier
+                    # replica would only queue them.
+                    least = low
+                    if removed or min([loads[i] for i in over]) <= low:
+                        least = min(
+                            [
+                                x
+                                for i, x in enumerate(loads)
+                                if tallies[i] <= limit and i not in removed
+                            ]
+                        )
+                    dropped = {i for i in over if loads[i] >= least}
+                    if dropped:
+                        removed |= dropped
+                        guarded.append("share")
+        if self.load_book.max_kv_usage(slots, now) > cfg.kv_usage_limit:
+            usage = self.load_book.kv_usages(slots, now)
+            full = {i for i, u in enumerate(usage) if u > cfg.kv_usage_limit and i not in removed}
+            if full and len(full) < n - len(removed):
+                removed |= full
                 guarded.append("kv_usage")
-        return keep, ",".join(guarded)
+        return removed, ",".join(guarded)
 
-    def _home_of(self, key: int, keep: Sequence[int], slots: Sequence[int]) -> int:
-        """The index in ``keep`` with the highest :func:`rendezvous` score for ``key`` (inlined:
-        this runs for every candidate of every request)."""
+    def _remembered(self, key: int, slots: SlotList, removed: set[int]) -> int:
+        """The index (into ``slots``) of the replica ``key``'s last request went to, or -1:
+        a key not seen lately, or whose replica is gone or removed by a guard."""
+        slot = self._homes.get(key)
+        if slot is None:
+            slot = self._homes_old.get(key)
+            if slot is None:
+                return -1
+        i = slots.position.get(slot, -1)
+        return -1 if i in removed else i
+
+    def _least_loaded(
+        self, key: int, removed: set[int], loads: list[float], least: float, slots: SlotList
+    ) -> int:
+        """The least loaded index not ``removed``; ties go to the replica that received the
+        fewest recent requests (the share tallies), then to the :func:`rendezvous` winner for
+        ``key``."""
+        tied = [i for i, load in enumerate(loads) if load == least and i not in removed]
+        if len(tied) > 1:
+            tally = self._tally
+            fewest = min([tally[slots[i]] for i in tied])
+            tied = [i for i in tied if tally[slots[i]] == fewest]
+        return self._rendezvous_best(key, tied, slots)
+
+    def _rendezvous_best(self, key: int, keep: Iterable[int], slots: Sequence[int]) -> int:
+        """The index in ``keep`` with the highest :func:`rendezvous` score for ``key``
+        (inlined: it runs for every candidate)."""
         salts = self._salts
-        best, best_score = keep[0], -1
+        best, best_score = -1, -1
         for i in keep:
             x = ((key ^ salts[slots[i]]) * _GOLDEN64) & _MASK64
             x ^= x >> 29
@@ -377,7 +372,7 @@ class CacheAwareSelector:
         if not healthy:
             raise NoHealthyReplicaError(target)
         tokens = prompt_token_ids(features)
-        keys = self.hasher.block_keys(tokens) if tokens else []
+        keys = self.hasher.block_keys(tokens, features.episode_id) if tokens else []
         home = home_key(keys, features.episode_id)
         return self.select_for_keys(healthy, keys, self._clock(), home)
 
@@ -391,39 +386,45 @@ class CacheAwareSelector:
         """The decision for already-hashed prompt blocks (``healthy`` must be non-empty);
         ``home``: :func:`home_key` (defaults to the one of ``keys`` alone)."""
         cfg = self.config
-        slots = self.load_book.slots_of(healthy)
-        if len(self._tally) < len(self.load_book.names()):
-            for name in self.load_book.names():
+        book = self.load_book
+        slots = book.slots_of(healthy)
+        if len(self._tally) < len(book):
+            for name in book.names():
                 self.slot_of(name)
-        loads = self.load_book.loads(healthy, slots, now)
-        keep, guarded = self._guard(loads, slots, now)
+        loads = book.loads(healthy, slots, now)
+        removed, guarded = self._guard(loads, slots, now)
         indexes = [self.index]
         if self.pending is not None:
             self.pending.expire(now)
             indexes.append(self.pending)
-        candidates = 0
-        for i in keep:
-            candidates |= 1 << slots[i]
+        candidates = slots.mask
+        for i in removed:
+            candidates &= ~(1 << slots[i])
         matched = match_lengths(keys, candidates, indexes) if keys else {}
         if home is None:
             home = home_key(keys, None)
+        known = home is not None
         if home is None:  # nothing to go by: spread
             self._rr += 1
             home = self._rr
-        home_i = self._home_of(home, keep, slots)
-        # The best replica holding no prefix is the home or the least loaded one, so only
-        # those and the replicas with a match need a cost.
-        least = min([loads[i] for i in keep])
-        low = home_i if loads[home_i] == least else next(i for i in keep if loads[i] == least)
-        costs = {home_i: cfg.load_cost_tokens * loads[home_i] - cfg.home_bonus_tokens}
-        costs[low] = min(costs.get(low, math.inf), cfg.load_cost_tokens * loads[low])
-        if matched:
-            index_of = {slots[i]: i for i in keep}
-            for slot, depth in matched.items():
-                i = index_of[slot]
-                cost = cfg.load_cost_tokens * loads[i] - cfg.block_size * depth
-                costs[i] = cost - cfg.home_bonus_tokens if i == home_i else cost
-        # Equal costs: a known match first, then the home.
+        least = min([x for i, x in enumerate(loads) if i not in removed]) if removed else min(loads)
+        home_i = self._remembered(home, slots, removed) if known else -1
+        bonus = cfg.home_bonus_tokens
+        if home_i < 0:  # a new key: its home is where load alone sends it
+            home_i = self._least_loaded(home, removed, loads, least, slots)
+            bonus = 0.0
+        costs = {home_i: cfg.load_cost_tokens * loads[home_i] - bonus}
+        position = slots.position
+        for slot, depth in matched.items():
+            i = position[slot]
+            cost = cfg.load_cost_tokens * loads[i] - cfg.block_size * depth
+            costs[i] = cost - bonus if i == home_i else cost
+        # Any other replica costs at least `load_cost * least` and loses ties (equal costs: a
+        # known match first, then the home): only a least loaded one can win, if cheaper.
+        if cfg.load_cost_tokens * least < min(costs.values()):
+            costs[self._least_loaded(home, removed, loads, least, slots)] = (
+                cfg.load_cost_tokens * least
+            )
         best = min(costs, key=lambda i: (costs[i], not matched.get(slots[i]), i != home_i))
         reason: Reason
         if matched.get(slots[best], 0):
@@ -439,6 +440,10 @@ class CacheAwareSelector:
                 self.pending.add_blocks(slot, keys, now)
             else:
                 self.index.add_blocks(slot, keys, now, present=got)
+        if known:  # the key's home is where its last request went
+            self._homes[home] = slot
+            if len(self._homes) >= _HOME_MEMO:
+                self._homes_old, self._homes = self._homes, {}
         self._record_share(slot, len(healthy))
         self.last = Selection(healthy[best].name, got, len(keys), loads[best], reason, guarded)
         return healthy[best].name
@@ -456,7 +461,7 @@ class CacheAwareSelector:
 
     def index_bytes_bound(self) -> int:
         """Upper bound on index memory per replica, in bytes."""
-        blocks = self.index.max_capacity
+        total = self.index.max_capacity * self.index.bytes_per_block
         if self.pending is not None:
-            blocks += self.pending.max_capacity
-        return blocks * INDEX_BYTES_PER_BLOCK
+            total += self.pending.max_capacity * self.pending.bytes_per_block
+        return total

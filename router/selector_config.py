@@ -105,10 +105,13 @@ class CacheAwareConfig(BaseModel):
     max_index_blocks: int = Field(
         default=65_536,
         ge=1,
-        description="Hard bound on blocks indexed per replica (~200 B each: 13 MB).",
+        description="Hard bound on blocks indexed per replica (~340 B each: 22 MB).",
     )
     memo_blocks: int = Field(
-        default=DEFAULT_MEMO_BLOCKS, ge=2, description="Hash memo entries (~150 B each)."
+        default=DEFAULT_MEMO_BLOCKS,
+        ge=2,
+        description="Blocks the hash memo holds, and bound on the blocks of the sessions' last "
+        "prompts it remembers (~200 B per block of this bound, both together).",
     )
     # Scoring.
     load_cost_tokens: float = Field(

@@ -10,7 +10,6 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import msgspec
 import pytest
 import zmq
 
@@ -18,29 +17,12 @@ from gateway.kv_event_subscriber import KvEventSubscriber
 from router.cache_aware import CacheAwareSelector
 from router.selector_config import CacheAwareConfig
 from serving.replica import find_free_port
-
-kv = pytest.importorskip("vllm.distributed.kv_events", reason="vllm is not installed")
+from tests.kv_event_helpers import batch, encode, kv, removed, stored
 
 A = "http://127.0.0.1:18001"
 TOPIC = "kv"
 POLL_S = 0.02
 MAX_POLLS = 500  # bounds every wait (about 10 s)
-
-
-def _stored(keys: list[int]) -> Any:
-    return kv.BlockStored(
-        block_hashes=keys,
-        parent_block_hash=None,
-        token_ids=list(range(32 * len(keys))),
-        block_size=32,
-        lora_id=None,
-        medium="GPU",
-        lora_name=None,
-    )
-
-
-def _batch(*events: Any) -> Any:
-    return kv.KVEventBatch(ts=1.0, events=list(events))
 
 
 class Replica:
@@ -67,7 +49,7 @@ class Replica:
         self.published = 0
 
     def publish(self, *events: Any) -> int:
-        self.publisher.publish(_batch(*events))
+        self.publisher.publish(batch(*events))
         self.published += 1
         return self.published - 1
 
@@ -145,8 +127,8 @@ async def test_first_contact_catches_up_from_the_replay_buffer(
 ) -> None:
     replica = make_replica()
     closing.append(replica.subscriber)
-    replica.publish(_stored([101, 102]))  # before anyone listens: only the replay has it
-    replica.publish(_stored([103]))
+    replica.publish(stored([101, 102]))  # before anyone listens: only the replay has it
+    replica.publish(stored([103]))
     await replica.until(lambda: replica.sent() == replica.published)
     await replica.connect()
     await replica.until(lambda: replica.holds(103))
@@ -161,13 +143,13 @@ async def test_a_gap_is_filled_from_vllms_replay_socket(
     replica = make_replica()
     closing.append(replica.subscriber)
     await replica.connect()
-    replica.publish(_stored([1, 2, 3]))
+    replica.publish(stored([1, 2, 3]))
     await replica.until(lambda: replica.holds(3))
     await replica.away(  # these batches are never received live
-        [_stored([4, 5])], [kv.BlockRemoved(block_hashes=[1, 2, 3], medium="GPU")], [_stored([6])]
+        [stored([4, 5])], [removed([1, 2, 3])], [stored([6])]
     )
     replica.subscriber.start()
-    replica.publish(_stored([7]))
+    replica.publish(stored([7]))
     await replica.until(lambda: replica.holds(7), nudge=True)
     stats = replica.subscriber.stats[A]
     assert stats.gaps >= 1 and stats.gaps_repaired == stats.gaps
@@ -182,9 +164,9 @@ async def test_a_gap_beyond_the_replay_buffer_resets_the_index_and_is_counted(
     replica = make_replica(buffer_steps=2)
     closing.append(replica.subscriber)
     await replica.connect()
-    replica.publish(_stored([1]))
+    replica.publish(stored([1]))
     await replica.until(lambda: replica.holds(1))
-    await replica.away(*([_stored([key])] for key in (2, 3, 4, 5, 6)))  # the buffer keeps two
+    await replica.away(*([stored([key])] for key in (2, 3, 4, 5, 6)))  # the buffer keeps two
     replica.subscriber.start()
     await replica.until(lambda: replica.subscriber.stats[A].index_resets > 0, nudge=True)
     stats = replica.subscriber.stats[A]
@@ -193,7 +175,7 @@ async def test_a_gap_beyond_the_replay_buffer_resets_the_index_and_is_counted(
     assert not replica.holds(1)  # stored before the gap: no longer vouched for
     assert not replica.holds(2)  # lost for good
     # Published after the gap (and after the reset): applied again.
-    replica.publish(_stored([8]))
+    replica.publish(stored([8]))
     await replica.until(lambda: replica.holds(8))
 
 
@@ -203,9 +185,9 @@ async def test_without_a_replay_endpoint_a_gap_resets_the_index(
     replica = make_replica(replay=False)
     closing.append(replica.subscriber)
     await replica.connect()
-    replica.publish(_stored([1]))
+    replica.publish(stored([1]))
     await replica.until(lambda: replica.holds(1))
-    await replica.away([_stored([2])])
+    await replica.away([stored([2])])
     replica.subscriber.start()
     await replica.until(lambda: replica.subscriber.stats[A].index_resets > 0, nudge=True)
     assert not replica.holds(1) and not replica.holds(2)
@@ -213,16 +195,15 @@ async def test_without_a_replay_endpoint_a_gap_resets_the_index(
 
 
 def _frames(seq: int, *events: Any) -> list[bytes]:
-    payload = msgspec.msgpack.Encoder().encode(_batch(*events))
-    return [TOPIC.encode(), seq.to_bytes(8, "big"), payload]
+    return [TOPIC.encode(), seq.to_bytes(8, "big"), encode(*events)]
 
 
 async def test_a_sequence_that_starts_again_means_a_restarted_replica() -> None:
     selector = CacheAwareSelector(CacheAwareConfig(mode="precise", kv_event_endpoints={A: "-"}))
     subscriber = KvEventSubscriber.from_config(selector.config, selector)
-    await subscriber.receive(A, _frames(0, _stored([1])))
-    await subscriber.receive(A, _frames(1, _stored([2])))
-    await subscriber.receive(A, _frames(0, _stored([3])))  # a new publisher: an empty cache
+    await subscriber.receive(A, _frames(0, stored([1])))
+    await subscriber.receive(A, _frames(1, stored([2])))
+    await subscriber.receive(A, _frames(0, stored([3])))  # a new publisher: an empty cache
     slot = 1 << selector.slot_of(A)
     assert [bool(selector.index.owners(k) & slot) for k in (1, 2, 3)] == [False, False, True]
     stats = subscriber.stats[A]
@@ -258,7 +239,7 @@ async def test_the_gateway_exports_the_subscriber_counters(
         labels = f'{{replica="{A}",target="local"}}'
         name = "switchyard_kv_events_batches" + labels
         for _ in range(MAX_POLLS):
-            replica.publish(_stored([1]))
+            replica.publish(stored([1]))
             text = (await asyncio.to_thread(httpx.get, gw.base_url + "/metrics")).text
             line = next((x for x in text.splitlines() if x.startswith(name)), None)
             if line is not None and float(line.split()[-1]) > 0:

@@ -4,11 +4,21 @@ from __future__ import annotations
 
 import itertools
 from collections import Counter
+from dataclasses import replace
 
 from loadtests.kv_workload import KvWorkloadSpec, SegmentTokens, generate, scaled
-from loadtests.replica_sim import SimReplicaSpec, _Replica, block_keys_of, simulate
+from loadtests.replica_sim import (
+    RequestOutcome,
+    SimReplicaSpec,
+    _Replica,
+    block_keys_of,
+    pooled_lru_hit_rate,
+    run_over_seeds,
+    run_policies,
+    simulate,
+)
 from router.block_hash import BlockHasher
-from router.selector_config import CacheAwareConfig, RoundRobinConfig
+from router.selector_config import CacheAwareConfig, RoundRobinConfig, SessionAffinityConfig
 from router.selectors import build_selector
 
 SPEC = KvWorkloadSpec(sessions=120, clients=6, repos=12, session_rate=2.0, seed=3)
@@ -76,3 +86,46 @@ def test_queueing_and_caching_show_in_ttft() -> None:
     assert ours.max_mean_requests < 1.3
     busy = _run(RoundRobinConfig(), scaled(trace, 20.0), tokens, keys)
     assert busy.ttft_p90_s > 3 * rr.ttft_p90_s  # same work, 20x the rate: queues
+
+
+def test_outcomes_say_where_each_request_went_and_why_its_ttft() -> None:
+    trace = generate(SPEC)[:60]
+    tokens = SegmentTokens(SPEC)
+    keys = block_keys_of(trace, tokens, BlockHasher(32))
+    clock = [0.0]
+    outcomes: list[RequestOutcome] = []
+    selector = build_selector(CacheAwareConfig(), clock=lambda: clock[0])
+    result = simulate("p", selector, trace, tokens, keys, 4, SimReplicaSpec(), clock,
+                      outcomes=outcomes)  # fmt: skip
+    assert len(outcomes) == len(trace)
+    cached = sum(o.cached_tokens for o in outcomes)
+    assert cached / sum(o.prompt_tokens for o in outcomes) == result.hit_rate
+    assert all(0 <= o.replica < 4 and o.queued_s >= 0 and o.ttft_s > o.queued_s for o in outcomes)
+
+
+def test_every_policy_runs_on_the_same_trace_with_a_pooled_reference() -> None:
+    trace = generate(SPEC)
+    tokens = SegmentTokens(SPEC)
+    keys = block_keys_of(trace, tokens, BlockHasher(32))
+    spec = SimReplicaSpec(cache_blocks=300)
+    configs = {"rr": RoundRobinConfig(), "ours": CacheAwareConfig()}
+    results = run_policies(configs, trace, tokens, keys, 2, spec)
+    assert set(results) == {"rr", "ours"} and results["ours"].extra["index_blocks_max"] > 0
+    pooled = pooled_lru_hit_rate(trace, keys, 600, 32)
+    assert 0 < results["rr"].hit_rate < pooled <= pooled_lru_hit_rate(trace, keys, 10**6, 32)
+
+
+def test_hit_rates_over_seeds_and_ratios_from_their_means() -> None:
+    draws = {seed: replace(SPEC, sessions=30, seed=seed) for seed in (1, 2)}
+    configs = {
+        "round_robin": RoundRobinConfig(),
+        "session_affinity": SessionAffinityConfig(),
+        "ours": CacheAwareConfig(),
+    }
+    runs = run_over_seeds(configs, draws, 2, SimReplicaSpec(cache_blocks=300))
+    report = runs.summary("ours")
+    assert report["seeds"] == [1, 2] and len(runs.pooled_lru) == 2
+    means = {k: sum(r.hit_rate for r in v) / 2 for k, v in runs.runs.items()}
+    assert report["ours_vs_round_robin"] == round(means["ours"] / means["round_robin"], 3)
+    per_seed = report["ours_vs_round_robin_per_seed"]
+    assert isinstance(per_seed, list) and len(per_seed) == 2

@@ -85,3 +85,26 @@ def test_memo_stays_bounded() -> None:
 def test_unreproducible_algorithms_are_refused() -> None:
     with pytest.raises(ValueError, match="sha256_cbor"):
         BlockHasher(32, "xxhash")  # type: ignore[arg-type]
+
+
+def test_a_sessions_growing_prompt_hashes_as_without_the_session() -> None:
+    rng = random.Random(5)
+    plain, with_session = BlockHasher(16), BlockHasher(16)
+    prompt = [rng.randrange(300, 8000) for _ in range(100)]
+    for turn in range(6):
+        prompt = prompt + [rng.randrange(300, 8000) for _ in range(rng.randrange(1, 40))]
+        if turn == 3:  # the client edited its history: same session, different prefix
+            prompt[5] += 1
+        if turn == 4:  # ids of every CBOR width: the packed layout changes
+            prompt[-1] = 2**40
+        assert with_session.block_keys(prompt, "s1") == plain.block_keys(prompt)
+        assert with_session.block_hashes(prompt[:50], "s1") == plain.block_hashes(prompt[:50])
+    assert with_session.block_keys([1, 2, 3], "s1") == []
+
+
+def test_remembered_prompts_stay_bounded() -> None:
+    hasher = BlockHasher(4, memo_blocks=40)
+    for session in range(100):
+        hasher.block_keys(list(range(session, session + 40)), f"s{session}")
+    remembered = hasher._sessions | hasher._sessions_old
+    assert sum(last.blocks for last in remembered.values()) <= 40

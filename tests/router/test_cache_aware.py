@@ -1,26 +1,19 @@
-"""The prefix index and the cache-aware scorer: matching, eviction, load and imbalance guards."""
+"""The cache-aware scorer: prefix match against load, homes, and the guards (the prefix indexes
+themselves: tests/router/test_prefix_index.py)."""
 
 from __future__ import annotations
 
 import random
 import statistics
 import time
-import tracemalloc
 
 import pytest
 from pydantic import ValidationError
 
-from router.cache_aware import (
-    INDEX_BYTES_PER_BLOCK,
-    CacheAwareSelector,
-    PrefixIndex,
-    ReplicaLoad,
-    home_key,
-    match_lengths,
-)
+from router.cache_aware import CacheAwareSelector, ReplicaLoad, home_key
 from router.features import RequestFeatures
 from router.kv_events import BlocksRemoved, BlocksStored
-from router.replicas import NoHealthyReplicaError, ReplicaView
+from router.replicas import LoadBook, NoHealthyReplicaError, ReplicaView
 from router.selector_config import CacheAwareConfig
 
 A, B, C = "http://a:8000", "http://b:8000", "http://c:8000"
@@ -52,74 +45,6 @@ class Clock:
 def selector(**kw: object) -> tuple[CacheAwareSelector, Clock]:
     clock = Clock()
     return CacheAwareSelector(CacheAwareConfig.model_validate(kw), clock), clock
-
-
-# -- PrefixIndex ----------------------------------------------------------------------------
-
-
-def test_index_evicts_a_prefix_from_its_tail_first() -> None:
-    ix = PrefixIndex(default_capacity=4, max_capacity=100)
-    ix.add_blocks(0, [1, 2, 3], now=0)
-    ix.add_blocks(0, [7, 8], now=0)  # capacity 4: the tail of the older prefix goes first
-    assert [ix.owners(k) for k in (1, 2, 3, 7, 8)] == [1, 1, 0, 1, 1]
-    assert ix.entries(0) == 4
-
-
-def test_index_touch_refreshes_recency() -> None:
-    ix = PrefixIndex(default_capacity=3, max_capacity=100)
-    ix.add_blocks(0, [1, 2], now=0)
-    ix.add_blocks(0, [9], now=0)
-    ix.add_blocks(0, [1, 2], now=0, present=2)
-    ix.add_blocks(0, [5], now=0)  # evicts 9, the least recent
-    assert ix.owners(9) == 0 and ix.owners(1) == 1 and ix.owners(2) == 1
-
-
-def test_index_masks_track_every_replica_and_capacity_is_bounded() -> None:
-    ix = PrefixIndex(default_capacity=10, max_capacity=50)
-    ix.add_blocks(0, [1, 2], now=0)
-    ix.add_blocks(3, [1], now=0)
-    assert ix.owners(1) == 0b1001 and ix.owners(2) == 0b0001
-    ix.remove_blocks(0, [1])
-    assert ix.owners(1) == 0b1000
-    ix.set_capacity(0, 10**9)
-    assert ix.capacity(0) == 50
-    ix.clear_slot(3)
-    assert ix.owners(1) == 0
-
-
-def test_index_ttl_entries_expire() -> None:
-    ix = PrefixIndex(default_capacity=10, max_capacity=10, ttl_s=5.0)
-    ix.add_blocks(0, [1, 2], now=0.0)
-    ix.add_blocks(0, [3], now=3.0)
-    ix.expire(now=5.5)
-    assert (ix.owners(1), ix.owners(2), ix.owners(3)) == (0, 0, 1)
-
-
-def test_match_lengths_per_replica() -> None:
-    ix = PrefixIndex(100, 100)
-    ix.add_blocks(0, [1, 2, 3], now=0)
-    ix.add_blocks(1, [1, 2], now=0)
-    ix.add_blocks(2, [9], now=0)
-    assert match_lengths([1, 2, 3, 4], 0b111, [ix]) == {0: 3, 1: 2}
-    assert match_lengths([1, 2, 3], 0b110, [ix]) == {1: 2}
-    other = PrefixIndex(100, 100)
-    other.add_blocks(1, [3], now=0)
-    assert match_lengths([1, 2, 3], 0b111, [ix, other]) == {0: 3, 1: 3}
-
-
-def test_index_memory_per_block_is_what_we_report() -> None:
-    tracemalloc.start()
-    try:
-        before = tracemalloc.get_traced_memory()[0]
-        ix = PrefixIndex(50_000, 50_000)
-        rng = random.Random(0)
-        for slot in range(4):
-            for _ in range(100):
-                ix.add_blocks(slot, [rng.getrandbits(64) for _ in range(100)], now=0)
-        used = tracemalloc.get_traced_memory()[0] - before
-    finally:
-        tracemalloc.stop()
-    assert used / ix.total_entries() <= INDEX_BYTES_PER_BLOCK
 
 
 # -- selector -------------------------------------------------------------------------------
@@ -235,12 +160,13 @@ def test_load_cost_trades_matched_tokens_against_queue() -> None:
 
 def test_scraped_load_counts_while_fresh() -> None:
     sel, clock = selector(max_share_ratio=None, load_cost_tokens=1000.0)
-    shared = prompt(1, 4)
-    home = sel.select_replica("local", views(0, 0, 0), feats(shared))
+    home = sel.select_replica("local", views(0, 0, 0), feats(prompt(1, 4)))
     sel.update_load(home, ReplicaLoad(running=5, waiting=5, kv_usage=0.1, observed_at=0.0))
-    assert sel.select_replica("local", views(0, 0, 0), feats(shared)) != home
+    # The gateway's own in-flight counts make `home` the least loaded replica ...
+    vs = [ReplicaView(n, True, 0 if n == home else 1) for n in (A, B, C)]
+    assert sel.select_replica("local", vs, feats(prompt(2, 4))) != home  # ... but it has 10
     clock.now = 100.0  # the reading is stale now: only in-flight counts
-    assert sel.select_replica("local", views(0, 0, 0), feats(shared)) == home
+    assert sel.select_replica("local", vs, feats(prompt(3, 4))) == home
 
 
 def test_full_kv_cache_is_avoided() -> None:
@@ -273,6 +199,10 @@ def test_share_guard_never_sends_work_to_a_busier_replica() -> None:
     # With equal queues, A's excess share is a hot spot: the guard sends new work to B.
     assert sel.select_replica("local", views(0, 0, names=two), feats(prompt(99, 4))) == B
     assert sel.last is not None and sel.last.guarded == "share"
+    # Even the next turn of a session cached on A (the cost term alone would keep it there).
+    turn = prompt(39, 4) + prompt(1000, 1)
+    assert sel.select_replica("local", views(0, 0, names=two), feats(turn, episode="s39")) == B
+    assert sel.last is not None and sel.last.guarded == "share"
 
 
 def test_capacity_follows_the_replica_kv_size() -> None:
@@ -288,7 +218,7 @@ def test_capacity_follows_the_replica_kv_size() -> None:
 
 def test_precise_mode_scores_on_reported_blocks() -> None:
     sel, clock = selector(mode="precise", kv_event_endpoints={A: "tcp://a:5557"}, pending_ttl_s=2.0)
-    shared = prompt(1, 8)
+    shared = prompt(1, 16)
     keys = sel.hasher.block_keys(shared)
     sel.apply_kv_events(B, [BlocksStored(tuple(keys), None, "GPU")])
     assert sel.select_replica("local", views(0, 0, 0), feats(shared)) == B
@@ -296,7 +226,8 @@ def test_precise_mode_scores_on_reported_blocks() -> None:
     sel.apply_kv_events(B, [BlocksRemoved(tuple(keys), "GPU")])
     assert sel.select_replica("local", views(0, 0, 0), feats(shared)) == B
     clock.now = 10.0
-    sel.apply_kv_events(C, [BlocksStored(tuple(keys[:4]), None, "GPU")])
+    # 12 blocks reported on C (384 tokens) outweigh B's home bonus (256).
+    sel.apply_kv_events(C, [BlocksStored(tuple(keys[:12]), None, "GPU")])
     assert sel.select_replica("local", views(0, 0, 0), feats(shared)) == C
 
 
@@ -367,3 +298,66 @@ def test_decision_time_at_64_replicas_is_bounded() -> None:
         times.append(time.perf_counter() - t0)
     # ~40 us on an idle core; generous for a shared CI box.
     assert statistics.median(times) < 1e-3
+
+
+# -- homes, load book -----------------------------------------------------------------------
+
+
+def test_a_new_session_goes_to_an_idle_replica_not_behind_a_busy_one() -> None:
+    sel, _ = selector(max_share_ratio=None)
+    chosen = {
+        sel.select_replica("local", views(1, 1, 0), feats(prompt(i, 4), episode=f"s{i}"))
+        for i in range(20)
+    }
+    assert chosen == {C}  # no context anywhere: a rendezvous home earns no bonus
+    assert sel.last is not None and sel.last.reason == "home"
+
+
+def test_new_sessions_spread_evenly_and_deterministically() -> None:
+    a, _ = selector(max_share_ratio=None)
+    b, _ = selector(max_share_ratio=None)
+    first = [a.select_replica("local", views(0, 0, 0), feats(prompt(i, 4), episode=f"s{i}"))
+             for i in range(60)]  # fmt: skip
+    assert min(first.count(n) for n in (A, B, C)) >= 10
+    # Another gateway seeing the same loads and traffic places every new session the same way.
+    again = [b.select_replica("local", views(0, 0, 0), feats(prompt(i, 4), episode=f"s{i}"))
+             for i in range(60)]  # fmt: skip
+    assert again == first
+
+
+def test_a_session_returns_to_where_its_last_request_went() -> None:
+    sel, _ = selector(default_capacity_blocks=8, max_share_ratio=None)
+    turn0 = prompt(1, 6)
+    assert sel.select_replica("local", views(2, 2, 0), feats(turn0, episode="s1")) == C
+    for i in range(6):  # other sessions push it out of the (tiny) index
+        sel.select_replica("local", views(0, 0, 0), feats(prompt(50 + i, 6), episode=f"o{i}"))
+    assert sel.index.owners(sel.hasher.block_keys(turn0)[0]) == 0
+    turn1 = turn0 + prompt(2, 2)
+    assert sel.select_replica("local", views(0, 0, 1), feats(turn1, episode="s1")) == C
+    assert sel.last is not None and sel.last.reason == "home"
+
+
+def test_approximate_mode_ignores_kv_events() -> None:
+    sel, _ = selector()
+    keys = tuple(sel.hasher.block_keys(prompt(1, 4)))
+    assert sel.apply_kv_events(A, [BlocksStored(keys, None, "GPU")]) == 0
+    assert sel.index.owners(keys[0]) == 0
+
+
+def test_load_book_reuses_readings_until_one_changes_or_turns_stale() -> None:
+    book = LoadBook(stale_after_s=5.0)
+    vs = views(1, 0, 3)
+    slots = book.slots_of(vs)
+    assert book.slots_of(views(9, 9, 9)) is slots  # memoised per replica list
+    assert book.loads(vs, slots, now=0.0) == [1.0, 0.0, 3.0]
+    book.update(B, ReplicaLoad(running=2, waiting=2, kv_usage=0.5, observed_at=0.0))
+    book.update(C, ReplicaLoad(running=1, waiting=0, kv_usage=0.2, observed_at=3.0))
+    assert book.loads(vs, slots, now=4.0) == [1.0, 4.0, 3.0]
+    assert (book.kv_usages(slots, 4.0), book.max_kv_usage(slots, 4.0)) == ([0, 0.5, 0.2], 0.5)
+    assert book.loads(vs, slots, now=6.0) == [1.0, 0.0, 3.0]  # B's reading is stale now
+    assert book.max_kv_usage(slots, 6.0) == 0.2
+    assert book.loads(vs, slots, now=8.5) == [1.0, 0.0, 3.0]  # and C's
+    assert book.max_kv_usage(slots, 8.5) == 0.0
+    book.update(B, ReplicaLoad(running=0, waiting=7, kv_usage=0.1, observed_at=8.0))
+    assert book.loads(vs, slots, now=8.5) == [1.0, 7.0, 3.0]
+    assert book.kv_usages(slots, now=2.0) == [0, 0.1, 0.2]  # an earlier clock: C fresh again

@@ -16,32 +16,12 @@ from router.kv_events import (
     decode_batch,
     decode_seq,
 )
-
-kv = pytest.importorskip("vllm.distributed.kv_events", reason="vllm is not installed")
-
-
-def _stored(hashes: list[int | bytes], parent: int | bytes | None = None, medium: str = "GPU"):
-    return kv.BlockStored(
-        block_hashes=hashes,
-        parent_block_hash=parent,
-        token_ids=list(range(32 * len(hashes))),
-        block_size=32,
-        lora_id=None,
-        medium=medium,
-        lora_name=None,
-    )
-
-
-def _encode(*events: object) -> bytes:
-    return msgspec.msgpack.Encoder().encode(kv.KVEventBatch(ts=12.5, events=list(events)))
+from tests.kv_event_helpers import encode, kv, removed, stored
 
 
 def test_decodes_what_vllm_encodes() -> None:
-    payload = _encode(
-        _stored([11, 12], None),
-        _stored([13], 12),
-        kv.BlockRemoved(block_hashes=[11], medium="GPU"),
-        kv.AllBlocksCleared(),
+    payload = encode(
+        stored([11, 12], None), stored([13], 12), removed([11]), kv.AllBlocksCleared(), ts=12.5
     )
     batch = decode_batch(payload)
     assert batch.ts == 12.5
@@ -55,7 +35,7 @@ def test_decodes_what_vllm_encodes() -> None:
 
 def test_byte_hashes_become_the_same_keys_as_our_hasher() -> None:
     digests = BlockHasher(32).block_hashes(list(range(64)))
-    batch = decode_batch(_encode(_stored(list(digests))))
+    batch = decode_batch(encode(stored(list(digests))))
     assert batch.events == (BlocksStored(tuple(block_key(d) for d in digests), None, "GPU"),)
     assert batch.events[0].keys == tuple(BlockHasher(32).block_keys(list(range(64))))  # type: ignore[union-attr]
 
@@ -79,12 +59,7 @@ def test_unknown_event_types_are_skipped() -> None:
 def test_apply_to_an_index_only_device_blocks() -> None:
     index = PrefixIndex(100, 100)
     events = decode_batch(
-        _encode(
-            _stored([1, 2, 3]),
-            _stored([4], 3, medium="CPU"),
-            kv.BlockRemoved(block_hashes=[3], medium="GPU"),
-            kv.BlockRemoved(block_hashes=[2], medium="CPU"),
-        )
+        encode(stored([1, 2, 3]), stored([4], 3, medium="CPU"), removed([3]), removed([2], "CPU"))
     ).events
     assert apply_events(index, 0, events, now=0.0) == 2
     assert [index.owners(k) for k in (1, 2, 3, 4)] == [1, 1, 0, 0]
