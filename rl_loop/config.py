@@ -182,13 +182,14 @@ class RefitConfig(_Strict):
         description="Count the gate's verified answers of the served weights on held-out items "
         "as local outcomes: unbiased evidence (never trained on) the moment weights change.",
     )
-    inherit_no_worse: bool = Field(
+    inherit_indistinguishable: bool = Field(
         default=True,
-        description="After a promotion, a class on which the gate found the new weights no worse "
-        "than the replaced ones (at least as many of the same held-out items passed) keeps the "
-        "replaced weights' live and shadow outcomes as evidence: the gate certifies the class "
-        "did not regress, and its few held-out items alone would hold a learned class back "
-        "after every promotion (one miss in 32 keeps the lower bound under the target).",
+        description="After a promotion, a class on which the gate cannot tell the new weights "
+        "from the replaced ones, except better by noise (same held-out items: at least as "
+        "many passed and at most 2 sqrt(discordant) more), keeps the replaced weights' live "
+        "and shadow outcomes as evidence. Without it one gate miss in 32 keeps a learned "
+        "class's lower bound under the target for a whole round; a clearly better candidate "
+        "inherits nothing (the older evidence would understate it).",
     )
 
 

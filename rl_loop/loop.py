@@ -23,8 +23,9 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import math
 import time
-from collections import Counter, defaultdict
+from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -355,8 +356,8 @@ async def ship_candidate(
     result.seconds["swap"] = round(time.perf_counter() - started, 1)
     started = time.perf_counter()
     inherited: dict[str, str] = {}
-    if result.promoted and config.refit.inherit_no_worse:
-        classes = no_worse_classes(
+    if result.promoted and config.refit.inherit_indistinguishable:
+        classes = indistinguishable_classes(
             candidate.current_eval, candidate.candidate_eval, config.refit.class_tags
         )
         inherited = dict.fromkeys(sorted(classes), result.served_before)
@@ -413,22 +414,28 @@ def gate_outcomes(evaluation: ModelEval, class_tags: Sequence[str]) -> list[Outc
     return out
 
 
-def no_worse_classes(
+def indistinguishable_classes(
     current: ModelEval, candidate: ModelEval, class_tags: Sequence[str]
 ) -> set[str]:
-    """Routing classes on which ``candidate`` passed at least as many of the gate's items as
-    ``current`` did (both answered the same items)."""
-
-    def passed(evaluation: ModelEval) -> tuple[Counter[str], Counter[str]]:
-        ok: Counter[str] = Counter()
-        seen: Counter[str] = Counter()
-        for o in gate_outcomes(evaluation, class_tags):
-            seen[o.class_key] += 1
-            ok[o.class_key] += o.accepted
-        return ok, seen
-
-    (cur_ok, cur_n), (cand_ok, cand_n) = passed(current), passed(candidate)
-    return {k for k in cand_n if cur_n[k] == cand_n[k] and cand_ok[k] >= cur_ok[k]}
+    """Routing classes on which the gate cannot tell ``candidate`` from ``current`` except in
+    its favour by noise: on the same items, it passed at least as many, and at most
+    ``2 * sqrt(d)`` more, where ``d`` counts the items the two judged differently (McNemar's
+    test at about the 5% level). A clearly better candidate is excluded too: the replaced
+    weights' evidence would understate it."""
+    pairs: dict[str, list[tuple[bool, bool]]] = defaultdict(list)
+    for before, after in zip(
+        gate_outcomes(current, class_tags), gate_outcomes(candidate, class_tags), strict=True
+    ):
+        if before.class_key != after.class_key:
+            raise ValueError("the two evaluations did not answer the same items")
+        pairs[after.class_key].append((before.accepted, after.accepted))
+    out = set()
+    for key, judged in pairs.items():
+        gained = sum(a and not b for b, a in judged)
+        lost = sum(b and not a for b, a in judged)
+        if gained >= lost and gained - lost <= 2 * math.sqrt(gained + lost):
+            out.add(key)
+    return out
 
 
 async def refit_round(

@@ -9,10 +9,11 @@
    held-out items count as local outcomes too. They are unbiased: held-out tasks and the time
    split's latest traffic were never trained on (recorded frontier prompts were, so answering
    those again would flatter the new weights).
-   And (``inherit_no_worse``) for each class on which the gate found the new weights no worse
-   than the ones they replaced (same items, at least as many passed), the replaced weights'
-   local outcomes count too (``inherited``: class -> weights version). One step only: the
-   replaced weights' own inherited evidence is not passed further down.
+   And (``inherit_indistinguishable``) for each class on which the gate cannot tell the new
+   weights from the ones they replaced, except better by noise (``rl_loop.loop.
+   indistinguishable_classes``), the replaced weights' local outcomes count too (``inherited``:
+   class -> weights version). One step only: the replaced weights' own inherited evidence is
+   not passed further down.
 3. ``router.learned.fit`` -> a ``LearnedState`` whose version names the weights it was fitted
    for; written atomically to ``routing.learned.state_file``; recorded as a policy version; then
    ``POST {gateway}/admin/reload`` makes the gateway use it (every decision records the version).
