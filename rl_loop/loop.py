@@ -220,15 +220,20 @@ async def prepare_candidate(
     result.data = data.counts()
     lap("datasets")
 
-    # Loading, evaluating and training are CPU/GPU-bound and long: they run in a worker thread
-    # so the event loop (store reads, HTTP to the replicas, a caller's other tasks) stays live.
-    policy = await asyncio.to_thread(
-        load_policy, served_dir, config.device, config.experts_implementation
-    )
+    # Loading, evaluating and training are CPU/GPU-bound and long: each phase runs in a worker
+    # thread so the event loop (store reads, HTTP to the replicas, a caller's other tasks) stays
+    # live.
     items = gate_items(heldout, data, config.gate.record_eval_per_family)
-    current = await asyncio.to_thread(
-        evaluate_policy, policy, served, items, verify, config.gate, strict_verify, cache=answers
-    )
+
+    def judge(checkpoint: Path, version: str) -> tuple[Policy, ModelEval]:
+        """Load ``checkpoint`` and answer the gate's items with it."""
+        model = load_policy(checkpoint, config.device, config.experts_implementation)
+        evaluation = evaluate_policy(
+            model, version, items, verify, config.gate, strict_verify, cache=answers
+        )
+        return model, evaluation
+
+    policy, current = await asyncio.to_thread(judge, served_dir, served)
     lap("eval_current")
 
     rl = config.rl
@@ -247,15 +252,17 @@ async def prepare_candidate(
             result.rl = {"skipped": "no class is partly solved: every group would be uniform"}
     lap("rl")
 
-    encoded, too_long = await asyncio.to_thread(encode_sft, policy, data.sft_train, config.data)
-    replay = None
-    if config.sft.replay_windows > 0:
-        replay = await asyncio.to_thread(
-            code_windows, str(served_dir), "train", config.sft.replay_seq_len, REPLAY_CORPUS_BYTES
-        )
-    sft = await asyncio.to_thread(
-        train_sft, policy, encoded, config.sft, seed=round_index, replay=replay
-    )
+    def supervised(model: Policy) -> tuple[PhaseStats, int]:
+        """SFT of ``model`` on the round's accepted answers (plus replayed code windows)."""
+        encoded, too_long = encode_sft(model, data.sft_train, config.data)
+        replay = None
+        if config.sft.replay_windows > 0:
+            replay = code_windows(
+                str(served_dir), "train", config.sft.replay_seq_len, REPLAY_CORPUS_BYTES
+            )
+        return train_sft(model, encoded, config.sft, seed=round_index, replay=replay), too_long
+
+    sft, too_long = await asyncio.to_thread(supervised, policy)
     result.sft = {**_phase(sft), "too_long": too_long}
     lap("sft")
 
@@ -282,19 +289,7 @@ async def prepare_candidate(
     # The gate judges the weights as saved (bf16, what the replicas will serve), not the
     # float32 ones in memory.
     del policy
-    saved = await asyncio.to_thread(
-        load_policy, candidate_dir, config.device, config.experts_implementation
-    )
-    cand_eval = await asyncio.to_thread(
-        evaluate_policy,
-        saved,
-        result.candidate,
-        items,
-        verify,
-        config.gate,
-        strict_verify,
-        cache=answers,
-    )
+    _, cand_eval = await asyncio.to_thread(judge, candidate_dir, result.candidate)
     report = gate(current, cand_eval, config.gate)
     _write_gate(out, report, current, cand_eval)
     result.gate = {

@@ -3,8 +3,8 @@
 The weights below are the documented mix (they sum to 1). Three quarters of the requests are
 quick questions, 1/4 each: the type an IDE hover shows, the return type an inlay hint or an
 "add annotation" quick fix asks for (with the whole enclosing function as context), the
-exception a line raises. That is the shape of an IDE assistant's request volume: many small
-inline requests for each multi-line edit. The kind a few-M-parameter model learns. The other
+exception a line raises: the kind a few-M-parameter model learns, and the shape of an IDE
+assistant's request volume (many small inline requests for each multi-line edit). The other
 quarter are edits and reasoning (naming, renaming, expressions, loop rewrites, completions,
 tracing, bug fixes, tests), 1/32 each, which need in-context copying or execution in the head
 and stay beyond the tiny model (measured: see README.md).
@@ -28,24 +28,27 @@ from collections.abc import Mapping
 from loadtests.tasks.families import FAMILIES, get_family
 from loadtests.tasks.task import HELDOUT_SEED_START, SEED_LIMIT, Split, Task
 
+_QUICK = ("expression_type", "return_type", "exception_type")
+_OTHERS = (
+    "function_name",
+    "rename_symbol",
+    "eval_expression",
+    "loop_to_comprehension",
+    "complete_function",
+    "trace_output",
+    "fix_assertion",
+    "write_test",
+)
+
 MIX: Mapping[str, float] = {
-    "expression_type": 0.25,
-    "return_type": 0.25,
-    "exception_type": 0.25,
-    "function_name": 0.03125,
-    "rename_symbol": 0.03125,
-    "eval_expression": 0.03125,
-    "loop_to_comprehension": 0.03125,
-    "complete_function": 0.03125,
-    "trace_output": 0.03125,
-    "fix_assertion": 0.03125,
-    "write_test": 0.03125,
+    **dict.fromkeys(_QUICK, 0.25),
+    **dict.fromkeys(_OTHERS, 0.03125),
 }
 
 OLD_MIX: Mapping[str, float] = {
     "expression_type": 0.25,
     "exception_type": 0.25,
-    **{name: 0.0625 for name in MIX if MIX[name] == 0.03125},
+    **dict.fromkeys(_OTHERS, 0.0625),
 }
 """The mix before 2026-11-23 (see the module docstring): reports re-weight to it."""
 
