@@ -27,10 +27,9 @@ from gateway.export import (
     ExportConfig,
     ExportManifest,
     SplitConfig,
-    TrafficQuery,
     export_from_store,
 )
-from gateway.store import StoreBackend
+from gateway.store import InferenceFilter, StoreBackend
 from rl_loop.config import DataConfig
 from rl_loop.modeling import Encoded, Policy
 
@@ -121,7 +120,7 @@ async def build_round_data(
     store: StoreBackend, out_dir: Path, config: DataConfig, *, until: datetime | None = None
 ) -> RoundData:
     """Export the SFT and RL-prompt datasets of everything recorded before ``until``."""
-    query = TrafficQuery(ok_only=True, until=until)
+    query = InferenceFilter(ok_only=True, until=until)
     manifests: dict[str, ExportManifest] = {}
     for kind in ("sft", "rl_prompts"):
         manifests[kind] = await export_from_store(

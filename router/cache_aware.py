@@ -75,8 +75,13 @@ Why the defaults (``router/selector_config.py``; swept with ``loadtests/replica_
   batch sizes; 16 is a CPU replica's batch. Smaller gaps are the cost term's business.
 - ``max_share_ratio = 1.2`` over ``share_window_per_replica = 128`` requests: bounds max/mean
   requests per replica near 1.25 for a few points of hit rate; once the window is full,
-  counting noise (1/sqrt(128), 9%) is well inside the 20% margin. ``share_noise_sd = 2`` covers
-  the windows that are not full yet (a two-sigma excess is what a fair split rarely produces).
+  counting noise (1/sqrt(128), 9%) is well inside the 20% margin. ``share_noise_sd = 1.5``
+  covers the windows that are not full yet: the guard then allows ``1 + 1.5 / sqrt(mean)``
+  times the mean, which stays within 1.25 once a replica's share of the window holds 36
+  requests. At 2 (session 3's value) it needed 64, more than a 64-replica fleet's window held
+  in the simulation (~52 requests per replica): max/mean requests reached 1.26-1.30 there,
+  1.19-1.20 at 1.5, for 0.7-0.9 points of hit rate (72.1-72.4% against 72.8-73.2%; session
+  affinity 70.1%); at 8 replicas 1.09-1.20 (was 1.20-1.25), two replicas unchanged.
 - ``home_bonus_tokens = 256``: two requests of load at ``load_cost_tokens``; a session keeps its
   replica through the small load differences of a moderately loaded fleet, while a replica
   that is really busier still sheds new work. (On the real bench without it, 20 of 113
@@ -458,10 +463,3 @@ class CacheAwareSelector:
                 n += self.pending.entries(slot)
             out[name] = n
         return out
-
-    def index_bytes_bound(self) -> int:
-        """Upper bound on index memory per replica, in bytes."""
-        total = self.index.max_capacity * self.index.bytes_per_block
-        if self.pending is not None:
-            total += self.pending.max_capacity * self.pending.bytes_per_block
-        return total

@@ -144,10 +144,10 @@ class CacheAwareConfig(BaseModel):
         "requests is skipped (None: no share guard).",
     )
     share_noise_sd: float = Field(
-        default=2.0,
+        default=1.5,
         ge=0,
         description="... and more than the mean plus this many standard deviations of a fair "
-        "random split of the window (so that a short window's counting noise never trips it).",
+        "random split of the window (so that a short window's counting noise rarely trips it).",
     )
     share_window_per_replica: int = Field(
         default=128, ge=1, description="Recent requests per replica the share guard looks at."

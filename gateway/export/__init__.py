@@ -6,13 +6,13 @@ chat messages; its types live in ``turns``, its per-format parsers in ``wire_for
 pieces in ``records``, pairs in ``preference``), ``dedup`` (exact and MinHash-LSH), ``split``
 (time-based, episode-preserving), ``writers`` (all file output) and ``export`` (the pipeline);
 ``config`` holds every setting. ``from_store`` feeds it from the traffic store: the rows are
-chosen by the store's own filter (``gateway.store.InferenceFilter``, here also named
-``TrafficQuery``), validated from JSON by ``TRAFFIC_QUERY``.
+chosen by the store's own filter (``gateway.store.InferenceFilter``), validated from JSON by
+``TRAFFIC_QUERY``.
 """
 
 from gateway.export.config import BuildConfig, DedupConfig, ExportConfig, SplitConfig
 from gateway.export.export import ExportCounts, ExportManifest, export_dataset
-from gateway.export.from_store import TRAFFIC_QUERY, TrafficQuery, export_from_store, summarize
+from gateway.export.from_store import TRAFFIC_QUERY, export_from_store, summarize
 from gateway.export.rows import ExportRow, FeedbackItem
 
 __all__ = [
@@ -25,7 +25,6 @@ __all__ = [
     "ExportRow",
     "FeedbackItem",
     "SplitConfig",
-    "TrafficQuery",
     "export_dataset",
     "export_from_store",
     "summarize",

@@ -12,7 +12,7 @@ import asyncio
 import queue
 import threading
 from collections.abc import Iterator
-from typing import Any, Final, TypeAlias, cast
+from typing import Any, Final, cast
 
 from pydantic import TypeAdapter
 
@@ -28,9 +28,6 @@ BATCH_ROWS = 500
 #: Validates the store's filter from JSON or query parameters (unknown keys are errors) and dumps
 #: it into a manifest. The filter itself is defined once, as :class:`InferenceFilter`.
 TRAFFIC_QUERY: Final[TypeAdapter[InferenceFilter]] = TypeAdapter(InferenceFilter)
-
-#: Which traffic an export or a summary reads: the export API's name for the store's filter.
-TrafficQuery: TypeAlias = InferenceFilter
 
 
 def to_export_row(row: InferenceRow) -> ExportRow:

@@ -10,14 +10,13 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from gateway.export import TRAFFIC_QUERY, ExportConfig, TrafficQuery, export_from_store
+from gateway.export import TRAFFIC_QUERY, ExportConfig, export_from_store
 from gateway.export.config import SplitConfig
 from gateway.store import InferenceFilter, StoreConfig, open_store
 from tests.gateway.store.scenario import day, inference
 
 
 def test_the_traffic_query_is_the_store_filter_validated_from_json() -> None:
-    assert TrafficQuery is InferenceFilter
     query = TRAFFIC_QUERY.validate_python(
         {
             "since": "2025-03-02T14:00+02:00",
