@@ -10,7 +10,8 @@ front of them. Each policy in turn: the gateway is reloaded with that ``replica_
 prefix caches are emptied, and the same trace is replayed through the gateway at its own arrival
 times (``/v1/completions``, token-id prompts, streamed). Judged by vLLM's own counters: hit rate
 = delta ``prefix_cache_hits`` / delta ``prefix_cache_queries`` (tokens, both replicas); TTFT at
-the client; throughput; max/mean requests per replica.
+the client; throughput; max/mean requests per replica. Both trace shapes (below: per-session
+contexts, then repository contexts shared across sessions) are replayed, each with every policy.
 
 Sizing of the real part, and why. Replica choice moves the hit rate only while the caches are
 the constraint: with unbounded caches every policy ends up caching everything, with tiny ones
@@ -426,14 +427,15 @@ def _check(value: float, met: bool) -> dict[str, object]:
 
 
 def targets(
-    real: dict[str, RealResult],
+    real: dict[str, dict[str, RealResult]],
     sim: dict[int, dict[float, dict[str, SimResult]]],
     cost: dict[str, float],
     seeds: dict[str, SeedRuns] | None = None,
 ) -> dict[str, dict[str, dict[str, object]]]:
     """Each target of the benchmark, per part that measures it: the value and whether it is
-    met. Parts: ``real`` (2 vLLM replicas), ``sim2_<shape>`` (2 simulated replicas, means over
-    the trace seeds), ``sim<n>`` (the scale part at n replicas, its worst load level)."""
+    met. Parts: ``real_<shape>`` (2 vLLM replicas), ``sim2_<shape>`` (2 simulated replicas,
+    means over the trace seeds), ``sim<n>`` (the scale part at n replicas, its worst load
+    level)."""
     hit_ratio: dict[str, dict[str, object]] = {}
     hit_points: dict[str, dict[str, object]] = {}
     balance: dict[str, dict[str, object]] = {}
@@ -453,8 +455,8 @@ def targets(
         return (row[OURS].hit_rate, row["round_robin"].hit_rate,
                 row["session_affinity"].hit_rate, row[OURS].max_mean_requests)  # fmt: skip
 
-    if real:
-        add("real", [hits(real)])
+    for shape, policies_run in real.items():
+        add(f"real_{shape}", [hits(policies_run)])
     for shape, runs in (seeds or {}).items():
         add(f"sim2_{shape}", [(runs.mean_hit(OURS), runs.mean_hit("round_robin"),
                                runs.mean_hit("session_affinity"),
@@ -504,7 +506,7 @@ def near_saturation(levels: dict[float, dict[str, SimResult]]) -> float:
 
 
 def summary(
-    real: dict[str, RealResult],
+    real: dict[str, dict[str, RealResult]],
     sim: dict[int, dict[float, dict[str, SimResult]]],
     cost: dict[str, float],
     seeds: dict[str, SeedRuns] | None = None,
@@ -513,20 +515,26 @@ def summary(
     if seeds is not None:
         out["seeds"] = {shape: runs.summary(OURS) for shape, runs in seeds.items()}
     if real:
-        ours = real[OURS]
         out["real"] = {
-            k: {"hit_rate": round(v.hit_rate, 4), "ttft_p90_ms": round(v.ttft_p90_s * 1e3, 1),
-                "ttft_p50_ms": round(v.ttft_p50_s * 1e3, 1),
-                "max_mean_load": round(v.max_mean_requests, 3),
-                "throughput_rps": round(v.throughput_rps, 3), "errors": v.errors}
-            for k, v in real.items()
+            shape: {k: {"hit_rate": round(v.hit_rate, 4),
+                        "ttft_p90_ms": round(v.ttft_p90_s * 1e3, 1),
+                        "ttft_p50_ms": round(v.ttft_p50_s * 1e3, 1),
+                        "max_mean_load": round(v.max_mean_requests, 3),
+                        "throughput_rps": round(v.throughput_rps, 3), "errors": v.errors}
+                    for k, v in runs.items()}
+            for shape, runs in real.items()
         }  # fmt: skip
         # The gateway's KV event subscriber in precise mode (catch-up and gap repair by replay).
-        out["real_kv_events"] = {k: v.kv_events for k, v in real.items() if v.kv_events}
+        out["real_kv_events"] = {
+            shape: {k: v.kv_events for k, v in runs.items() if v.kv_events}
+            for shape, runs in real.items()
+        }
         out["real_ratios"] = {
-            k: {"hit_rate": round(ours.hit_rate / v.hit_rate, 3) if v.hit_rate else None,
-                "ttft_p90": round(v.ttft_p90_s / ours.ttft_p90_s, 3)}
-            for k, v in real.items() if k != OURS
+            shape: {k: {"hit_rate": round(runs[OURS].hit_rate / v.hit_rate, 3)
+                        if v.hit_rate else None,
+                        "ttft_p90": round(v.ttft_p90_s / runs[OURS].ttft_p90_s, 3)}
+                    for k, v in runs.items() if k != OURS}
+            for shape, runs in real.items()
         }  # fmt: skip
     if sim:
         n = max(sim)
@@ -576,7 +584,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     cache = Path(os.environ.get("SWITCHYARD_CACHE") or Path.cwd() / ".cache").resolve()
     out_dir = args.out or cache / "bench" / "kv"
     replicas: list[RealReplica] = []
-    real: dict[str, RealResult] = {}
+    real: dict[str, dict[str, RealResult]] = {}
     sim: dict[int, dict[float, dict[str, SimResult]]] = {}
     seeds: dict[str, SeedRuns] | None = None
     with ServerFleet(out_dir / "logs") as fleet:
@@ -596,14 +604,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             if gateway is not None:
                 asyncio.run(wait_replicas(replicas))
                 gateway.wait_ready()
-                real = asyncio.run(run_real(gateway, real_workload(settings.real_sessions)))
+                for shape, workload in TRACE_SHAPES.items():
+                    print(f"  real trace shape {shape}", flush=True)
+                    spec = workload(settings.real_sessions, REAL_SEED)
+                    real[shape] = asyncio.run(run_real(gateway, spec))
         finally:
             stop_replicas(replicas)
     report = summary(real, sim, cost, seeds)
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "bench_kv.json").write_text(json.dumps(report, indent=2))
     detail = {
-        "real": {k: asdict(v) for k, v in real.items()},
+        "real": {shape: {k: asdict(v) for k, v in runs.items()} for shape, runs in real.items()},
         "seeds": {
             shape: {k: [asdict(r) for r in v] for k, v in runs.runs.items()}
             for shape, runs in (seeds or {}).items()
