@@ -10,7 +10,9 @@ requests, KV cache usage, KV capacity in blocks).
 The prefix index (``router/prefix_index.py``) maps block key -> bit mask of replicas holding it,
 and keeps one LRU of block keys per replica, bounded by that replica's capacity
 ``min(max_index_blocks, capacity_fraction * num_gpu_blocks)``; memory is therefore bounded by
-construction (about 340 bytes per indexed block once full). A block can only be reused if all
+construction (once full, about 340 bytes per indexed block in precise mode's event-fed index,
+about 150 in approximate mode's prompt tree, up to ~420 when every prompt branches off the
+previous one a block apart). A block can only be reused if all
 blocks before it are (chained hashes), so every replica's longest cached prefix is found in one
 pass over the prompt's blocks, or, on an index fed whole prompts (below), by bisection.
 

@@ -105,7 +105,8 @@ class CacheAwareConfig(BaseModel):
     max_index_blocks: int = Field(
         default=65_536,
         ge=1,
-        description="Hard bound on blocks indexed per replica (~340 B each: 22 MB).",
+        description="Hard bound on blocks indexed per replica (~150-340 B each, ~420 at worst: "
+        "10-28 MB).",
     )
     memo_blocks: int = Field(
         default=DEFAULT_MEMO_BLOCKS,

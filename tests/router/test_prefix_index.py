@@ -221,3 +221,64 @@ def test_index_memory_per_block_is_what_we_report(index_class: type[Index], boun
         tracemalloc.stop()
     assert ix.total_entries() == 50_000
     assert used / ix.total_entries() <= bound
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_prompt_index_evicts_exactly_what_the_prefix_index_evicts(seed: int) -> None:
+    """Step by step on whole prompts (shared prefixes, branches mid-prompt, prefixes of earlier
+    prompts; right and zero ``present`` hints; several slots; capacities that force eviction,
+    shrinking and growing; TTL expiry on a monotonic clock; cleared slots): the tree holds
+    the same blocks as the ordered dicts, so the owner masks are equal after every step."""
+    rng = random.Random(seed)
+    capacity, ttl = rng.randrange(2, 80), rng.choice([None, None, 2.0, 10.0])
+    ref, tree = PrefixIndex(capacity, 120, ttl), PromptIndex(capacity, 120, ttl)
+    prompts = _prompts(rng)
+    slots = rng.randrange(1, 6)
+    now = 0.0
+    for _ in range(400):
+        now += rng.random()
+        slot = rng.randrange(slots)
+        op = rng.random()
+        if op < 0.04:
+            blocks = rng.randrange(1, 2 * capacity + 2)
+            ref.set_capacity(slot, blocks)
+            tree.set_capacity(slot, blocks)
+        elif op < 0.06:
+            ref.clear_slot(slot)
+            tree.clear_slot(slot)
+        elif op < 0.15 and ttl is not None:
+            ref.expire(now)
+            tree.expire(now)
+        else:
+            keys = rng.choice(prompts)
+            if rng.random() < 0.5:  # a prefix of an earlier prompt, or a branch off it
+                keys = keys[: rng.randrange(1, len(keys) + 1)]
+            held = match_lengths(keys, 1 << slot, [ref]).get(slot, 0)
+            present = rng.choice([held, 0, rng.randrange(held + 1)])
+            ref.add_blocks(slot, keys, now, present)
+            tree.add_blocks(slot, keys, now, present)
+        assert tree._owners == ref._owners
+        assert [tree.entries(s) for s in range(slots)] == [ref.entries(s) for s in range(slots)]
+        assert tree.total_entries() == ref.total_entries()
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_prompt_index_survives_keys_that_are_not_chained(seed: int) -> None:
+    """Keys repeated at other depths or twice in a prompt break the tree's premise: the index
+    may then misjudge recency, but it stays bounded and consistent (a cleared slot owns
+    nothing)."""
+    rng = random.Random(seed)
+    ix = PromptIndex(rng.randrange(2, 30), 100, rng.choice([None, 2.0]))
+    now = 0.0
+    for _ in range(300):
+        now += rng.random()
+        slot = rng.randrange(3)
+        if rng.random() < 0.05:
+            ix.clear_slot(slot)
+            assert not any(ix.owners(key) & 1 << slot for key in range(40))
+            assert ix.entries(slot) == 0
+            continue
+        keys = [rng.randrange(40) for _ in range(rng.randrange(1, 12))]
+        ix.add_blocks(slot, keys, now, rng.randrange(len(keys) + 1))
+        ix.expire(now)
+        assert ix.entries(slot) <= ix.capacity(slot)
