@@ -589,6 +589,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     seeds: dict[str, SeedRuns] | None = None
     with ServerFleet(out_dir / "logs") as fleet:
         try:
+            # First, on a quiet box: the vLLM boots below keep both cores busy for a minute.
+            cost = selector_cost()
+            print(f"  selector cost: {json.dumps({k: round(v, 2) for k, v in cost.items()})}")
             gateway = None
             if not args.skip_real:
                 print("starting 2 vLLM CPU replicas and a gateway (the simulation runs meanwhile)")
@@ -599,8 +602,6 @@ def main(argv: Sequence[str] | None = None) -> int:
                 sim = run_sim(settings)
                 plot(sim, out_dir / "kv_ttft_p90.png")
                 print(f"  plot: {out_dir / 'kv_ttft_p90.png'}", flush=True)
-            cost = selector_cost()
-            print(f"  selector cost: {json.dumps({k: round(v, 2) for k, v in cost.items()})}")
             if gateway is not None:
                 asyncio.run(wait_replicas(replicas))
                 gateway.wait_ready()
