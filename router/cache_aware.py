@@ -100,11 +100,13 @@ Why the defaults (``router/selector_config.py``; swept with ``loadtests/replica_
 - ``capacity_fraction = 0.9``: some blocks always belong to running requests' fresh tokens.
 - ``pending_ttl_s = 10``: longer than a prefill waits in a saturated replica's queue.
 
-Cost per request at 64 replicas on this project's shared 2-core box (``make bench-kv``:
-``sim_decision_us`` on the simulation's own prompts, ``selector_cost`` on synthetic ones): the
-choice ~80 us at p50 (75-115 us over runs; a few list passes over the replicas, a bisecting
-prefix match, and only the new blocks recorded); hashing ~150-250 us per ~115-block prompt at
-p50, of which ~6-7 us per new block (SHA-256) and the rest reading the prompt's tokens once: a
+Cost per request at 64 replicas on this project's 2-core box with nothing else running
+(``make bench-kv --skip-real``: ``sim_decision_us`` on the simulation's own prompts,
+``selector_cost`` on synthetic ones): the choice 42-50 us at p50 and 104-130 us at p99 (a few
+list passes over the replicas, a bisecting prefix match, and only the new blocks recorded, as
+one run; the p99 is a prompt the chosen replica holds none of: ~110 blocks recorded and as many
+evicted, ~0.25 us each in the owner masks); hashing ~80-90 us per ~115-block prompt at p50,
+of which ~3-7 us per new block (SHA-256) and the rest reading the prompt's tokens once: a
 session's previous prompt is recognised by one keyed hash of its bytes and not hashed again
 (``router/block_hash.py``).
 """
