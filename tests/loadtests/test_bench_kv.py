@@ -3,14 +3,13 @@ part runs in tests/gateway/test_kv_aware_vllm.py)."""
 
 from __future__ import annotations
 
-from loadtests.bench_kv import (
+from loadtests.bench_kv import TRACE_SHAPES, shared_workload
+from loadtests.kv_report import (
     OURS,
     TARGET_DECISION_US,
     TARGET_HIT_VS_ROUND_ROBIN,
     TARGET_MAX_MEAN_LOAD,
-    TRACE_SHAPES,
     near_saturation,
-    shared_workload,
     targets,
 )
 from loadtests.kv_workload import SegmentTokens, generate, scaled
