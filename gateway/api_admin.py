@@ -18,6 +18,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from gateway.api_openai import read_body
 from gateway.auth.keys import KeyService, public_view
 from gateway.config import ConfigFileError
 from gateway.errors import (
@@ -37,6 +38,8 @@ from gateway.store import InferenceFilter
 from router.config import RoutingConfig
 from router.errors import RoutingError
 
+ADMIN_BODY_LIMIT = 1024 * 1024
+
 
 def _json(data: Any, status: int = 200) -> Response:
     return Response(orjson.dumps(data), status, media_type="application/json")
@@ -47,6 +50,14 @@ def _error(exc: Exception) -> Response:
     return Response(orjson.dumps(body), status, headers, media_type="application/json")
 
 
+async def _read_json(request: Request, *, empty_ok: bool = False) -> Any:
+    """An admin body: at most ``ADMIN_BODY_LIMIT`` bytes of JSON (413/400 otherwise)."""
+    raw = await read_body(request, ADMIN_BODY_LIMIT)
+    if not raw and empty_ok:
+        return {}
+    return orjson.loads(raw)
+
+
 def check_admin(request: Request) -> GatewayState:
     state: GatewayState = request.app.state.switchyard
     expected = os.environ.get(state.config.gateway.admin_token_env)
@@ -55,11 +66,22 @@ def check_admin(request: Request) -> GatewayState:
             f"admin API disabled: set {state.config.gateway.admin_token_env}",
             code="admin_disabled",
         )
-    auth = request.headers.get("authorization", "")
-    token = auth.removeprefix("Bearer ").strip()
-    if not token or not hmac.compare_digest(token.encode(), expected.encode()):
+    if not _token_matches(request, expected):
         raise AuthenticationError("invalid admin credential")
     return state
+
+
+def is_admin(request: Request) -> bool:
+    """Whether the request carries the admin credential (False when the admin API is off)."""
+    state: GatewayState = request.app.state.switchyard
+    expected = os.environ.get(state.config.gateway.admin_token_env)
+    return bool(expected) and _token_matches(request, expected or "")
+
+
+def _token_matches(request: Request, expected: str) -> bool:
+    auth = request.headers.get("authorization", "")
+    token = auth.removeprefix("Bearer ").strip()
+    return bool(token) and hmac.compare_digest(token.encode(), expected.encode())
 
 
 async def reload_config(request: Request) -> Response:
@@ -122,7 +144,7 @@ class ReplicaCommand(BaseModel):
 async def _replica_command(request: Request) -> tuple[GatewayState, ReplicaCommand]:
     state = check_admin(request)
     try:
-        cmd = ReplicaCommand.model_validate(orjson.loads(await request.body()))
+        cmd = ReplicaCommand.model_validate(await _read_json(request))
     except (orjson.JSONDecodeError, ValidationError) as exc:
         raise InvalidRequestError(f"invalid replica command: {exc}") from exc
     pool = state.pools().get(cmd.target)
@@ -199,7 +221,7 @@ async def traffic_export(request: Request) -> Response:
     try:
         check_admin(request)
         handle = _recorder(request)
-        req = ExportRequest.model_validate(orjson.loads(await request.body()))
+        req = ExportRequest.model_validate(await _read_json(request))
         manifest = await export_from_store(handle.backend, req.query, req.export)
     except (orjson.JSONDecodeError, ValidationError) as exc:
         return _error(InvalidRequestError(f"invalid export request: {exc}"))
@@ -227,7 +249,7 @@ async def create_key(request: Request) -> Response:
     """``POST /admin/keys``: the plaintext key is in this answer and nowhere else, ever."""
     try:
         _, keys = _keys(request)
-        spec = KeyCreate.model_validate(orjson.loads(await request.body() or b"{}"))
+        spec = KeyCreate.model_validate(await _read_json(request, empty_ok=True))
         record, plaintext = await keys.create(
             spec.name, spec.rpm_limit, spec.tpm_limit, spec.budget_usd
         )
@@ -271,7 +293,7 @@ async def set_canary(request: Request) -> Response:
     """``POST /admin/canary``: a candidate routing decides ``share`` of the requests."""
     try:
         state = check_admin(request)
-        req = CanaryRequest.model_validate(orjson.loads(await request.body()))
+        req = CanaryRequest.model_validate(await _read_json(request))
         policy = build_policy(state.config, req.routing, state.learned_state)
     except (orjson.JSONDecodeError, ValidationError) as exc:
         return _error(InvalidRequestError(f"invalid canary: {exc}"))

@@ -19,8 +19,14 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
-from gateway.api_openai import parse_json_object, read_body
-from gateway.api_responses import Translated, door_features, serve_translated
+from gateway.api_openai import off_loop_if_large, parse_checked, read_body
+from gateway.api_responses import (
+    SHAPE_ERRORS,
+    Translated,
+    door_features,
+    serve_translated,
+    untranslatable,
+)
 from gateway.errors import (
     GatewayError,
     error_response_parts,
@@ -75,8 +81,13 @@ async def count_tokens(request: Request) -> Response:
     routing = state.routing
     try:
         await state.admit(request.headers, limit=False)
-        raw = await read_body(request, routing.config.gateway.limits.max_body_bytes)
-        tr = translate_messages(parse_json_object(raw), count_only=True)
+        limits = routing.config.gateway.limits
+        raw = await read_body(request, limits.max_body_bytes)
+        body = await off_loop_if_large(len(raw), limits, parse_checked, raw, limits)
+        try:
+            tr = translate_messages(body, count_only=True)
+        except SHAPE_ERRORS as exc:
+            raise untranslatable("messages.count_tokens", exc) from exc
         model = str(tr.body["model"])
         routing.policy.decide(RequestFeatures("messages", model, 0))  # unknown model -> 404
     except (GatewayError, RoutingError) as exc:

@@ -3,8 +3,14 @@
 Body: ``{"inference_id": "<x-request-id of the answer>", "kind": "accepted" | "rejected" |
 "edited" | "score" | "comment" | "demonstration", "value": number?, "payload": object?}``
 (e.g. ``payload.text`` holds the edited answer or the demonstration). Many per inference.
-Unknown inference id -> 404; bad kind or field -> 400. Written through the same async writer as
-the traffic record.
+Written through the same async writer as the traffic record.
+
+Feedback is training signal, so who may give it is checked like a request: the caller's API key
+(401/403 as on the inference doors), and feedback is taken only on an inference made with that
+same key, or from the admin credential on any inference. An unknown id and an inference of
+another key get the same 404, so the answer never tells whether an id exists. Where auth is not
+required, a caller without a key may give feedback on inferences made without a key.
+Bad kind or field -> 400; a payload is bounded like a request body (depth, string size).
 """
 
 from __future__ import annotations
@@ -17,10 +23,13 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
+from gateway.api_admin import is_admin
 from gateway.api_openai import parse_json_object, read_body
 from gateway.errors import GatewayError, InvalidRequestError, NotFoundError, error_response_parts
 from gateway.recording import RecorderHandle
+from gateway.state import GatewayState
 from gateway.store import FeedbackRecord
+from gateway.wire.bounds import check_depth
 
 FEEDBACK_BODY_LIMIT = 1024 * 1024
 
@@ -49,10 +58,14 @@ def _error(exc: GatewayError) -> Response:
 
 async def post_feedback(request: Request) -> Response:
     recorder: RecorderHandle | None = request.app.state.recorder
+    state: GatewayState = request.app.state.switchyard
     try:
+        admin = is_admin(request)
+        caller = None if admin else (await state.admit(request.headers, limit=False)).key_id
         if recorder is None:
             raise NotFoundError("feedback needs the traffic store (store.enabled: true)")
         body = parse_json_object(await read_body(request, FEEDBACK_BODY_LIMIT))
+        check_depth(body, state.config.gateway.limits)
         try:
             fb = FeedbackIn.model_validate(body)
         except ValidationError as exc:
@@ -61,9 +74,10 @@ async def post_feedback(request: Request) -> Response:
             raise InvalidRequestError(
                 f"Invalid feedback: {err.get('msg')}", param=loc, code="invalid_value"
             ) from exc
-        if not await recorder.inference_exists(fb.inference_id):
-            raise NotFoundError(
-                f"no inference with id {fb.inference_id}",
+        owner = await recorder.inference_owner(fb.inference_id)
+        if owner is None or not (admin or owner.api_key_id == caller):
+            raise NotFoundError(  # the same answer for "unknown" and "not yours"
+                f"no inference with id {fb.inference_id[:64]}",
                 param="inference_id",
                 code="inference_not_found",
             )

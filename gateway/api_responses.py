@@ -13,6 +13,7 @@ uses it too): read, translate, route, serve, and answer any failure in the door'
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
 from collections.abc import Callable
@@ -26,15 +27,18 @@ from starlette.routing import BaseRoute, Route
 from gateway.api_openai import (
     EPISODE_HEADER,
     ROUTE_HEADER,
-    parse_json_object,
+    off_loop_if_large,
+    parse_checked,
     parse_tags,
     read_body,
 )
 from gateway.backends.base import UpstreamCall
-from gateway.errors import GatewayError
+from gateway.config import LimitsConfig
+from gateway.errors import GatewayError, InvalidRequestError
 from gateway.pipeline import (
     Exchange,
     FrontDoor,
+    answer_cancelled,
     error_response,
     new_exchange,
     serve_stream,
@@ -69,6 +73,21 @@ class Translated:
 
 Translate = Callable[[dict[str, Any], Exchange, Request], Translated]
 
+# What a translator raises on a body shape it did not foresee (a string where a list was due).
+SHAPE_ERRORS = (TypeError, AttributeError, KeyError, IndexError, ValueError)
+
+
+def untranslatable(endpoint: str, exc: Exception) -> InvalidRequestError:
+    """A body the translator could not read is the client's input, not a server fault: a 400
+    naming what failed, logged with its traceback so the translator can learn the shape."""
+    log.warning("%s: untranslatable body", endpoint, exc_info=exc)
+    return InvalidRequestError(
+        f"The request body has a shape this endpoint cannot read ({type(exc).__name__}: {exc})"[
+            :500
+        ],
+        code="invalid_request_shape",
+    )
+
 
 def door_features(
     endpoint: Endpoint,
@@ -94,6 +113,33 @@ def door_features(
     )
 
 
+def _prepare(
+    ex: Exchange, raw: bytes, translate: Translate, request: Request, limits: LimitsConfig
+) -> Translated:
+    """Parse, bound-check and translate the body; fill the exchange's request and features."""
+    body = parse_checked(raw, limits)
+    ex.request = body  # only a body within bounds is kept parsed (the record can encode it)
+    try:
+        translated = translate(body, ex, request)
+    except GatewayError:
+        raise
+    except (TypeError, AttributeError, KeyError, IndexError, ValueError) as exc:
+        # A body shape the translator did not foresee is the client's input, not a server
+        # fault: a 400 naming what failed (logged, so the translator can learn the shape).
+        log.warning("%s: untranslatable body", ex.endpoint, exc_info=True)
+        raise InvalidRequestError(
+            f"The request body has a shape this endpoint cannot read ({type(exc).__name__}: {exc})"[
+                :500
+            ],
+            code="invalid_request_shape",
+        ) from exc
+    ex.notes.update(translated.notes)
+    ex.features = dataclasses.replace(
+        translated.features, request_id=ex.id, api_key_id=ex.principal.key_id
+    )
+    return translated
+
+
 async def serve_translated(request: Request, door: FrontDoor, translate: Translate) -> Response:
     """Read, translate, route and serve one request of a translating door; errors in its shape.
 
@@ -107,14 +153,12 @@ async def serve_translated(request: Request, door: FrontDoor, translate: Transla
     try:
         try:
             ex.principal = await state.admit(request.headers)
-            raw = await read_body(request, routing.config.gateway.limits.max_body_bytes)
-            body = parse_json_object(raw)
-            ex.request = body
-            translated = translate(body, ex, request)
-            ex.notes.update(translated.notes)
-            ex.features = dataclasses.replace(
-                translated.features, request_id=ex.id, api_key_id=ex.principal.key_id
+            limits = routing.config.gateway.limits
+            raw = await read_body(request, limits.max_body_bytes)
+            translated = await off_loop_if_large(
+                len(raw), limits, _prepare, ex, raw, translate, request, limits
             )
+            assert ex.features is not None
             ex.decision = state.decide(routing, ex.features)
         except (GatewayError, RoutingError) as exc:
             if ex.request is None:
@@ -127,6 +171,11 @@ async def serve_translated(request: Request, door: FrontDoor, translate: Transla
         if translated.stream:
             return await serve_stream(state, routing, ex, call)
         return await serve_unary(state, routing, ex, call)
+    except asyncio.CancelledError:
+        answer = answer_cancelled(state, ex)
+        if answer is None:
+            raise
+        return answer
     except Exception as exc:  # a bug must still answer in the door's shape and be recorded
         log.exception("unhandled error in %s", door.endpoint)
         return error_response(state, ex, exc)

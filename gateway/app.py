@@ -35,6 +35,9 @@ from gateway.tracing import build_tracer
 
 log = logging.getLogger(__name__)
 
+# After the drain deadline, how long aborted requests get to send their error and be recorded.
+ABORT_GRACE_S = 5.0
+
 
 def _live_gauges(
     state: GatewayState, recorder: RecorderHandle | None
@@ -88,9 +91,11 @@ def _as_handle(sink: RecordSink | None) -> RecorderHandle | None:
 
 
 async def drain(state: GatewayState, timeout_s: float) -> None:
-    """Wait for in-flight requests (streams included) to finish, at most ``timeout_s``."""
-    state.draining = True
-    deadline = time.monotonic() + timeout_s
+    """Wait for in-flight requests (streams included) to finish; past ``timeout_s`` (counted
+    from :meth:`GatewayState.begin_drain`, which the server calls when shutdown starts) they are
+    ended with an error in their door's shape and recorded."""
+    state.begin_drain()
+    deadline = time.monotonic() + timeout_s + ABORT_GRACE_S
     while state.in_flight > 0 and time.monotonic() < deadline:  # noqa: ASYNC110
         await asyncio.sleep(0.02)
     if state.in_flight:
@@ -154,6 +159,12 @@ def create_app(
         state: GatewayState = request.app.state.switchyard
         if state.draining:
             return Response(b'{"status":"draining"}', 503, media_type="application/json")
+        handle: RecorderHandle | None = request.app.state.recorder
+        if handle is not None and not handle.writer.healthy:
+            # Its tasks keep failing: what this process answers may go unrecorded (spooled or
+            # dead-lettered at best), so a balancer should send traffic elsewhere.
+            body = b'{"status":"recorder unhealthy"}'
+            return Response(body, 503, media_type="application/json")
         return Response(b'{"status":"ready"}', media_type="application/json")
 
     async def metrics_endpoint(request: Request) -> Response:

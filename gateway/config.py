@@ -28,11 +28,43 @@ class ListenConfig(BaseModel):
 
 
 class LimitsConfig(BaseModel):
+    """Bounds on what one request may be and cost; a request over a bound gets a 400 (413 for
+    the body size) in its door's shape, naming the parameter, before any upstream work.
+
+    The input bounds are checked by :mod:`gateway.wire.bounds` on every door (chat, completions,
+    responses, messages, count_tokens, feedback, admin). Real clients stay far inside them:
+    Claude Code's 24 tool schemas nest about 8 levels deep and a long agent session carries a
+    few hundred messages.
+    """
+
     model_config = ConfigDict(extra="forbid")
 
     max_body_bytes: int = Field(default=8 * 1024 * 1024, gt=0, description="413 above this.")
     request_timeout_s: float = Field(default=120.0, gt=0, description="Whole request, all tries.")
     drain_timeout_s: float = Field(default=30.0, ge=0, description="Grace period on SIGTERM.")
+    max_json_depth: int = Field(
+        default=64,
+        ge=8,
+        le=200,  # the record's JSON encoder stops at 255 levels; stay well under it
+        description="Nesting depth of the whole JSON body (an object or array is one level).",
+    )
+    max_messages: int = Field(
+        default=10_000, ge=1, description="Messages (chat, messages) or input items (responses)."
+    )
+    max_content_parts: int = Field(default=1_000, ge=1, description="Content parts per message.")
+    max_tools: int = Field(default=512, ge=0, description="Tools per request.")
+    max_tool_schema_depth: int = Field(
+        default=32, ge=2, description="Nesting depth of one tool definition, its schema included."
+    )
+    max_string_chars: int = Field(
+        default=4 * 1024 * 1024, ge=1024, description="Characters of any one string in the body."
+    )
+    offload_body_bytes: int = Field(
+        default=64 * 1024,
+        ge=0,
+        description="Bodies over this size are parsed and checked, and their frontier calls "
+        "prepared, on worker threads instead of the event loop (0: always).",
+    )
 
 
 class BreakerConfig(BaseModel):

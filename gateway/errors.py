@@ -7,6 +7,8 @@ GatewayError                      status  OpenAI type
  +-- NotFoundError                 404    not_found_error         (unknown model, unknown id)
  +-- PayloadTooLargeError          413    invalid_request_error
  +-- RateLimitedError              429    rate_limit_error        (+ Retry-After)
+ +-- ClientDisconnectedError       499    client_disconnected     (gone mid-body; nginx's code)
+ +-- ShuttingDownError             503    service_unavailable     (past the drain deadline)
  +-- ServiceUnavailableError       503    service_unavailable     (e.g. the key store is down)
  +-- UpstreamError                 502    upstream_error          (a back-end answered badly)
  |    +-- UpstreamRateLimitedError 429    rate_limit_error        (+ Retry-After, passed on)
@@ -84,9 +86,24 @@ class RateLimitedError(GatewayError):
         return {"Retry-After": str(max(1, round(self.retry_after_s)))}
 
 
+class ClientDisconnectedError(GatewayError):
+    """The client went away before its request was read whole; recorded as 499, nobody reads
+    the answer."""
+
+    status = 499
+    error_type = "client_disconnected"
+    code = "client_disconnected"
+
+
 class ServiceUnavailableError(GatewayError):
     status = 503
     error_type = "service_unavailable"
+
+
+class ShuttingDownError(ServiceUnavailableError):
+    """The gateway stopped past its drain deadline while this request was still being served."""
+
+    code = "server_shutting_down"
 
 
 class UpstreamError(GatewayError):
@@ -151,6 +168,34 @@ class AllBackendsFailedError(GatewayError):
 
     def headers(self) -> dict[str, str]:
         return self.errors[-1].headers()
+
+
+def upstream_error_for_status(
+    backend: str, status: int, message: str, retry_after: str | None = None
+) -> UpstreamError:
+    """The error for a back-end's non-2xx answer: the one mapping of upstream statuses.
+
+    - 429: rate limited (``Retry-After`` passed on); another back-end may be tried;
+    - 408, 504: timeout; 503: unavailable; other 5xx: 502. All upstream faults: the breaker
+      counts them and the next target is tried;
+    - 401, 403, 404: the back-end refused *our* credentials or model name, a configuration
+      fault of that back-end, not the client's: 502, counted, next target tried;
+    - any other 4xx (400, 409, 413, 415, 422, ...): the back-end refused the client's input;
+      passed on with its status, not retried, never counted against the breaker.
+    """
+    if status == 429:
+        try:
+            wait = float(retry_after) if retry_after else 1.0
+        except ValueError:
+            wait = 1.0
+        return UpstreamRateLimitedError(message, backend=backend, retry_after_s=wait)
+    if status in (408, 504):
+        return UpstreamTimeoutError(message, backend=backend)
+    if status == 503:
+        return UpstreamUnavailableError(message, backend=backend)
+    if 400 <= status < 500 and status not in (401, 403, 404):
+        return UpstreamClientError(message, backend=backend, status=status)
+    return UpstreamError(message, backend=backend)
 
 
 def error_body(

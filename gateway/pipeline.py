@@ -11,10 +11,17 @@
 A stream fails over only before its first byte. After that a failure is sent to the client as an
 OpenAI error event (``data: {"error": ...}``) and no ``[DONE]``, so the SDK raises instead of
 returning a silently truncated answer; the record says what happened.
+
+Shutdown: an exchange still in flight at the drain deadline is aborted (:meth:`Exchange.abort`
+cancels the task serving it); the cancellation is caught where the exchange is served and turned
+into a 503 ``server_shutting_down`` in the door's shape (a stream gets its error event), recorded
+like any answer. Any other cancellation (the client went away) is recorded as 499. Every exchange
+is finished, and recorded, exactly once.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
@@ -30,6 +37,7 @@ from gateway.backends.frontier import cost_usd
 from gateway.errors import (
     AllBackendsFailedError,
     GatewayError,
+    ShuttingDownError,
     UpstreamError,
     UpstreamUnavailableError,
     error_body,
@@ -101,6 +109,15 @@ class Exchange:
     door: FrontDoor | None = None
     notes: dict[str, Any] = field(default_factory=dict)
     principal: Principal = ANONYMOUS
+    task: asyncio.Task[Any] | None = None  # the task serving it now (abort cancels it)
+    aborted: bool = False  # ended by shutdown past the drain deadline
+    finished: bool = False
+
+    def abort(self) -> None:
+        """End this exchange now (shutdown): its server answers 503 and records it."""
+        self.aborted = True
+        if self.task is not None and not self.task.done():
+            self.task.cancel()
 
     def route_headers(self) -> dict[str, str]:
         h = {"x-request-id": self.id, "request-id": self.id}
@@ -120,8 +137,24 @@ class Exchange:
 
 def new_exchange(state: GatewayState, door: FrontDoor) -> Exchange:
     """Start an exchange; :func:`finish` ends it (exactly once), which also ends its in-flight."""
-    state.in_flight += 1
-    return Exchange(new_id(), door.endpoint, door.wire_format, time.perf_counter(), door=door)
+    ex = Exchange(new_id(), door.endpoint, door.wire_format, time.perf_counter(), door=door)
+    ex.task = asyncio.current_task()
+    state.live[ex.id] = ex
+    return ex
+
+
+def answer_cancelled(state: GatewayState, ex: Exchange) -> Response | None:
+    """After the task serving ``ex`` was cancelled: the 503 to send when shutdown aborted it
+    (the cancellation is consumed so that the answer can go out); None when the client went
+    away instead: recorded as 499, and the caller re-raises the cancellation."""
+    task = asyncio.current_task()
+    if ex.aborted and task is not None:
+        task.uncancel()
+        return error_response(
+            state, ex, ShuttingDownError("The gateway is shutting down; retry the request.")
+        )
+    finish(state, ex, 499, None, Usage(), error="cancelled", stream=False)
+    return None
 
 
 async def _with_failover(
@@ -236,6 +269,7 @@ async def serve_stream(
     ex.ttft_s = time.perf_counter() - ex.started
     ex.served_model, ex.replica = stream.served_model, stream.replica
     ex.weights_version = stream.weights_version
+    ex.task = None  # until the response's task starts relaying (see _relay)
     return StreamingResponse(
         _relay(state, ex, stream, call),
         200,
@@ -249,7 +283,10 @@ async def _relay(
 ) -> AsyncIterator[bytes]:
     encoder = ex.door.stream_encoder(ex) if ex.door and ex.door.stream_encoder else None
     status, error = 200, None
+    ex.task = asyncio.current_task()  # the response's task now serves it (abort cancels it)
     try:
+        if ex.aborted:  # shutdown came between the first byte and this task's start
+            raise asyncio.CancelledError
         if encoder is None:
             async for block in stream:
                 yield block
@@ -261,16 +298,20 @@ async def _relay(
             yield encoder.finish()
     except UpstreamError as exc:
         status, error = 502, exc.message
-        if encoder is None:
-            body = error_body(exc.message, "upstream_error", None, "stream_interrupted")
-            yield encode_event(body)
-        else:
-            yield encoder.error(exc.message)
+        yield _stream_error(encoder, exc.message, "upstream_error", "stream_interrupted")
+    except asyncio.CancelledError:
+        task = asyncio.current_task()
+        if not ex.aborted or task is None:
+            status, error = 499, "client disconnected"
+            raise
+        task.uncancel()  # shutdown ended it: tell the client, as for a broken upstream
+        status, error = 503, "the gateway is shutting down"
+        yield _stream_error(encoder, error, "service_unavailable", "server_shutting_down")
     except BaseException:
         status, error = 499, "client disconnected"
         raise
     finally:
-        await _close_quietly(stream)
+        # Recorded before the last await: a task cancelled again while closing still records.
         out = stream.outcome
         if encoder is not None:
             response = encoder.final_response()
@@ -281,6 +322,14 @@ async def _relay(
         finish(state, ex, status, response, out.usage, error=error, stream=True)
         if status == 200:
             _after_success(state, ex, call)
+        await _close_quietly(stream)
+
+
+def _stream_error(encoder: StreamEncoder | None, message: str, kind: str, code: str) -> bytes:
+    """The event that ends a stream with an error: the door's own, or OpenAI's error event."""
+    if encoder is not None:
+        return encoder.error(message)
+    return encode_event(error_body(message, kind, None, code))
 
 
 async def _close_quietly(stream: UpstreamStream) -> None:
@@ -302,9 +351,12 @@ def finish(
 ) -> float | None:
     """Metrics, trace span and the record; sync and cheap (the writer does the I/O later).
 
-    Returns the request's cost in USD (None when unknown)."""
+    Returns the request's cost in USD (None when unknown). A second call is a no-op."""
+    if ex.finished:
+        return None
+    ex.finished = True
     latency = time.perf_counter() - ex.started
-    state.in_flight -= 1
+    state.live.pop(ex.id, None)
     target = ex.target or "none"
     m = state.metrics
     m.requests.labels(ex.endpoint, target, str(status)).inc()

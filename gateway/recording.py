@@ -1,8 +1,9 @@
 """The gateway's handle on the traffic store: the backend plus its async record writer.
 
 The request path only calls :meth:`RecorderHandle.submit` (sync, O(1), never blocks or raises).
-Feedback needs to know whether an inference exists; a record may still be queued in the writer,
-so ids submitted recently are remembered (bounded) and checked before the database.
+Feedback needs to know whether an inference exists and which key made it; a record may still be
+queued in the writer, so the ids (with their key) submitted recently are remembered (bounded) and
+checked before the database.
 """
 
 from __future__ import annotations
@@ -11,14 +12,17 @@ import dataclasses
 import logging
 from collections import OrderedDict
 
+from gateway.errors import ServiceUnavailableError
 from gateway.store import (
     FeedbackRecord,
+    InferenceOwner,
     InferenceRecord,
     RecordWriter,
     ShadowRecord,
     StoreBackend,
     StoreConfig,
     StoreError,
+    StoreUnavailable,
     open_store,
 )
 
@@ -31,12 +35,12 @@ class RecorderHandle:
     def __init__(self, backend: StoreBackend, writer: RecordWriter) -> None:
         self.backend = backend
         self.writer = writer
-        self._recent: OrderedDict[str, None] = OrderedDict()
+        self._recent: OrderedDict[str, str | None] = OrderedDict()  # id -> its api_key_id
 
     def submit(self, record: InferenceRecord) -> None:
         self.writer.submit(record)
         recent = self._recent
-        recent[record.id] = None
+        recent[record.id] = record.api_key_id
         if len(recent) > RECENT_IDS:
             recent.popitem(last=False)
 
@@ -46,10 +50,18 @@ class RecorderHandle:
     def submit_shadow(self, record: ShadowRecord) -> None:
         self.writer.submit(record)
 
-    async def inference_exists(self, inference_id: str) -> bool:
+    async def inference_owner(self, inference_id: str) -> InferenceOwner | None:
+        """Who made the inference; None when there is none with that id. 503 while the store
+        cannot answer (the id may exist)."""
         if inference_id in self._recent:
-            return True
-        return await self.backend.inference_exists(inference_id)
+            return InferenceOwner(self._recent[inference_id])
+        try:
+            return await self.backend.inference_owner(inference_id)
+        except StoreUnavailable as exc:
+            raise ServiceUnavailableError(
+                "The traffic store cannot be read right now; retry shortly.",
+                code="store_unavailable",
+            ) from exc
 
     def stats(self) -> dict[str, float]:
         snapshot = self.writer.stats()

@@ -12,13 +12,15 @@ import argparse
 import asyncio
 import gc
 import logging
+import math
 import signal
+import socket
 from pathlib import Path
 
 import uvicorn
 from fastapi import FastAPI
 
-from gateway.app import create_app
+from gateway.app import ABORT_GRACE_S, create_app
 from gateway.config import ConfigFileError, SwitchyardConfig, load_config
 from gateway.state import GatewayState
 
@@ -39,6 +41,27 @@ async def _reload(app: FastAPI) -> None:
     log.info("routing reloaded on SIGHUP: policy %s", routing.policy.version)
 
 
+class GatewayServer(uvicorn.Server):
+    """uvicorn's server, telling the gateway the moment shutdown starts.
+
+    uvicorn runs the app's shutdown only after its connections are done, and cancels what is
+    left at its own deadline, which ends a request without an answer or a record. Told at once,
+    the gateway answers ``/ready`` with 503 and, at ``drain_timeout_s``, ends what is still in
+    flight itself: an error in the door's shape (or the stream's error event) and a record.
+    uvicorn's own deadline stays a backstop, ``ABORT_GRACE_S`` later.
+    """
+
+    def __init__(self, config: uvicorn.Config, app: FastAPI) -> None:
+        super().__init__(config)
+        self._app = app
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        state: GatewayState | None = getattr(self._app.state, "switchyard", None)
+        if state is not None:
+            state.begin_drain()
+        await super().shutdown(sockets)
+
+
 def uvicorn_config(app: FastAPI, config: SwitchyardConfig, host: str, port: int) -> uvicorn.Config:
     return uvicorn.Config(
         app,
@@ -49,7 +72,7 @@ def uvicorn_config(app: FastAPI, config: SwitchyardConfig, host: str, port: int)
         lifespan="on",
         access_log=False,
         log_level="info",
-        timeout_graceful_shutdown=int(config.gateway.limits.drain_timeout_s) or None,
+        timeout_graceful_shutdown=math.ceil(config.gateway.limits.drain_timeout_s + ABORT_GRACE_S),
         timeout_keep_alive=30,
         backlog=4096,
     )
@@ -59,7 +82,9 @@ async def serve(config_path: Path, host: str | None, port: int | None) -> None:
     config = load_config(config_path)
     app = create_app(config, config_path)
     listen = config.gateway.listen
-    server = uvicorn.Server(uvicorn_config(app, config, host or listen.host, port or listen.port))
+    server = GatewayServer(
+        uvicorn_config(app, config, host or listen.host, port or listen.port), app
+    )
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGHUP, lambda: loop.create_task(_reload(app)))
     await server.serve()

@@ -25,6 +25,7 @@ from gateway.backends.base import Backend
 from gateway.backends.frontier import LitellmBackend
 from gateway.backends.replica_pool import ReplicaPool
 from gateway.backends.vllm import VllmBackend
+from gateway.backends.worker_loop import WorkerLoop
 from gateway.config import SwitchyardConfig, load_config
 from gateway.local_targets import LocalTarget, load_tokenizers
 from gateway.metrics import GatewayMetrics
@@ -40,6 +41,12 @@ from router.policy import RoutingPolicy, RulePolicy
 
 class RecordSink(Protocol):
     def submit(self, record: InferenceRecord) -> None: ...
+
+
+class InFlight(Protocol):
+    """A request being served, which shutdown can end early (``pipeline.Exchange``)."""
+
+    def abort(self) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,10 +95,11 @@ class GatewayState:
     metrics: GatewayMetrics
     session: aiohttp.ClientSession
     litellm: ModuleType
+    worker: WorkerLoop  # where litellm's calls run (see gateway.backends.worker_loop)
     recorder: RecordSink | None
     tracer: Tracer | None = None
     tracer_provider: TracerProvider | None = None
-    in_flight: int = 0
+    live: dict[str, InFlight] = field(default_factory=dict)  # requests in flight, by id
     draining: bool = False
     reloads: int = 0
     canary: Canary | None = None
@@ -101,6 +109,23 @@ class GatewayState:
     authenticator: Authenticator | None = None
     rate_limiter: RateLimiter | None = None
     budget: BudgetGuard | None = None
+
+    @property
+    def in_flight(self) -> int:
+        return len(self.live)
+
+    def begin_drain(self) -> None:
+        """Shutdown began: ``/ready`` answers 503 now, and what is still in flight after
+        ``limits.drain_timeout_s`` is ended with an error in its door's shape (and recorded)."""
+        if self.draining:
+            return
+        self.draining = True
+        timeout = self.config.gateway.limits.drain_timeout_s
+        asyncio.get_running_loop().call_later(timeout, self.abort_in_flight)
+
+    def abort_in_flight(self) -> None:
+        for exchange in list(self.live.values()):
+            exchange.abort()
 
     async def admit(self, headers: Mapping[str, str], *, limit: bool = True) -> Principal:
         """Who calls (401/403) and whether they may now (429); anonymous when auth is off."""
@@ -140,7 +165,7 @@ class GatewayState:
                     name, bc, self.session, local.selector, local.pool, local.tokenizer
                 )
             else:
-                backends[name] = LitellmBackend(name, bc, self.litellm)
+                backends[name] = LitellmBackend(name, bc, self.litellm, self.worker)
             if name not in self.breakers:
                 b = config.gateway.breaker
                 self.breakers[name] = CircuitBreaker(b.failure_threshold, b.cooldown_s)
@@ -188,6 +213,7 @@ class GatewayState:
     async def aclose(self) -> None:
         for local in self._locals.values():
             await local.aclose()
+        await asyncio.to_thread(self.worker.close)
 
 
 def new_state(
@@ -207,6 +233,7 @@ def new_state(
         metrics=metrics,
         session=session,
         litellm=litellm,
+        worker=WorkerLoop(),
         recorder=recorder,
     )
     state.learned_state = load_learned_state(config)

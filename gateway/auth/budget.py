@@ -8,14 +8,17 @@ How it works:
   budget from the very next request; it never waits on the store.
 - A background task adds each key's ``pending`` to the store every ``flush_interval_s`` with one
   ``add_spend`` per key (batched), and takes the total it returns as the new ``base``.
-- The :class:`~gateway.auth.keys.Authenticator` re-reads a key every ``cache_ttl_s`` and hands the
-  record to :meth:`BudgetGuard.observe`, which brings in what other gateway processes spent.
-  Each ``base`` carries the time its value was read; an older read never replaces a newer one.
-- :meth:`BudgetGuard.check` refuses (403 ``budget_exceeded``) once spend >= budget.
+- The :class:`~gateway.auth.keys.Authenticator` re-reads a key (in the background) once its cache
+  entry is ``cache_ttl_s`` old and hands the record to :meth:`BudgetGuard.observe`, which brings
+  in what other gateway processes spent. Each ``base`` carries the time its value was read; an
+  older read never replaces a newer one.
+- :meth:`BudgetGuard.check` refuses (403 ``budget_exceeded``) once spend >= budget; the message
+  shows amounts under $1 to three significant digits (``$0.0004``), never as ``$0.00``.
 
 Bounds: the check runs before a call, so the call that crosses the budget completes (its cost is
 known only afterwards); with several processes the overshoot is at most what the others spend in
-``flush_interval_s + cache_ttl_s``. If the store is unavailable, the amount stays pending and is
+``flush_interval_s + cache_ttl_s`` and one store round trip (up to ``max_stale_s`` while the store
+does not answer reads). If the store is unavailable, the amount stays pending and is
 retried on the next tick; an ``add_spend`` that failed after committing may then be counted twice
 (an overcount, never an undercount). :meth:`BudgetGuard.close` makes a last flush.
 
@@ -31,7 +34,7 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Final, Protocol
 
 from gateway.auth.config import DEFAULT_BUDGET_FLUSH_INTERVAL_S
 from gateway.errors import PermissionDeniedError
@@ -40,6 +43,19 @@ from gateway.store.errors import StoreDataError, StoreUnavailable
 from gateway.store.records import ApiKeyRecord
 
 log = logging.getLogger(__name__)
+
+
+USD_SIGNIFICANT_DIGITS: Final = 3  # of amounts under $1 in messages
+
+
+def format_usd(usd: float) -> str:
+    """An amount as people read it: cents from $1 up (``$12.50``), else three significant
+    digits without trailing zeros past the cents (``$0.25``, ``$0.0004``, ``$0.000123``)."""
+    if usd == 0 or not math.isfinite(usd) or abs(usd) >= 1:
+        return f"${usd:,.2f}"
+    decimals = max(2, USD_SIGNIFICANT_DIGITS - 1 - math.floor(math.log10(abs(usd))))
+    whole, _, fraction = f"{usd:.{decimals}f}".partition(".")
+    return f"${whole}.{fraction[:2]}{fraction[2:].rstrip('0')}"
 
 
 class PrincipalView(Protocol):
@@ -118,7 +134,7 @@ class BudgetGuard:
         if spent >= principal.budget_usd:
             raise PermissionDeniedError(
                 f"API key '{principal.name}' has used its budget of "
-                f"${principal.budget_usd:.2f} (spent ${spent:.2f}).",
+                f"{format_usd(principal.budget_usd)} (spent {format_usd(spent)}).",
                 code="budget_exceeded",
             )
 

@@ -2,7 +2,8 @@
 
 Groups:
 
-- keys: ``required``, ``key_prefix``, ``cache_ttl_s``, ``cache_max_keys``, ``max_stale_s``;
+- keys: ``required``, ``key_prefix``, ``cache_ttl_s``, ``cache_max_keys``, ``max_stale_s``,
+  ``lookup_timeout_s`` (how a key is served from the cache: :mod:`gateway.auth.keys`);
 - rate limits: ``rate_limit_backend`` (``memory``: counters in this process; ``redis``: counters
   shared by every gateway process using the same Redis), ``redis_*``, ``default_rpm``,
   ``default_tpm``, ``window_s``;
@@ -21,6 +22,7 @@ DEFAULT_KEY_PREFIX: Final = "sy-"
 DEFAULT_CACHE_TTL_S: Final = 5.0
 DEFAULT_CACHE_MAX_KEYS: Final = 10_000
 DEFAULT_MAX_STALE_S: Final = 300.0
+DEFAULT_LOOKUP_TIMEOUT_S: Final = 2.0
 DEFAULT_REDIS_URL: Final = "redis://127.0.0.1:6379/0"
 DEFAULT_REDIS_NAMESPACE: Final = "switchyard:rl"
 DEFAULT_REDIS_TIMEOUT_S: Final = 0.5
@@ -55,9 +57,11 @@ class AuthConfig(BaseModel):
     cache_ttl_s: float = Field(
         default=DEFAULT_CACHE_TTL_S,
         ge=0,
-        description="How long a validated key is trusted before the store is read again; a "
-        "revocation (or a spend recorded by another process) takes effect within it. 0 reads "
-        "the store on every call.",
+        description="How long a validated key is trusted before the store is read again. Past "
+        "it the key is still answered from the cache at once while one background read per key "
+        "refreshes it, so a revocation (or a spend recorded by another process) takes effect "
+        "within cache_ttl_s plus one store round trip. 0 re-reads on every call (still in the "
+        "background; set max_stale_s to 0 too for a read before every answer).",
     )
     cache_max_keys: int = Field(
         default=DEFAULT_CACHE_MAX_KEYS,
@@ -68,8 +72,17 @@ class AuthConfig(BaseModel):
     max_stale_s: float = Field(
         default=DEFAULT_MAX_STALE_S,
         ge=0,
-        description="While the store cannot be reached, a key validated within this long keeps "
-        "working (with a warning); keys not in the cache get 503.",
+        description="Longest a key is answered from the cache since the store last confirmed "
+        "it: while the store is slow, frozen or down, a key read within this long keeps working "
+        "(with a warning). An older entry, or a key never seen, waits for the store (at most "
+        "lookup_timeout_s, then 503). 0: every answer past cache_ttl_s waits for a store read.",
+    )
+    lookup_timeout_s: float = Field(
+        default=DEFAULT_LOOKUP_TIMEOUT_S,
+        gt=0,
+        description="Longest a request waits for the store to check a key the cache cannot "
+        "answer (never seen, or older than max_stale_s); past it, 503 auth_store_unavailable "
+        "(the read goes on in the background, and fills the cache if it succeeds).",
     )
 
     # Rate limits.

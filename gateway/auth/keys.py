@@ -13,14 +13,27 @@ find a key by its hash with an index (bcrypt's per-row salt would force comparin
 
     no key             -> anonymous if auth is optional, else 401 invalid_api_key
     wrong prefix/size  -> 401 without a store lookup (anonymous if auth is optional)
-    hash in the cache (fresh, < cache_ttl_s) -> the cached record, no store round trip
-    otherwise          -> one store read per key, shared by concurrent requests (single flight)
+    cached, checked less than cache_ttl_s ago -> the cached answer, no store round trip
+    cached, read less than max_stale_s ago    -> the cached answer at once; a background read
+                                                 (one per key at a time) refreshes the entry
+    otherwise (never seen, a cached "unknown" past cache_ttl_s, a read max_stale_s old or more)
+                       -> the request waits for that read (one per key, shared by concurrent
+                          requests), at most lookup_timeout_s; then 503 auth_store_unavailable
     unknown            -> 401 invalid_api_key (anonymous if auth is optional)
     revoked            -> 403 key_revoked
     budget spent       -> 403 budget_exceeded (:class:`~gateway.auth.budget.BudgetGuard`)
 
-While the store is unreachable, a key validated less than ``max_stale_s`` ago keeps working; any
-other key gets 503 ``auth_store_unavailable``.
+So a key that has been validated never waits on the store again while its entry is younger than
+``max_stale_s``: a slow, frozen or unreachable store delays nothing but the refresh. A failed
+refresh is logged and tried again after another ``cache_ttl_s``.
+
+The trade-off is revocation (and spend recorded by other processes): while the store answers, a
+revocation made elsewhere takes effect within ``cache_ttl_s`` plus one store round trip (the call
+that finds the entry expired is still admitted; the read it starts brings the revocation in).
+While the store does not answer, a revoked key keeps working for up to ``max_stale_s`` after its
+last successful read; ``max_stale_s: 0`` trades that for a store read before every answer past
+``cache_ttl_s``. A revocation through this process's :class:`KeyService` followed by
+:meth:`Authenticator.invalidate` (what the admin API does) takes effect at once.
 """
 
 from __future__ import annotations
@@ -153,8 +166,9 @@ class KeyService:
 
     async def revoke(self, key_id: str) -> bool:
         """Revoke a key; False when it is unknown or revoked already. Processes that cached it
-        stop accepting it within ``cache_ttl_s`` (call :meth:`Authenticator.invalidate` in this
-        one to make it immediate)."""
+        stop accepting it within ``cache_ttl_s`` and one store read (up to ``max_stale_s`` while
+        their store does not answer); call :meth:`Authenticator.invalidate` in this one to make
+        it immediate."""
         revoked = await self._store.revoke_api_key(key_id)
         if revoked:
             log.info("api key revoked: id=%s", key_id)
@@ -164,21 +178,27 @@ class KeyService:
         return await self._store.list_api_keys(include_revoked=include_revoked)
 
 
-def _retrieve_exception(task: asyncio.Task[_Cached]) -> None:
-    if not task.cancelled():
-        task.exception()
+def _log_read_failure(task: asyncio.Task[_Cached]) -> None:
+    """Retrieve a read's exception (nobody may await a background refresh); report the
+    unexpected ones (an unavailable store is logged where the cache handles it)."""
+    if task.cancelled():
+        return
+    exc = task.exception()
+    if exc is not None and not isinstance(exc, StoreUnavailable):
+        log.error("auth: reading a key from the store failed", exc_info=exc)
 
 
 @dataclass(slots=True)
 class _Cached:
     record: ApiKeyRecord | None  # None: the store does not know this hash
     principal: Principal | None  # built once per read, with the config's default limits
-    read_at: float  # when the store was read (how stale the record is)
+    read_at: float  # when the store was last read (how stale the record is; max_stale_s)
     checked_at: float  # when the store was last tried (freshness; also paces retries when down)
 
 
 class Authenticator:
-    """Presented key -> :class:`Principal`, with a TTL cache of hash -> record.
+    """Presented key -> :class:`Principal`, with a cache of hash -> record refreshed in the
+    background (stale-while-revalidate, bounded by ``max_stale_s``; see the module docstring).
 
     Limits a key does not set come from the config's ``default_rpm``/``default_tpm``; build a new
     Authenticator when the config changes (the cache refills within one read per key).
@@ -197,17 +217,20 @@ class Authenticator:
         self._required = config.required
         self._prefix = config.key_prefix
         self._ttl = config.cache_ttl_s
+        self._max_stale = config.max_stale_s
+        self._lookup_timeout = config.lookup_timeout_s
         self._budget = budget
         self._clock = clock
         # Insertion order = age; separate maps so unknown keys never evict known ones.
         self._known: dict[str, _Cached] = {}
         self._unknown: dict[str, _Cached] = {}
-        self._loading: dict[str, asyncio.Task[_Cached]] = {}
+        self._reading: dict[str, asyncio.Task[_Cached]] = {}
         self.store_reads = 0
 
     async def authenticate(self, presented: str | None) -> Principal:
         """The caller's principal; raises AuthenticationError (401) or PermissionDeniedError
-        (403), or ServiceUnavailableError (503) when the store is down and the key not cached."""
+        (403), or ServiceUnavailableError (503) when the key needs a store read that does not
+        answer within ``lookup_timeout_s``."""
         if not presented:
             if self._required:
                 raise AuthenticationError(MISSING_KEY_MESSAGE, code="invalid_api_key")
@@ -217,7 +240,7 @@ class Authenticator:
         key_hash = hash_key(presented)
         entry = self._known.get(key_hash)
         if entry is None or self._clock() - entry.checked_at >= self._ttl:
-            entry = await self._lookup(key_hash, entry)
+            entry = await self._revalidate(key_hash, entry)
         principal = entry.principal
         if principal is None:
             return self._unknown_key()
@@ -230,62 +253,88 @@ class Authenticator:
         return principal
 
     def invalidate(self, key_id: str) -> None:
-        """Forget a key now (after revoking it in this process); the next call reads the store."""
+        """Forget a key now (after revoking it in this process); the next call reads the store,
+        and a read already under way is not cached (it may predate the revocation)."""
         for key_hash in [h for h, c in self._known.items() if c.record and c.record.id == key_id]:
             del self._known[key_hash]
+            self._reading.pop(key_hash, None)
 
     def _unknown_key(self) -> Principal:
         if self._required:
             raise AuthenticationError(INVALID_KEY_MESSAGE, code="invalid_api_key")
         return ANONYMOUS
 
-    async def _lookup(self, key_hash: str, cached: _Cached | None) -> _Cached:
+    async def _revalidate(self, key_hash: str, known: _Cached | None) -> _Cached:
+        """The entry to answer with, for a key not fresh in the cache of known keys."""
         now = self._clock()
-        if cached is None:
-            cached = self._unknown.get(key_hash)
-            if cached is not None and now - cached.checked_at < self._ttl:
-                return cached
-        task = self._loading.get(key_hash)
-        if task is None:
-            task = asyncio.get_running_loop().create_task(self._load(key_hash))
-            # Retrieved here too, so a failure nobody waits for any more is not reported as lost.
-            task.add_done_callback(_retrieve_exception)
-            self._loading[key_hash] = task
+        if known is None:
+            unknown = self._unknown.get(key_hash)
+            if unknown is not None and now - unknown.checked_at < self._ttl:
+                return unknown
+        elif now - known.read_at < self._max_stale:
+            self._read(key_hash)  # stale-while-revalidate: answer now, refresh behind
+            return known
         try:
-            # Shielded: a caller that gives up (client gone) does not cancel the others' read.
-            return await asyncio.shield(task)
-        except StoreUnavailable as exc:
-            if (
-                cached is not None
-                and cached.record is not None
-                and now - cached.read_at < self._config.max_stale_s
-            ):
-                if now - cached.checked_at >= self._ttl:  # once per key and TTL, not per call
-                    log.warning("auth: store unavailable, trusting cached key %s", cached.record.id)
-                cached.checked_at = now  # the store is tried again after another TTL
-                return cached
+            async with asyncio.timeout(self._lookup_timeout):
+                # Shielded: a caller that gives up (timeout, client gone) leaves the read running
+                # for the others, and for the cache.
+                return await asyncio.shield(self._read(key_hash))
+        except (StoreUnavailable, TimeoutError) as exc:
             raise ServiceUnavailableError(
                 "API keys cannot be checked right now; retry shortly.",
                 code="auth_store_unavailable",
             ) from exc
 
+    def _read(self, key_hash: str) -> asyncio.Task[_Cached]:
+        """The store read of ``key_hash`` under way, or a new one (single flight per key)."""
+        task = self._reading.get(key_hash)
+        if task is None:
+            task = asyncio.get_running_loop().create_task(self._load(key_hash))
+            task.add_done_callback(_log_read_failure)
+            self._reading[key_hash] = task
+        return task
+
     async def _load(self, key_hash: str) -> _Cached:
+        this = asyncio.current_task()
+        read_at = self._clock()
+        self.store_reads += 1
         try:
-            read_at = self._clock()
-            self.store_reads += 1
             record = await self._store.get_api_key_by_hash(key_hash)
-            if record is None:
-                entry = _Cached(None, None, read_at, read_at)
+        except StoreUnavailable as exc:
+            self._read_failed(key_hash, exc)
+            raise
+        finally:
+            current = self._reading.get(key_hash) is this  # False: invalidated meanwhile
+            if current:
+                del self._reading[key_hash]
+        if record is None:
+            entry = _Cached(None, None, read_at, read_at)
+            if current:
                 self._remember(self._unknown, key_hash, entry)
                 self._known.pop(key_hash, None)
-                return entry
-            entry = _Cached(record, self._principal(record), read_at, read_at)
-            self._remember(self._known, key_hash, entry)
-            if self._budget is not None:
-                self._budget.observe(record, read_at)
             return entry
-        finally:
-            self._loading.pop(key_hash, None)
+        entry = _Cached(record, self._principal(record), read_at, read_at)
+        if current:
+            self._remember(self._known, key_hash, entry)
+        if self._budget is not None:
+            self._budget.observe(record, read_at)
+        return entry
+
+    def _read_failed(self, key_hash: str, exc: StoreUnavailable) -> None:
+        """A known key still within ``max_stale_s`` keeps its entry, and the store is tried
+        again after another ``cache_ttl_s``; an older one is left expired (requests wait)."""
+        cached = self._known.get(key_hash)
+        if cached is None or cached.record is None:
+            return
+        now = self._clock()
+        if now - cached.read_at < self._max_stale:
+            log.warning(
+                "auth: store unavailable (%s); key %s answered from the cache (read %.0fs ago)",
+                exc,
+                cached.record.id,
+                now - cached.read_at,
+            )
+            cached.checked_at = now
 
     def _principal(self, record: ApiKeyRecord) -> Principal:
         cfg = self._config

@@ -5,25 +5,31 @@ breakers belong to the gateway. Its price map is read locally (``LITELLM_LOCAL_M
 set before the first import of litellm by :func:`import_litellm`); prices from our config win and
 are applied here, never passed per call (that would write into litellm's global cost map).
 litellm answers in OpenAI's format whatever the provider, which is what the gateway speaks.
+Every litellm call and stream step runs on the :class:`~gateway.backends.worker_loop.WorkerLoop`,
+never on the gateway's event loop (litellm's per-message work is synchronous).
 """
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import AsyncIterator
 from types import ModuleType
 from typing import Any
 
+import aiohttp
+import httpx
 import orjson
 
 from gateway.backends.base import StreamOutcome, UpstreamCall, UpstreamResult, Usage
+from gateway.backends.worker_loop import WorkerLoop
 from gateway.config import BackendConfig
 from gateway.errors import (
     UpstreamClientError,
     UpstreamError,
-    UpstreamRateLimitedError,
     UpstreamTimeoutError,
     UpstreamUnavailableError,
+    upstream_error_for_status,
 )
 from gateway.wire.sse import DONE_EVENT, encode_event
 
@@ -70,6 +76,7 @@ _COMPLETION_FIELDS = (
 
 
 TEXT_COMPLETION_PREFIXES = ("text-completion-openai/", "text-completion-codestral/")
+LITELLM_LOGGERS = ("LiteLLM", "LiteLLM Router", "LiteLLM Proxy")
 
 
 def import_litellm() -> ModuleType:
@@ -79,29 +86,61 @@ def import_litellm() -> ModuleType:
 
     litellm.suppress_debug_info = True
     litellm.drop_params = True
+    # litellm logs an INFO line per call through its own handler and again through the root
+    # logger's: warnings only, once, through its handler.
+    for name in LITELLM_LOGGERS:
+        logger = logging.getLogger(name)
+        logger.setLevel(logging.WARNING)
+        logger.propagate = False
     return litellm
 
 
 def map_litellm_error(name: str, exc: Exception, litellm: ModuleType) -> UpstreamError:
+    """litellm's exception as the gateway's upstream error.
+
+    litellm wraps every failure, its own included, in OpenAI SDK exception types: a request it
+    cannot translate (a token-id prompt for a chat model, an odd content shape) surfaces as an
+    ``APIConnectionError`` with no network fault behind it. That is the client's input, not the
+    provider's health: a non-retriable 400 that the breaker does not count. Statuses the provider
+    really answered go through the one status mapping (:func:`upstream_error_for_status`).
+    """
     ex = litellm.exceptions
     msg = f"{name}: {type(exc).__name__}: {getattr(exc, 'message', str(exc))}"[:1000]
     status = getattr(exc, "status_code", None)
-    if isinstance(exc, ex.Timeout) or status in (408, 504):
+    if isinstance(exc, ex.Timeout):
         return UpstreamTimeoutError(msg, backend=name)
-    if isinstance(exc, ex.RateLimitError) or status == 429:
-        retry = 1.0
-        response = getattr(exc, "response", None)
-        if response is not None and hasattr(response, "headers"):
-            try:
-                retry = float(response.headers.get("retry-after", 1))
-            except (TypeError, ValueError):
-                retry = 1.0
-        return UpstreamRateLimitedError(msg, backend=name, retry_after_s=retry)
-    if isinstance(exc, ex.APIConnectionError | ex.ServiceUnavailableError) or status == 503:
+    if isinstance(exc, ex.RateLimitError):
+        status = 429
+    elif isinstance(exc, ex.APIConnectionError | ex.InternalServerError) and _network_fault(exc):
         return UpstreamUnavailableError(msg, backend=name)
-    if isinstance(exc, ex.BadRequestError | ex.UnprocessableEntityError) and status in (400, 422):
-        return UpstreamClientError(msg, backend=name, status=int(status))
-    return UpstreamError(msg, backend=name)
+    elif isinstance(exc, ex.APIConnectionError):
+        return UpstreamClientError(
+            f"{name}: the request could not be translated for this provider: "
+            f"{getattr(exc, 'message', exc)}"[:1000],
+            backend=name,
+            status=400,
+        )
+    if not isinstance(status, int):
+        return UpstreamError(msg, backend=name)
+    response = getattr(exc, "response", None)
+    headers = getattr(response, "headers", None)
+    retry_after = headers.get("retry-after") if headers is not None else None
+    return upstream_error_for_status(name, status, msg, retry_after)
+
+
+_NETWORK_ERRORS = (OSError, TimeoutError, httpx.TransportError, aiohttp.ClientError)
+
+
+def _network_fault(exc: BaseException) -> bool:
+    """Whether a network error (refused, reset, DNS, TLS, timeout) is behind ``exc``."""
+    seen = 0
+    cause: BaseException | None = exc
+    while cause is not None and seen < 16:
+        if isinstance(cause, _NETWORK_ERRORS):
+            return True
+        cause = cause.__cause__ or cause.__context__
+        seen += 1
+    return False
 
 
 def _dump(obj: Any) -> dict[str, Any]:
@@ -217,9 +256,11 @@ class LitellmStream:
         want_usage: bool,
         name: str,
         litellm: ModuleType,
+        worker: WorkerLoop,
         text: bool = False,
     ) -> None:
         self._clean = _clean_text_chunk if text else _clean_chunk
+        self._worker = worker
         self._first = first
         self._rest = rest
         self.served_model = served_model
@@ -251,7 +292,7 @@ class LitellmStream:
         if out:
             yield out
         try:
-            async for raw in self._rest:
+            async for raw in self._worker.iterate(self._rest):
                 out = self._encode(raw)
                 if out:
                     yield out
@@ -267,18 +308,19 @@ class LitellmStream:
         yield DONE_EVENT
 
     async def aclose(self) -> None:
-        close = getattr(self._rest, "aclose", None)
-        if close is not None:
-            await close()
+        await self._worker.aclose_iterator(self._rest)
 
 
 class LitellmBackend:
     kind = "litellm"
 
-    def __init__(self, name: str, config: BackendConfig, litellm: ModuleType) -> None:
+    def __init__(
+        self, name: str, config: BackendConfig, litellm: ModuleType, worker: WorkerLoop
+    ) -> None:
         self.name = name
         self.config = config
         self._litellm = litellm
+        self._worker = worker
         self._api_key = os.environ.get(config.api_key_env) if config.api_key_env else None
 
     def _params(self, call: UpstreamCall, stream: bool) -> dict[str, Any]:
@@ -318,7 +360,7 @@ class LitellmBackend:
             )
         fn = lm.acompletion if call.endpoint == "chat.completions" else lm.atext_completion
         try:
-            return await fn(**self._params(call, stream))
+            return await self._worker.run(fn(**self._params(call, stream)))
         except Exception as exc:  # litellm's exception tree is wide; mapped by type and status
             raise map_litellm_error(self.name, exc, lm) from exc
 
@@ -337,7 +379,7 @@ class LitellmBackend:
         wrapper = await self._call(call, stream=True)
         rest = wrapper.__aiter__()
         try:
-            first = await rest.__anext__()
+            first = await self._worker.step(rest)
         except StopAsyncIteration as exc:
             raise UpstreamError(f"{self.name}: empty stream", backend=self.name) from exc
         except Exception as exc:  # first-byte failure: mapped so the chain can fail over
@@ -349,6 +391,7 @@ class LitellmBackend:
             call.client_wants_usage,
             self.name,
             self._litellm,
+            self._worker,
             text=call.endpoint == "completions",
         )
 

@@ -20,11 +20,10 @@ from gateway.backends.base import StreamOutcome, UpstreamCall, UpstreamResult, U
 from gateway.backends.replica_pool import ReplicaPool
 from gateway.config import BackendConfig
 from gateway.errors import (
-    UpstreamClientError,
     UpstreamError,
-    UpstreamRateLimitedError,
     UpstreamTimeoutError,
     UpstreamUnavailableError,
+    upstream_error_for_status,
 )
 from gateway.prompt_tokens import PromptTokenizer
 from gateway.wire.sse import DONE_EVENT, EventSplitter, drop_usage_only_events
@@ -52,20 +51,7 @@ def upstream_status_error(
 ) -> UpstreamError:
     """The gateway error for a non-2xx answer from an OpenAI-compatible back-end."""
     msg = f"{name} answered {status}: {_error_message(body)}"
-    if status == 429:
-        try:
-            wait = float(retry_after) if retry_after else 1.0
-        except ValueError:
-            wait = 1.0
-        return UpstreamRateLimitedError(msg, backend=name, retry_after_s=wait)
-    if status in (408, 504):
-        return UpstreamTimeoutError(msg, backend=name)
-    if status == 503:
-        return UpstreamUnavailableError(msg, backend=name)
-    if 400 <= status < 500 and status not in (401, 403, 404):
-        # The input itself was refused (e.g. too many tokens for the context): not retriable.
-        return UpstreamClientError(msg, backend=name, status=status)
-    return UpstreamError(msg, backend=name)
+    return upstream_error_for_status(name, status, msg, retry_after)
 
 
 class VllmStream:
@@ -229,7 +215,12 @@ class VllmBackend:
         finally:
             state.in_flight -= 1
             resp.release()
-        parsed: dict[str, Any] = orjson.loads(body)
+        try:
+            parsed: dict[str, Any] = orjson.loads(body)
+        except orjson.JSONDecodeError as exc:
+            raise UpstreamError(
+                f"{self.name}: replica {replica} answered with invalid JSON", backend=self.name
+            ) from exc
         return UpstreamResult(
             body=body,
             parsed=parsed,

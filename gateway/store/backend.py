@@ -30,6 +30,7 @@ from gateway.store.records import (
     ApiKeyRecord,
     FeedbackRecord,
     InferenceFilter,
+    InferenceOwner,
     InferenceRecord,
     InferenceRow,
     ModelVersionRecord,
@@ -55,6 +56,8 @@ class StoreBackend(Protocol):
 
     # Reads.
     async def inference_exists(self, inference_id: str) -> bool: ...
+    async def inference_owner(self, inference_id: str) -> InferenceOwner | None:
+        """Which key made the inference; None when there is no inference with that id."""
     def iter_inferences(
         self,
         filters: InferenceFilter | None = None,
@@ -93,4 +96,6 @@ def open_store(config: StoreConfig) -> StoreBackend:
         config.url,
         connect_timeout_s=config.connect_timeout_s,
         operation_timeout_s=config.operation_timeout_s,
+        request_timeout_s=config.request_timeout_s,
+        request_connections=config.request_connections,
     )

@@ -27,6 +27,8 @@ DEFAULT_RETRY_MAX_S: Final = 30.0
 DEFAULT_SEGMENT_BYTES: Final = 8 * 1024 * 1024
 DEFAULT_CONNECT_TIMEOUT_S: Final = 5.0
 DEFAULT_OPERATION_TIMEOUT_S: Final = 30.0
+DEFAULT_REQUEST_TIMEOUT_S: Final = 2.0
+DEFAULT_REQUEST_CONNECTIONS: Final = 2
 DEFAULT_SQLITE_BUSY_TIMEOUT_S: Final = 5.0
 DEFAULT_CLOSE_TIMEOUT_S: Final = 10.0
 DEFAULT_READ_BATCH_SIZE: Final = 500
@@ -60,6 +62,17 @@ class StoreConfig(BaseModel):
         default=DEFAULT_OPERATION_TIMEOUT_S,
         gt=0,
         description="PostgreSQL: a statement unanswered this long counts as the server gone.",
+    )
+    request_timeout_s: float = Field(
+        default=DEFAULT_REQUEST_TIMEOUT_S,
+        gt=0,
+        description="PostgreSQL: the longest a read a client request waits for (a key lookup, "
+        "feedback's inference lookup) may take, connection included.",
+    )
+    request_connections: int = Field(
+        default=DEFAULT_REQUEST_CONNECTIONS,
+        ge=1,
+        description="PostgreSQL: connections kept for those reads, apart from background writes.",
     )
     sqlite_busy_timeout_s: float = Field(default=DEFAULT_SQLITE_BUSY_TIMEOUT_S, ge=0)
 

@@ -3,7 +3,8 @@
 A :class:`Codec` turns record values into driver parameters and back, per logical column type
 (see :mod:`gateway.store.schema` for the per-dialect storage). JSON is encoded as strict JSON text
 for both dialects (PostgreSQL casts the untyped text parameter to ``jsonb``); NaN and infinities
-are refused, as ``jsonb`` would refuse them. Encoding failures raise :class:`StoreDataError`, so a
+are refused, as ``jsonb`` would refuse them; on PostgreSQL a NUL character (which neither
+text nor jsonb can hold) is stored as U+FFFD. Encoding failures raise :class:`StoreDataError`, so a
 record that cannot be stored is told apart from a database that cannot be reached.
 
 Statements use positional parameters, ``?`` for sqlite3 and ``%s`` for psycopg.
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import uuid
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
@@ -31,6 +33,12 @@ _EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
 _MICROSECOND: Final = timedelta(microseconds=1)
 
 
+# PostgreSQL's text and jsonb cannot hold U+0000 and refuse the whole row; a client may send
+# it (a pasted binary, a hostile body). It is stored as U+FFFD instead of losing the record.
+# In JSON text, a NUL is the escape \u0000 behind an even run of backslashes.
+_JSON_NUL: Final = re.compile(r"(?<!\\)((?:\\\\)*)\\u0000")
+
+
 def dumps_json(value: object) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
 
@@ -46,7 +54,12 @@ class Codec:
         if value is None:
             return None
         if ctype is ColumnType.JSON:
-            return dumps_json(value)
+            text = dumps_json(value)
+            if self.dialect == "postgres" and "\\u0000" in text:
+                text = _JSON_NUL.sub(r"\1\\ufffd", text)
+            return text
+        if self.dialect == "postgres" and isinstance(value, str) and "\x00" in value:
+            return value.replace("\x00", "\ufffd")
         if ctype is ColumnType.TS:
             return value if self.dialect == "postgres" else (value - _EPOCH) // _MICROSECOND
         if ctype is ColumnType.BOOL:

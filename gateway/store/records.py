@@ -203,6 +203,13 @@ class InferenceFilter:
 
 
 @dataclass(frozen=True, slots=True)
+class InferenceOwner:
+    """Who made an inference: its API key's id (None: made anonymously, auth not required)."""
+
+    api_key_id: str | None
+
+
+@dataclass(frozen=True, slots=True)
 class InferenceRow:
     """One inference read back, with its feedback (oldest first) and shadow answers."""
 

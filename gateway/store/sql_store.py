@@ -5,10 +5,18 @@ four primitives that :class:`~gateway.store.sqlite_backend.SqliteBackend` and
 :class:`~gateway.store.postgres_backend.PostgresBackend` provide:
 
 - ``_insert(table, records)``: encode and insert, ``ON CONFLICT DO NOTHING``, one transaction;
-- ``_fetch(sql, params, write=..., retry=...)``: one statement, its rows (``RETURNING`` included);
-  ``retry=False`` for statements that must not run twice (adding spend);
+- ``_fetch(sql, params, write=..., retry=..., lane=...)``: one statement, its rows
+  (``RETURNING`` included); ``retry=False`` for statements that must not run twice (adding
+  spend); ``lane`` says whose work it is (:data:`Lane`), so a backend can keep the request path
+  apart from background writes;
 - ``_summarize(where, params, group_by)``: the summary rows (SQL or Python aggregation);
 - ``connect``/``close``/``ping``.
+
+Lanes: ``request`` for the reads a client request waits for (a key lookup by hash, the
+inference lookup of ``/v1/feedback``), ``background`` for the writes nobody waits for (the
+record writer's inserts, the budget flusher's ``add_spend``), ``default`` for the rest (admin API,
+CLI, exports, summaries, versions, migrations). PostgreSQL gives each its own connections and the
+request lane a short timeout; SQLite has its reader and writer threads already.
 
 Reads page through inferences by primary key (keyset pagination): no cursor or transaction stays
 open between pages, so a slow consumer never holds locks or a connection hostage.
@@ -20,7 +28,7 @@ from abc import ABC, abstractmethod
 from collections import defaultdict
 from collections.abc import AsyncIterator, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 from gateway.store.config import DEFAULT_READ_BATCH_SIZE
 from gateway.store.ids import is_uuid
@@ -40,6 +48,7 @@ from gateway.store.records import (
     ApiKeyRecord,
     FeedbackRecord,
     InferenceFilter,
+    InferenceOwner,
     InferenceRecord,
     InferenceRow,
     ModelVersionRecord,
@@ -58,6 +67,8 @@ from gateway.store.schema import (
     ColumnType,
     Table,
 )
+
+Lane = Literal["request", "background", "default"]
 
 
 class SqlStore(ABC):
@@ -80,7 +91,13 @@ class SqlStore(ABC):
 
     @abstractmethod
     async def _fetch(
-        self, sql: str, params: Sequence[Any], *, write: bool = False, retry: bool = True
+        self,
+        sql: str,
+        params: Sequence[Any],
+        *,
+        write: bool = False,
+        retry: bool = True,
+        lane: Lane = "default",
     ) -> list[Row]: ...
 
     @abstractmethod
@@ -102,13 +119,18 @@ class SqlStore(ABC):
             await self._insert(SHADOW, records)
 
     async def inference_exists(self, inference_id: str) -> bool:
+        return await self.inference_owner(inference_id) is not None
+
+    async def inference_owner(self, inference_id: str) -> InferenceOwner | None:
         if not is_uuid(inference_id):
-            return False
+            return None
         p = self.codec.param
         rows = await self._fetch(
-            f"SELECT 1 FROM inference WHERE id = {p}", [self.codec.encode_id(inference_id)]
+            f"SELECT api_key_id FROM inference WHERE id = {p}",
+            [self.codec.encode_id(inference_id)],
+            lane="request",
         )
-        return bool(rows)
+        return InferenceOwner(rows[0][0]) if rows else None
 
     async def iter_inferences(
         self,
@@ -194,15 +216,17 @@ class SqlStore(ABC):
         await self._fetch(sql, row, write=True, retry=False)
 
     async def get_api_key(self, key_id: str) -> ApiKeyRecord | None:
-        return await self._one_key("id", key_id)
+        return await self._one_key("id", key_id, "default")
 
     async def get_api_key_by_hash(self, key_hash: str) -> ApiKeyRecord | None:
-        return await self._one_key("key_hash", key_hash)
+        """The key with this hash: what a request's authentication reads (``request`` lane)."""
+        return await self._one_key("key_hash", key_hash, "request")
 
-    async def _one_key(self, column: str, value: str) -> ApiKeyRecord | None:
+    async def _one_key(self, column: str, value: str, lane: Lane) -> ApiKeyRecord | None:
         rows = await self._fetch(
             f"SELECT {select_list(API_KEY)} FROM api_key WHERE {column} = {self.codec.param}",
             [value],
+            lane=lane,
         )
         return decode_row(ApiKeyRecord, API_KEY, rows[0], self.codec) if rows else None
 
@@ -226,6 +250,7 @@ class SqlStore(ABC):
             [float(usd), key_id],
             write=True,
             retry=False,
+            lane="background",
         )
         return float(rows[0][0]) if rows else None
 

@@ -28,7 +28,7 @@ from gateway.store.errors import StoreConflict, StoreDataError, StoreError, Stor
 from gateway.store.migrations import migrate_sqlite
 from gateway.store.queries import Codec, Row, encode_rows_async, insert_sql, sqlite_summary_sql
 from gateway.store.schema import Table
-from gateway.store.sql_store import SqlStore
+from gateway.store.sql_store import Lane, SqlStore
 from gateway.store.summary import SummaryAccumulator
 
 R = TypeVar("R")
@@ -159,8 +159,15 @@ class SqliteBackend(SqlStore):
         return conn
 
     async def _fetch(
-        self, sql: str, params: Sequence[Any], *, write: bool = False, retry: bool = True
+        self,
+        sql: str,
+        params: Sequence[Any],
+        *,
+        write: bool = False,
+        retry: bool = True,
+        lane: Lane = "default",
     ) -> list[Row]:
+        # Lanes need nothing more here: reads run on the reader thread, beside any write.
         def run() -> list[Row]:
             return self._conn(write=write).execute(sql, tuple(params)).fetchall()
 

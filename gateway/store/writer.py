@@ -4,15 +4,17 @@ Flow of a record::
 
     submit() ──> bounded asyncio.Queue ──> drain task: batches of batch_size, or whatever came
        │                                   within flush_interval_s ──> backend inserts
-       │ queue full                                        │ database unreachable
-       v                                                   v
-    overflow list ──> overflow task ───────────────────> spool (JSON lines, fsync'd, on disk)
-                                                           │
+       │ queue full                             │ database unreachable          │ record refused
+       v                                        v                               v
+    overflow list ──> overflow task ──────> spool (JSON lines, ──────────────> dead letters
+                                            fsync'd, on disk)   not encodable   (with reasons)
+                                                │
     replay task: when something was spooled (and at start), ping the database with exponential
     back-off (retry_initial_s .. retry_max_s, jittered); once it answers, replay every spool
     segment in batches and delete each segment when all of it is stored.
 
-Policy, in order of preference: the database; else the spool; never a silent drop.
+Policy, in order of preference: the database; else the spool; else the dead letters with the
+reason; never a silent drop, whatever a record contains.
 
 - ``submit(record)`` is synchronous, O(1), never blocks and never raises; call it on the event
   loop's thread. A full queue sends the record to the spool (``queue_full_total``); records are
@@ -21,12 +23,22 @@ Policy, in order of preference: the database; else the spool; never a silent dro
   instead of waiting on timeouts; the replay task finds out when it is back.
 - Inserts are idempotent by id, so whatever is replayed twice (a batch both written and spooled
   when a timeout cut an insert short) is stored once.
-- A record the database refuses as invalid (``StoreDataError``; e.g. NUL characters in jsonb) is
-  isolated from its batch, which is stored without it, and appended to the spool's dead letters
-  (``rejected_total``), kept for a person to look at.
+- A record the database refuses (``StoreDataError``, NUL characters in jsonb, or any other
+  exception but ``StoreUnavailable``: nested deeper than the JSON encoder's recursion limit, NaN,
+  lone surrogates) is isolated from its batch, which is stored without it, and appended to the
+  spool's dead letters (``rejected_total``) for a person to look at; so is one the spool cannot
+  encode. A dead letter that cannot hold the record faithfully keeps its kind, id and time and a
+  bounded sketch of the rest (:mod:`gateway.store.spool`).
 - If the spool itself cannot be written (disk full), the records stay in memory and the overflow
   task retries with back-off (``spool_errors_total``); only after :meth:`close` has given up on
-  both database and disk are records counted in ``lost_total`` (and logged at CRITICAL).
+  both database and disk are records counted in ``lost_total`` (and logged at CRITICAL), as are
+  dead letters the disk refuses.
+- Each task runs under a supervisor: an exception nobody expected (a bug) is counted
+  (``faults_total``), logged with its traceback, and the task restarts after a back-off
+  (retry_initial_s doubling to retry_max_s; ``restarts_total``). The drain task's batch in hand
+  goes to the spool; a segment being replayed stays on disk for the next pass. :attr:`healthy`
+  (for ``/ready``; ``WriterStats.healthy`` is it as 0/1) is false unless running, while a task is
+  dead, and while ``FAULT_BURST`` faults fell within ``FAULT_WINDOW_S``.
 
 ``close(timeout)`` drains the queue into the database (or the spool), spools the overflow, then
 replays the spool if the database is up and time is left; what remains stays in the spool for the
@@ -42,18 +54,24 @@ import contextlib
 import dataclasses
 import logging
 import random
-from collections.abc import Sequence
-from typing import Literal
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Final, Literal
 
 from gateway.store.backend import StoreBackend
 from gateway.store.config import DEFAULT_CLOSE_TIMEOUT_S, StoreConfig
-from gateway.store.errors import StoreError, StoreUnavailable
+from gateway.store.errors import StoreDataError, StoreError, StoreUnavailable
 from gateway.store.records import FeedbackRecord, InferenceRecord, ShadowRecord
 from gateway.store.spool import Spool, SpoolClaim, SpoolRecord
 
 log = logging.getLogger(__name__)
 
 Rejected = list[tuple[SpoolRecord, str]]
+
+FAULT_WINDOW_S: Final = 60.0  # faults this recent count against health ...
+FAULT_BURST: Final = 3  # ... this many of them make the writer unhealthy
+_ERROR_CHARS: Final = 1000
 
 
 @dataclasses.dataclass(slots=True)
@@ -64,13 +82,17 @@ class WriterStats:
     replayed_total: int = 0  # stored from the spool
     queue_full_total: int = 0  # submits that found the queue full (these went to the spool)
     write_errors_total: int = 0  # failed database operations, replays and pings included
-    rejected_total: int = 0  # refused by the database as invalid: in the dead letters
+    rejected_total: int = 0  # dead-lettered: refused by the database, or not encodable
     spool_errors_total: int = 0  # failed spool writes (retried)
     lost_total: int = 0  # neither database nor disk would take them at close
+    faults_total: int = 0  # unexpected exceptions in the writer's tasks (bugs), each logged
+    restarts_total: int = 0  # tasks restarted after a fault
     last_error: str | None = None
     queue_depth: int = 0
     overflow_depth: int = 0  # records waiting in memory to be spooled
     db_available: bool = True
+    tasks_alive: int = 0  # background tasks running now (of 3); not one dead or backing off
+    healthy: int = 0  # 1 or 0: RecordWriter.healthy, as a number for /metrics
 
 
 class RecordWriter:
@@ -91,6 +113,9 @@ class RecordWriter:
         self._db_available = True
         self._state: Literal["new", "running", "closing", "closed"] = "new"
         self._tasks: dict[str, asyncio.Task[None]] = {}
+        self._backing_off: set[str] = set()  # tasks waiting to restart after a fault
+        self._faults: deque[float] = deque(maxlen=FAULT_BURST)  # when the last ones fell
+        self._drain_stopped = False  # the drain task took close()'s stop sentinel
         self._closed = asyncio.Event()
 
     # -- public ----------------------------------------------------------------------------
@@ -104,7 +129,7 @@ class RecordWriter:
             ("overflow", self._overflow_loop),
             ("replay", self._replay_loop),
         ):
-            task = asyncio.create_task(loop(), name=f"store-writer-{name}")
+            task = asyncio.create_task(self._supervise(name, loop), name=f"store-writer-{name}")
             task.add_done_callback(_log_death)
             self._tasks[name] = task
         self._spool_ready.set()
@@ -135,7 +160,24 @@ class RecordWriter:
             queue_depth=self._queue.qsize(),
             overflow_depth=len(self._overflow),
             db_available=self._db_available,
+            tasks_alive=self._tasks_alive(),
+            healthy=int(self.healthy),
         )
+
+    @property
+    def healthy(self) -> bool:
+        """Running, no task dead, and no burst of faults (``FAULT_BURST`` in ``FAULT_WINDOW_S``).
+
+        One fault and its restart leave the writer healthy: a single bad moment must not take
+        the gateway out of rotation; a task that keeps failing, or is dead, does.
+        """
+        if self._state != "running" or any(t.done() for t in self._tasks.values()):
+            return False
+        faults = self._faults
+        return len(faults) < FAULT_BURST or time.monotonic() - faults[0] >= FAULT_WINDOW_S
+
+    def _tasks_alive(self) -> int:
+        return sum(1 for n, t in self._tasks.items() if not t.done() and n not in self._backing_off)
 
     # A deadline for the whole shutdown sequence, not for one await: hence a parameter.
     async def close(self, timeout: float = DEFAULT_CLOSE_TIMEOUT_S) -> None:  # noqa: ASYNC109
@@ -179,12 +221,18 @@ class RecordWriter:
             except (StoreError, TimeoutError, OSError) as e:
                 self._fail(e)
                 log.warning("record writer: spool kept for the next start (%s)", e)
+            except Exception as e:  # a bug: the spool stays for the next start
+                self._fault("close", e)
         self._state = "closed"  # from here on, submit() spools synchronously
         if self._overflow:  # submitted while closing, after the overflow task stopped
             self._spool_now(self._overflow)
             self._overflow = []
-        await asyncio.to_thread(self._spool.close)
-        self._closed.set()
+        try:
+            await asyncio.to_thread(self._spool.close)
+        except OSError as e:
+            self._fail(e)
+        finally:
+            self._closed.set()
 
     async def __aenter__(self) -> RecordWriter:
         await self.start()
@@ -192,6 +240,42 @@ class RecordWriter:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
+
+    # -- supervision -----------------------------------------------------------------------
+    async def _supervise(self, name: str, body: Callable[[], Awaitable[None]]) -> None:
+        """Run ``body`` until it returns; after a fault, rescue its records, back off, rerun."""
+        backoff = self._cfg.retry_initial_s
+        while True:
+            started = time.monotonic()
+            try:
+                await body()
+                return
+            except Exception as e:  # a bug, whatever it is: the writer must outlive it
+                self._fault(name, e)
+            if name == "drain":
+                records, self._inflight = self._inflight, []
+                self._overflow += records  # to the spool; replays are idempotent by id
+                if records:
+                    self._overflow_ready.set()
+                if self._drain_stopped:
+                    return
+            if time.monotonic() - started > self._cfg.retry_max_s:
+                backoff = self._cfg.retry_initial_s  # it had been working: a fresh fault
+            self._backing_off.add(name)
+            try:
+                await asyncio.sleep(backoff * random.uniform(0.5, 1.0))
+            finally:
+                self._backing_off.discard(name)
+            backoff = min(backoff * 2, self._cfg.retry_max_s)
+            self._stats.restarts_total += 1
+            log.warning("record writer: restarting the %s task", name)
+            self._spool_ready.set()  # the replay task looks again at what was left on disk
+
+    def _fault(self, where: str, e: Exception) -> None:
+        self._stats.faults_total += 1
+        self._stats.last_error = f"{type(e).__name__}: {e}"[:_ERROR_CHARS]
+        self._faults.append(time.monotonic())
+        log.error("record writer: unexpected error in %s", where, exc_info=e)
 
     # -- drain -----------------------------------------------------------------------------
     async def _drain_loop(self) -> None:
@@ -212,6 +296,7 @@ class RecordWriter:
         """
         first = await self._queue.get()
         if first is None:
+            self._drain_stopped = True
             return True
         batch = self._inflight = [first]
         if self._queue.qsize() < self._cfg.batch_size - 1:
@@ -224,6 +309,7 @@ class RecordWriter:
             except asyncio.QueueEmpty:
                 return False
             if item is None:
+                self._drain_stopped = True
                 return True
             batch.append(item)
         return False
@@ -266,6 +352,8 @@ class RecordWriter:
         inferences = [r for r in records if isinstance(r, InferenceRecord)]
         shadows = [r for r in records if isinstance(r, ShadowRecord)]
         feedback = [r for r in records if isinstance(r, FeedbackRecord)]
+        if len(inferences) + len(shadows) + len(feedback) < len(records):  # a caller's bug
+            raise StoreDataError("not an inference, feedback or shadow record")
         await self._backend.insert_inferences(inferences)
         await self._backend.insert_shadows(shadows)
         await self._backend.insert_feedback(feedback)
@@ -309,7 +397,7 @@ class RecordWriter:
         try:
             spooled, rejected = self._spool.append(records)
             self._spool.seal()
-        except OSError as e:
+        except Exception as e:  # a disk error, or a bug: submit() must not raise either way
             self._fail(e)
             self._count_lost(records)
             return
@@ -335,7 +423,9 @@ class RecordWriter:
         log.warning("record writer: %d records refused by the database", len(rejected))
         try:
             await asyncio.to_thread(self._spool.dead_letter, rejected)
-        except OSError as e:
+        except Exception as e:  # the disk refuses (OSError), or a bug: they have nowhere to go
+            if not isinstance(e, OSError):
+                self._fault("dead letters", e)
             self._fail(e)
             self._count_lost([r for r, _ in rejected])
 
@@ -392,7 +482,7 @@ class RecordWriter:
     # -- bookkeeping -----------------------------------------------------------------------
     def _fail(self, e: BaseException) -> None:
         self._stats.write_errors_total += 1
-        self._stats.last_error = f"{type(e).__name__}: {e}"
+        self._stats.last_error = f"{type(e).__name__}: {e}"[:_ERROR_CHARS]
 
     def _mark_down(self, e: StoreUnavailable) -> None:
         self._fail(e)

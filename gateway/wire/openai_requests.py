@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from gateway.errors import InvalidRequestError
 
@@ -84,11 +84,35 @@ class ChatCompletionRequest(_Sampling):
     top_logprobs: int | None = Field(default=None, ge=0, le=20)
 
 
+PROMPT_SHAPES = (
+    "a string, a non-empty list of strings, a non-empty list of token ids (integers from 0 "
+    "to 2**31-1), or a non-empty list of such lists"
+)
+
+
+def _token(value: object) -> bool:
+    return type(value) is int and 0 <= value < 2**31
+
+
 class CompletionRequest(_Sampling):
     prompt: str | list[str] | list[int] | list[list[int]]
     suffix: str | None = None
     echo: bool | None = None
     best_of: int | None = Field(default=None, ge=1)
+
+    @field_validator("prompt", mode="before")
+    @classmethod
+    def _prompt_shape(cls, value: object) -> object:
+        # One clear message instead of one per union member; an empty list or a negative id
+        # would otherwise reach litellm and fail deep inside its translation.
+        if isinstance(value, str):
+            return value
+        if isinstance(value, list) and value:
+            if all(isinstance(x, str) for x in value) or all(_token(x) for x in value):
+                return value
+            if all(isinstance(x, list) and x and all(_token(t) for t in x) for x in value):
+                return value
+        raise ValueError(f"'prompt' must be {PROMPT_SHAPES}")
 
 
 def _raise_invalid(exc: ValidationError) -> None:

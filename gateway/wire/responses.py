@@ -215,9 +215,19 @@ def _tools(
                 raise _invalid(f"Missing required parameter: 'tools[{i}].name'.", f"tools[{i}]")
             out.append(_function(tool, tool["name"]))
         elif kind == "namespace" and isinstance(tool.get("name"), str):
-            for inner in tool.get("tools") or []:
-                if inner.get("type") != "function" or not isinstance(inner.get("name"), str):
-                    note(notes, "dropped_tools", f"{tool['name']}.{inner.get('type')}")
+            inner_tools = tool.get("tools") or []
+            if not isinstance(inner_tools, list):
+                raise _invalid(
+                    f"Invalid type for 'tools[{i}].tools': expected an array.", f"tools[{i}].tools"
+                )
+            for inner in inner_tools:
+                if (
+                    not isinstance(inner, dict)
+                    or inner.get("type") != "function"
+                    or not isinstance(inner.get("name"), str)
+                ):
+                    kind_of = inner.get("type") if isinstance(inner, dict) else type(inner).__name__
+                    note(notes, "dropped_tools", f"{tool['name']}.{kind_of}")
                     continue
                 flat = f"{tool['name']}{NAMESPACE_SEP}{inner['name']}"
                 namespaced[flat] = (tool["name"], inner["name"])

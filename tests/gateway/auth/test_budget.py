@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import re
 from collections.abc import AsyncIterator
 
 import pytest
@@ -14,6 +15,8 @@ from gateway.errors import PermissionDeniedError, error_response_parts
 from gateway.store import StoreBackend, StoreConfig, StoreDataError, StoreUnavailable, open_store
 from gateway.store.records import ApiKeyRecord
 from tests.gateway.store.conftest import pg_empty_schema, store_url
+
+from .test_keys import refusal
 
 __all__ = ["pg_empty_schema", "store_url"]
 
@@ -53,6 +56,29 @@ async def test_budget_is_enforced_at_once_from_recorded_cost(store: StoreBackend
     await guard.close()
 
 
+@pytest.mark.parametrize(
+    ("budget", "spent", "shown"),
+    [
+        (0.0005, 0.0006, "budget of $0.0005 (spent $0.0006)"),
+        (0.01, 0.0123456, "budget of $0.01 (spent $0.0123)"),
+        (0.000001, 0.0000015, "budget of $0.000001 (spent $0.0000015)"),
+        (2.5, 3.0, "budget of $2.50 (spent $3.00)"),
+        (1500, 1500.004, "budget of $1,500.00 (spent $1,500.00)"),
+    ],
+)
+async def test_budget_refusal_shows_small_amounts_readably(
+    budget: float, spent: float, shown: str
+) -> None:
+    guard = BudgetGuard(FakeStore(), flush_interval_s=3600)  # type: ignore[arg-type]
+    guard.record_spend("k", spent)
+    with pytest.raises(PermissionDeniedError) as info:
+        guard.check(Principal(key_id="k", name="tiny", budget_usd=budget))
+    message = error_response_parts(info.value)[2]["error"]["message"]
+    assert shown in message
+    assert not re.search(r"\$0\.00(?!\d)", message)  # never "$0.00 (spent $0.00)"
+    await guard.close()
+
+
 async def test_spend_is_persisted_in_the_background_and_on_close(store: StoreBackend) -> None:
     record, _ = await KeyService(store).create("bg", budget_usd=10)
     guard = BudgetGuard(store, flush_interval_s=0.02)
@@ -79,8 +105,8 @@ async def test_spend_of_another_process_is_seen_after_the_cache_ttl(store: Store
     guard_a.record_spend(record.id, 1.5)
     await guard_a.flush()  # process A persisted its spend
     await asyncio.sleep(0.06)
-    with pytest.raises(PermissionDeniedError):
-        await auth_b.authenticate(plaintext)  # B re-read the key and its spend
+    exc = await refusal(auth_b, plaintext, within_s=2)  # B re-read the key and its spend
+    assert exc.code == "budget_exceeded"
     await guard_a.close()
     await guard_b.close()
 

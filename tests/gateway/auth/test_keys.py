@@ -1,4 +1,5 @@
-"""API keys: shown once, stored hashed, checked through a TTL cache; 401/403 in OpenAI's shape."""
+"""API keys: shown once, stored hashed, checked through a cache refreshed in the background;
+401/403/503 in OpenAI's shape."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import dataclasses
 import hashlib
 import logging
 import re
+import time
 from collections.abc import AsyncIterator
 
 import pytest
@@ -46,6 +48,23 @@ class FakeClock:
 
     def __call__(self) -> float:
         return self.now
+
+
+async def refusal(
+    auth: Authenticator, presented: str, clock: FakeClock | None = None, within_s: float = 10.0
+) -> PermissionDeniedError:
+    """Call until the key is refused: a background re-read brought in a revocation or a spend.
+    ``clock`` (a FakeClock) is moved past the cache TTL between calls."""
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        try:
+            await auth.authenticate(presented)
+        except PermissionDeniedError as exc:
+            return exc
+        if clock is not None:
+            clock.now += 1
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"key still accepted after {within_s}s")
 
 
 @pytest.fixture
@@ -134,7 +153,9 @@ async def test_missing_or_unknown_key_is_401(store: StoreBackend, presented: str
         assert presented not in body["error"]["message"]
 
 
-async def test_revoked_key_is_403_within_the_cache_ttl(store: StoreBackend) -> None:
+async def test_revoked_key_is_403_once_the_read_after_the_cache_ttl_answers(
+    store: StoreBackend,
+) -> None:
     clock = FakeClock()
     service = KeyService(store)
     record, plaintext = await service.create("carol")
@@ -144,12 +165,14 @@ async def test_revoked_key_is_403_within_the_cache_ttl(store: StoreBackend) -> N
     assert not await service.revoke(record.id)  # already revoked
     clock.now += 0.4
     await auth.authenticate(plaintext)  # still trusted from the cache
-    clock.now += 0.2  # past the TTL: the store is read again
-    with pytest.raises(PermissionDeniedError) as info:
-        await auth.authenticate(plaintext)
-    status, _, body = error_response_parts(info.value)
+    assert auth.store_reads == 1
+    clock.now += 0.2  # past the TTL: answered from the cache at once, the store re-read behind
+    await auth.authenticate(plaintext)
+    exc = await refusal(auth, plaintext)  # the clock stands still: the re-read did it
+    status, _, body = error_response_parts(exc)
     assert status == 403 and body["error"]["code"] == "key_revoked"
     assert body["error"]["type"] == "permission_error"
+    assert auth.store_reads == 2
 
 
 async def test_revocation_with_real_time(store: StoreBackend) -> None:
@@ -159,6 +182,17 @@ async def test_revocation_with_real_time(store: StoreBackend) -> None:
     await auth.authenticate(plaintext)
     await service.revoke(record.id)
     await asyncio.sleep(0.06)
+    await refusal(auth, plaintext, within_s=2)
+
+
+async def test_max_stale_zero_reads_the_store_before_answering_past_the_ttl(
+    store: StoreBackend,
+) -> None:
+    service = KeyService(store)
+    record, plaintext = await service.create("strict")
+    auth = Authenticator(store, AuthConfig(cache_ttl_s=0, max_stale_s=0))
+    await auth.authenticate(plaintext)
+    await service.revoke(record.id)
     with pytest.raises(PermissionDeniedError):
         await auth.authenticate(plaintext)
 
@@ -197,15 +231,17 @@ async def test_store_down_keeps_cached_keys_and_refuses_others_with_503(
     clock.now += 10  # expired, but within max_stale_s
     reads = flaky.reads
     for _ in range(10):
-        assert (await auth.authenticate(plaintext)).name == "stale"
+        assert (await auth.authenticate(plaintext)).name == "stale"  # at once, from the cache
+        await asyncio.sleep(0.02)  # the background re-read runs, and fails
     assert flaky.reads == reads + 1  # the down store is tried once per TTL, not per call
     with pytest.raises(ServiceUnavailableError) as info:
         await auth.authenticate("sy-" + "a" * 43)
     assert error_response_parts(info.value)[0] == 503
     assert info.value.code == "auth_store_unavailable"
     clock.now += 30  # beyond max_stale_s
-    with pytest.raises(ServiceUnavailableError):
-        await auth.authenticate(plaintext)
+    for _ in range(2):  # a failed read does not make the old entry fresh again
+        with pytest.raises(ServiceUnavailableError):
+            await auth.authenticate(plaintext)
 
 
 async def test_optional_auth_lets_anonymous_through_but_not_revoked_keys(
@@ -213,7 +249,7 @@ async def test_optional_auth_lets_anonymous_through_but_not_revoked_keys(
 ) -> None:
     service = KeyService(store)
     record, plaintext = await service.create("gina", rpm_limit=5)
-    auth = Authenticator(store, AuthConfig(required=False, cache_ttl_s=0))
+    auth = Authenticator(store, AuthConfig(required=False, cache_ttl_s=0, max_stale_s=0))
     assert await auth.authenticate(None) is ANONYMOUS
     assert await auth.authenticate("sk-whatever-the-ide-sends") is ANONYMOUS
     assert await auth.authenticate("sy-" + "b" * 43) is ANONYMOUS

@@ -1,5 +1,8 @@
+import json
+import math
+
 from gateway.store import FeedbackRecord
-from gateway.store.spool import DEAD_LETTER_FILE, Spool, SpoolRecord
+from gateway.store.spool import DEAD_LETTER_FILE, SKETCH_CHARS, Spool, SpoolRecord
 
 from .scenario import inference
 
@@ -44,3 +47,100 @@ def test_unencodable_records_go_to_dead_letters(tmp_path):
     spool = Spool(tmp_path, segment_bytes=1 << 20)
     assert spool.append([inference(request={"x": object()}), inference()]) == (1, 1)
     assert len((tmp_path / DEAD_LETTER_FILE).read_text().splitlines()) == 1
+
+
+def nested(depth: int) -> object:
+    """A JSON value ``depth`` levels deep (lists and objects in turn), built without recursion."""
+    value: object = "leaf"
+    for level in range(depth):
+        value = [value] if level % 2 else {"k": value}
+    return value
+
+
+def strict_json(line: str) -> dict:
+    def no_constant(name: str) -> None:
+        raise ValueError(f"not strict JSON: {name}")
+
+    return json.loads(line, parse_constant=no_constant)
+
+
+class ReprRaises:
+    def __repr__(self) -> str:
+        raise RuntimeError("no repr for you")
+
+
+def test_dead_letters_of_unencodable_records_never_raise_and_keep_their_identity(tmp_path):
+    spool = Spool(tmp_path, segment_bytes=1 << 20)
+    deep = inference(request={"messages": nested(100_000)})
+    nan = inference(request={"temperature": math.nan}, cost_usd=math.inf)
+    surrogate = inference(request={"content": "lone \ud800 surrogate", "\udfff": "key"})
+    odd = inference(request={"set": {1, 2}, "object": ReprRaises(), "bytes": b"\x00\xff"})
+    feedback = FeedbackRecord(inference_id=deep.id, kind="comment", payload=nested(5000))
+    huge = inference(request={"content": "x" * 5_000_000, "nan": math.nan})
+    spool.dead_letter(
+        [
+            (deep, "RecursionError: too deep"),
+            (nan, "NaN"),
+            (surrogate, "refused: \ud800 in the reason too"),
+            (odd, "not JSON"),
+            (feedback, "too deep"),
+            (huge, "huge and NaN"),
+            ({"a dict": ReprRaises()}, "not a record at all"),
+            (b'{"kind": "inference", "rec\xff', "torn line"),
+        ]
+    )
+    lines = (tmp_path / DEAD_LETTER_FILE).read_text(encoding="utf-8").splitlines()
+    letters = [strict_json(line) for line in lines]
+    assert len(letters) == 8 and all(d["error"] and d["at"] for d in letters)
+    for record, letter in zip([deep, nan, surrogate, odd, feedback, huge], letters, strict=False):
+        assert (letter["id"], letter["ts"]) == (record.id, record.ts.isoformat())
+    kinds = [d.get("kind") for d in letters]
+    assert kinds == ["inference"] * 4 + ["feedback", "inference", None, None]
+    # Faithful where JSON can say it: lone surrogates as escapes, other objects as reprs.
+    assert letters[2]["record"]["request"] == {"content": "lone \ud800 surrogate", "\udfff": "key"}
+    assert letters[3]["record"]["request"]["set"] == "{1, 2}"
+    assert letters[3]["record"]["request"]["object"] == "<ReprRaises object>"
+    # Otherwise a bounded sketch, and why.
+    for letter in (letters[0], letters[1], letters[4], letters[5]):
+        assert letter["record"] is None and letter["sketch_reason"]
+        assert 0 < len(letter["sketch"]) <= SKETCH_CHARS + 1
+    assert "RecursionError" in letters[0]["sketch_reason"]
+    assert letters[0]["sketch"].startswith("{'id': '" + deep.id)
+    assert "nan" in letters[1]["sketch"] and "inf" in letters[1]["sketch"]
+    assert letters[7]["line"].startswith('{"kind": "inference", "rec')
+
+
+def test_append_dead_letters_what_it_cannot_encode_and_spools_the_rest(tmp_path):
+    spool = Spool(tmp_path, segment_bytes=1 << 20)
+    deep = inference(request={"messages": nested(100_000)})
+    surrogate = inference(request={"content": "lone \udc00"})
+    nan = inference(request={"temperature": math.nan})
+    plain = inference()
+    assert spool.append([deep, surrogate, nan, plain]) == (3, 1)
+    spool.seal()
+    (segment,) = spool.segments()
+    claim = spool.claim(segment)
+    assert claim is not None and claim.bad_lines == []
+    assert claim.records[0] == surrogate  # lone surrogates survive the round trip
+    assert math.isnan(claim.records[1].request["temperature"])
+    assert claim.records[2] == plain
+    claim.release()
+    (letter,) = [
+        strict_json(line) for line in (tmp_path / DEAD_LETTER_FILE).read_text().splitlines()
+    ]
+    assert letter["id"] == deep.id and "RecursionError" in letter["error"]
+
+
+def test_a_spool_line_nested_too_deep_is_set_aside_not_raised(tmp_path):
+    spool = Spool(tmp_path, segment_bytes=1 << 20)
+    plain = inference()
+    spool.append([plain])
+    spool.seal()
+    (segment,) = spool.segments()
+    with segment.open("ab") as f:
+        f.write(b'{"kind": "inference", "record": ' + b"[" * 100_000 + b"]" * 100_000 + b"}\n")
+    claim = spool.claim(segment)
+    assert claim is not None
+    assert claim.records == [plain]
+    assert len(claim.bad_lines) == 1 and "RecursionError" in claim.bad_lines[0][1]
+    claim.release()
