@@ -44,6 +44,7 @@ from gateway.wire.openai_requests import (
     validate_chat,
     validate_completion,
 )
+from router.chat_text import request_text
 from router.errors import RoutingError
 from router.features import Endpoint, RequestFeatures, estimate_tokens
 
@@ -143,6 +144,7 @@ def build_features(
         cache_key=body.get("prompt_cache_key") or req.user,
         request_id=request_id,
         api_key_id=api_key_id,
+        text=request_text(endpoint, body),
     )
 
 

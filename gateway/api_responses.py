@@ -52,6 +52,7 @@ from gateway.wire.responses import (
     render_response,
     translate_request,
 )
+from router.chat_text import request_text
 from router.errors import RoutingError
 from router.features import Endpoint, RequestFeatures, estimate_tokens
 
@@ -110,6 +111,7 @@ def door_features(
         tags=tags,
         episode_id=request.headers.get(EPISODE_HEADER) or tags.get("episode_id"),
         cache_key=cache_key,
+        text=request_text(endpoint, body),
     )
 
 

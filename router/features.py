@@ -13,6 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
+from router.request_text import RequestText
+
 Endpoint = Literal["chat.completions", "completions", "responses", "messages"]
 
 CHARS_PER_TOKEN = 4
@@ -43,3 +45,4 @@ class RequestFeatures:
     cache_key: str | None = None
     request_id: str | None = None  # the record's id: a stable key for sampling (canary, explore)
     prompt_token_ids: tuple[int, ...] | None = None  # filled for cache-aware replica choice
+    text: RequestText | None = None  # what the request says, for the learned scorer

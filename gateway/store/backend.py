@@ -58,6 +58,7 @@ class StoreBackend(Protocol):
     async def inference_exists(self, inference_id: str) -> bool: ...
     async def inference_owner(self, inference_id: str) -> InferenceOwner | None:
         """Which key made the inference; None when there is no inference with that id."""
+
     def iter_inferences(
         self,
         filters: InferenceFilter | None = None,

@@ -59,7 +59,6 @@ R = TypeVar("R")
 Conn = AsyncConnection[tuple[Any, ...]]
 
 
-
 class _Connection:
     """One lazily opened connection, reopened after the server goes away."""
 
