@@ -36,7 +36,7 @@ from gateway.recording import RecorderHandle
 from gateway.state import Canary, GatewayState, build_policy
 from gateway.store import InferenceFilter
 from router.config import RoutingConfig
-from router.errors import RoutingError
+from router.errors import PolicyConfigError, RoutingError
 
 ADMIN_BODY_LIMIT = 1024 * 1024
 
@@ -295,7 +295,7 @@ async def set_canary(request: Request) -> Response:
         state = check_admin(request)
         req = CanaryRequest.model_validate(await _read_json(request))
         policy = build_policy(state.config, req.routing, state.learned_state)
-    except (orjson.JSONDecodeError, ValidationError) as exc:
+    except (orjson.JSONDecodeError, ValidationError, PolicyConfigError) as exc:
         return _error(InvalidRequestError(f"invalid canary: {exc}"))
     except (GatewayError, RoutingError) as exc:
         return _error(exc)

@@ -253,7 +253,8 @@ def _with_cost(ex: Exchange, cost: float | None) -> dict[str, str]:
 
 
 def _after_success(state: GatewayState, ex: Exchange, call: UpstreamCall) -> None:
-    if should_shadow(state, ex.id, ex.target):
+    p_local = ex.decision.p_local if ex.decision is not None else None
+    if should_shadow(state, ex.id, ex.target, p_local):
         start_shadow(state, ex.id, call)
 
 
@@ -384,7 +385,7 @@ def finish(
         InferenceRecord(
             id=ex.id,
             ts=datetime.now(UTC),
-            api_key_id=f.api_key_id if f else None,
+            api_key_id=ex.principal.key_id,  # known even when the body was refused
             episode_id=f.episode_id if f else None,
             endpoint=ex.endpoint,
             wire_format=ex.wire_format,

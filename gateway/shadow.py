@@ -1,7 +1,10 @@
 """Shadow evaluation: for a sampled share of frontier-served requests the local model answers
 too, off the user's path, and its answer is recorded next to the served one.
 
-The sample is a stable hash of the request id (``shadow.share``). The shadow call starts after the
+The sample is a stable hash of the request id, aimed where the learned scorer is least sure:
+a request the scorer put near p_local = 0.5 is sampled at the full ``shadow.share``, one it is
+sure of (near 0 or 1) at a quarter of it (``share * (0.25 + 3 p (1 - p))``); without a score
+(no scorer, a rule decided) at the full share. The shadow call starts after the
 client's answer is complete, runs as a background task with at most ``shadow.max_in_flight`` at
 once (a sampled request beyond that is skipped and counted, never queued without bound), is never
 streamed, and never touches the client. Its record carries the local answer and the facts needed
@@ -19,19 +22,23 @@ from gateway.errors import UpstreamError
 from gateway.state import GatewayState
 from gateway.store import ShadowRecord
 from router.features import unit_hash
+from router.scorer import uncertainty
 
 log = logging.getLogger(__name__)
 
 
-def should_shadow(state: GatewayState, inference_id: str, served_target: str | None) -> bool:
+def should_shadow(
+    state: GatewayState, inference_id: str, served_target: str | None, p_local: float | None
+) -> bool:
     cfg = state.config.shadow
     if cfg.share <= 0 or cfg.target is None or served_target is None:
         return False
     served = state.config.backends.get(served_target)
+    share = cfg.share if p_local is None else cfg.share * (0.25 + 3 * uncertainty(p_local))
     return (
         served is not None
         and served.kind == "litellm"
-        and (unit_hash(inference_id, "shadow") < cfg.share)
+        and (unit_hash(inference_id, "shadow") < share)
     )
 
 

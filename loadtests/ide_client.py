@@ -1,17 +1,24 @@
 """Simulated IDE client: sends task-family traffic through the gateway and reacts like a user.
 
-For each task of ``sample_tasks(n, seed, split)`` (the fixed mix in ``loadtests/tasks/mix.py``):
-1. ``POST /v1/chat/completions`` with the family's system prompt and the user message (file
-   context + instruction, with the ``# task:`` marker the simulator's oracle reads unless
-   ``task_marker`` is off), ``metadata = {"family", "task_id", "split"}`` (the gateway's tags),
-   and ``x-switchyard-episode`` grouping ``episode_len`` consecutive tasks into one session;
-2. verifies the reply with the family's verifier (in a worker thread: some run code);
-3. ``POST /v1/feedback`` for the answer's ``x-request-id``: ``accepted`` when verified, else
-   ``rejected`` with the verifier's feedback in ``payload.feedback``; for a seeded
-   ``edit_share`` of rejections also ``edited`` with the reference answer in ``payload.text``,
-   like a user who fixes the answer by hand.
+It sends what a real client sends and nothing more: the gateway never learns which task family
+or task a request is. For each task of ``sample_tasks(n, seed, split)`` (the fixed mix in
+``loadtests/tasks/mix.py``):
+1. with ``oracle_url`` set, registers the task with the frontier simulator directly,
+   ``POST {oracle_url}/sim/oracle`` with ``{"prompt_hash", "task_id"}`` (the oracle channel the
+   gateway never sees; ``loadtests/frontier_sim/oracle.py``);
+2. ``POST /v1/chat/completions`` with the client type's one system prompt (``client``:
+   ``ide_chat``, or ``agent``, which also sends its fixed tool list), the user message (file,
+   code, instruction), ``max_tokens`` and ``temperature``: no ``metadata``, no tags, no task id
+   and no session header;
+3. verifies the reply with the family's verifier (in a worker thread: some run code) and keeps
+   its own bookkeeping keyed by the response's ``x-request-id`` (:attr:`RunStats.sent`), so a
+   flywheel or a benchmark joins a recorded request to its family without the gateway knowing;
+4. ``POST /v1/feedback`` for that id, as an IDE plugin would: ``accepted``, or ``rejected`` with
+   a short ``payload.reason`` (the verifier's feedback, what the user would say); for a seeded
+   ``edit_share`` of rejections also ``edited`` with the fixed answer in ``payload.text``.
 At most ``concurrency`` tasks are in flight. Talks HTTP only (aiohttp); imports nothing of the
-gateway. ``python -m loadtests.ide_client --base-url http://127.0.0.1:8000 --n 200 --seed 1``.
+gateway. ``python -m loadtests.ide_client --base-url http://127.0.0.1:8000 --oracle-url
+http://127.0.0.1:8901 --n 200 --seed 1``.
 """
 
 from __future__ import annotations
@@ -27,34 +34,42 @@ import time
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import aiohttp
 
-from loadtests.tasks import Task, sample_tasks, verify_reply
+from loadtests.tasks import CLIENT_TYPES, Task, Verdict, sample_tasks, verify_reply
+from loadtests.tasks.clients import ClientType, client_profile, prompt_hash
 from loadtests.tasks.task import Split
 
-EPISODE_HEADER = "x-switchyard-episode"
 TARGET_HEADER = "x-switchyard-target"
+REQUEST_ID_HEADER = "x-request-id"
 COST_HEADERS = ("x-switchyard-cost-usd", "x-sim-cost-usd")
+REASON_CHARS = 200
 
 
 @dataclass(frozen=True, slots=True)
 class IdeClientConfig:
-    """One run of the simulated IDE. Each field is also a CLI flag (``--field-name``)."""
+    """One run of the simulated IDE. Each field is also a CLI flag (``--field-name``).
+
+    ``client`` is the real client imitated (``ide_chat`` or ``agent``: its one system prompt and
+    tool list, ``loadtests/tasks/clients.py``); ``oracle_url`` is the frontier simulator each
+    task is registered with before it is sent (None: no registration, so the simulator gives its
+    default answers).
+    """
 
     base_url: str
     n: int = 200
     seed: int = 1
     split: Split = "train"
+    client: ClientType = "ide_chat"
+    oracle_url: str | None = None
     model: str = "auto"
     api_key: str = ""
     concurrency: int = 4
     edit_share: float = 0.5
-    episode_len: int = 8
     max_tokens: int = 512
     timeout_s: float = 120.0
-    task_marker: bool = True
     send_feedback: bool = True
 
     def __post_init__(self) -> None:
@@ -64,10 +79,9 @@ class IdeClientConfig:
             raise ValueError("concurrency must be >= 1")
         if not 0 <= self.edit_share <= 1:
             raise ValueError("edit_share must be in [0, 1]")
-        if self.episode_len < 1:
-            raise ValueError("episode_len must be >= 1")
         if self.split not in ("train", "heldout"):
             raise ValueError("split must be 'train' or 'heldout'")
+        client_profile(self.client)  # raises ValueError naming the known client types
 
 
 @dataclass(slots=True)
@@ -123,18 +137,57 @@ class FamilyStats:
         }
 
 
+class SentTask(NamedTuple):
+    """The client's own record of one answered request; the gateway never sees it."""
+
+    family: str
+    task_id: str
+    verdict: Verdict
+    edited: bool
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "family": self.family,
+            "task_id": self.task_id,
+            "passed": self.verdict.passed,
+            "feedback": self.verdict.feedback,
+            "edited": self.edited,
+        }
+
+
 @dataclass(slots=True)
 class RunStats:
-    """Per-family outcomes of a run, and how feedback posting went."""
+    """Per-family outcomes of a run, the client's bookkeeping, and how its side posts went.
+
+    ``sent`` maps each answered request's ``x-request-id`` (the gateway's record id) to the task
+    the client sent, so the record joins to its family on the client's side only.
+    """
 
     families: dict[str, FamilyStats] = field(default_factory=dict)
+    sent: dict[str, SentTask] = field(default_factory=dict)
     feedback_posted: int = 0
     feedback_failed: int = 0
     last_feedback_error: str | None = None
+    oracle_registered: int = 0
+    oracle_failed: int = 0
+    last_oracle_error: str | None = None
     wall_s: float = 0.0
 
     def family(self, name: str) -> FamilyStats:
         return self.families.setdefault(name, FamilyStats())
+
+    def merge(self, other: RunStats) -> None:
+        """Add ``other``'s outcomes and bookkeeping (wall time adds up too)."""
+        for name, stats in other.families.items():
+            self.family(name).merge(stats)
+        self.sent.update(other.sent)
+        self.feedback_posted += other.feedback_posted
+        self.feedback_failed += other.feedback_failed
+        self.last_feedback_error = other.last_feedback_error or self.last_feedback_error
+        self.oracle_registered += other.oracle_registered
+        self.oracle_failed += other.oracle_failed
+        self.last_oracle_error = other.last_oracle_error or self.last_oracle_error
+        self.wall_s += other.wall_s
 
     def total(self) -> FamilyStats:
         out = FamilyStats()
@@ -149,7 +202,11 @@ class RunStats:
             "feedback_posted": self.feedback_posted,
             "feedback_failed": self.feedback_failed,
             "last_feedback_error": self.last_feedback_error,
+            "oracle_registered": self.oracle_registered,
+            "oracle_failed": self.oracle_failed,
+            "last_oracle_error": self.last_oracle_error,
             "wall_s": self.wall_s,
+            "sent": {rid: task.as_dict() for rid, task in self.sent.items()},
         }
 
 
@@ -160,24 +217,30 @@ class _Run:
         self.stats = RunStats()
         self.base = config.base_url.rstrip("/")
         self.headers = {"authorization": f"Bearer {config.api_key}"} if config.api_key else {}
+        self.profile = client_profile(config.client)
+
+    def body(self, task: Task) -> dict[str, Any]:
+        """The request body: what a real client of this type sends, nothing about the task."""
+        body: dict[str, Any] = {
+            "model": self.config.model,
+            "messages": task.messages(self.config.client),
+            "max_tokens": self.config.max_tokens,
+            "temperature": 0,
+        }
+        if self.profile.tools:
+            body["tools"] = [dict(tool) for tool in self.profile.tools]
+        return body
 
     async def one(self, index: int, task: Task) -> None:
         cfg = self.config
         stats = self.stats.family(task.family)
         stats.sent += 1
-        body = {
-            "model": cfg.model,
-            "messages": task.messages(marker=cfg.task_marker),
-            "max_tokens": cfg.max_tokens,
-            "temperature": 0,
-            "metadata": task.metadata(),
-        }
-        episode = f"ide-{cfg.seed}-{cfg.split}-{index // cfg.episode_len}"
-        headers = {**self.headers, EPISODE_HEADER: episode}
+        body = self.body(task)
+        await self.register(task, body["messages"][-1]["content"])
         started = time.perf_counter()
         try:
             async with self.session.post(
-                f"{self.base}/v1/chat/completions", json=body, headers=headers
+                f"{self.base}/v1/chat/completions", json=body, headers=self.headers
             ) as resp:
                 payload = await resp.json(content_type=None)
                 status, resp_headers = resp.status, resp.headers
@@ -201,17 +264,39 @@ class _Run:
             stats.accepted += 1
         else:
             stats.rejected += 1
-        inference_id = resp_headers.get("x-request-id")
-        if not cfg.send_feedback or not inference_id:
-            return
-        meta = {"family": task.family, "task_id": task.task_id, "feedback": verdict.feedback}
-        kind = "accepted" if verdict.passed else "rejected"
-        await self.feedback({"inference_id": inference_id, "kind": kind, "payload": meta})
         edit_draw = random.Random(f"edit:{cfg.seed}:{cfg.split}:{index}").random()
-        if not verdict.passed and edit_draw < cfg.edit_share:
-            stats.edited += 1
-            edit = {**meta, "text": task.reference_reply}
-            await self.feedback({"inference_id": inference_id, "kind": "edited", "payload": edit})
+        edited = not verdict.passed and edit_draw < cfg.edit_share
+        stats.edited += edited
+        request_id = resp_headers.get(REQUEST_ID_HEADER)
+        if not request_id:
+            return
+        self.stats.sent[request_id] = SentTask(task.family, task.task_id, verdict, edited)
+        if not cfg.send_feedback:
+            return
+        if verdict.passed:
+            await self.feedback({"inference_id": request_id, "kind": "accepted"})
+            return
+        reason = {"reason": verdict.feedback[:REASON_CHARS]}
+        await self.feedback({"inference_id": request_id, "kind": "rejected", "payload": reason})
+        if edited:
+            edit = {"text": task.reference_reply}
+            await self.feedback({"inference_id": request_id, "kind": "edited", "payload": edit})
+
+    async def register(self, task: Task, user_text: str) -> None:
+        """Tell the simulator's oracle which task ``user_text`` is (never through the gateway)."""
+        if self.config.oracle_url is None:
+            return
+        url = f"{self.config.oracle_url.rstrip('/')}/sim/oracle"
+        entry = {"prompt_hash": prompt_hash(user_text), "task_id": task.task_id}
+        try:
+            async with self.session.post(url, json=entry) as resp:
+                if resp.status == 200:
+                    self.stats.oracle_registered += 1
+                    return
+                self.stats.last_oracle_error = f"{resp.status}: {(await resp.text())[:200]}"
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            self.stats.last_oracle_error = repr(exc)
+        self.stats.oracle_failed += 1
 
     async def feedback(self, body: dict[str, Any]) -> None:
         try:
@@ -254,6 +339,9 @@ async def run_ide_client(
     return run.stats
 
 
+CHOICES: dict[str, tuple[str, ...]] = {"split": ("train", "heldout"), "client": CLIENT_TYPES}
+
+
 def build_parser() -> argparse.ArgumentParser:
     """One flag per :class:`IdeClientConfig` field; defaults come from the dataclass."""
     parser = argparse.ArgumentParser(prog="python -m loadtests.ide_client", description=__doc__)
@@ -266,8 +354,8 @@ def build_parser() -> argparse.ArgumentParser:
                 flag, dest=f.name, default=f.default, action=argparse.BooleanOptionalAction
             )
         else:
-            kind = type(f.default)
-            choices = ("train", "heldout") if f.name == "split" else None
+            kind = str if f.default is None else type(f.default)
+            choices = CHOICES.get(f.name)
             parser.add_argument(flag, dest=f.name, type=kind, default=f.default, choices=choices)
     return parser
 

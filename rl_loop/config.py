@@ -170,7 +170,10 @@ class RefitConfig(_Strict):
     """Refit of the learned routing policy after a promotion."""
 
     class_tags: tuple[str, ...] = Field(
-        default=("family",), description="Tags that make a request class (as routing does)."
+        default=("family",),
+        description="Tags (or a benchmark's client-side labels) that group outcomes into "
+        "evidence classes for reports and for inheriting evidence across a swap; routing "
+        "itself reads the request text, never tags.",
     )
     current_version_only: bool = Field(
         default=True,

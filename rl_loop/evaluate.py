@@ -32,6 +32,8 @@ from typing import Any
 from rl_loop.config import GateConfig
 from rl_loop.modeling import Policy, code_windows, generate
 from rl_loop.rewards import Verify, hack_flags
+from router.chat_text import request_text
+from router.request_text import RequestText
 from serving.train_base import held_out_loss
 
 
@@ -54,6 +56,7 @@ class ItemResult:
     strict_passed: bool
     flags: tuple[str, ...]
     answer: str
+    text: RequestText | None = None  # what the routing scorer reads of the prompt
 
 
 @dataclass(slots=True)
@@ -133,7 +136,16 @@ def judge(
         for flag in flags:
             result.flag_counts[flag] = result.flag_counts.get(flag, 0) + 1
         result.items.append(
-            ItemResult(family, item.tags, item.source, passed, strict_passed, flags, answer)
+            ItemResult(
+                family,
+                item.tags,
+                item.source,
+                passed,
+                strict_passed,
+                flags,
+                answer,
+                request_text("chat.completions", {"messages": item.prompt, "tools": item.tools}),
+            )
         )
     return result
 

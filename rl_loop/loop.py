@@ -405,7 +405,8 @@ def gate_outcomes(evaluation: ModelEval, class_tags: Sequence[str]) -> list[Outc
     out = []
     for item in evaluation.items:
         features = RequestFeatures("chat.completions", "auto", 0, tags=item.tags)
-        out.append(Outcome(class_key(features, list(class_tags)), "local", item.passed))
+        key = class_key(features, list(class_tags))
+        out.append(Outcome(key, "local", item.passed, text=item.text))
     return out
 
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from gateway.export.conversation import UnsupportedShape, to_messages, tools_of
 from gateway.store import (
     InferenceFilter,
     InferenceRecord,
@@ -28,8 +29,10 @@ from gateway.store import (
     StoreBackend,
 )
 from rl_loop.rewards import Verify
+from router.chat_text import request_text
 from router.features import RequestFeatures, estimate_tokens
 from router.learned import class_key
+from router.request_text import RequestText
 
 Arm = Literal["local", "frontier"]
 
@@ -73,7 +76,20 @@ def features_of(inf: InferenceRecord) -> RequestFeatures:
         api_key_id=inf.api_key_id,
         episode_id=inf.episode_id,
         request_id=inf.id,
+        text=recorded_text(inf),
     )
+
+
+def recorded_text(inf: InferenceRecord) -> RequestText:
+    """What the scorer reads of a recorded request: the exporter's conversation (one shape for
+    every wire format), read by the same reader as the gateway's (``router.chat_text``)."""
+    request = inf.request or {}
+    row = {"request": request, "wire_format": inf.wire_format}
+    try:
+        body: Mapping[str, Any] = {"messages": to_messages(row), "tools": tools_of(row)}  # type: ignore[arg-type]
+    except UnsupportedShape:
+        body = request
+    return request_text(inf.endpoint, body)
 
 
 _ENDPOINTS = ("chat.completions", "completions", "responses", "messages")
@@ -120,6 +136,7 @@ class RecordedOutcome:
     weights_version: str | None
     cost_usd: float
     latency_ms: float
+    text: RequestText | None = None
 
 
 async def iter_rows(
@@ -149,7 +166,8 @@ def row_outcomes(
     inf = row.inference
     if not inf.ok:
         return []
-    key = class_key(features_of(inf), class_tags)
+    features = features_of(inf)
+    key = class_key(features, class_tags)
     out: list[RecordedOutcome] = []
     arm = arm_of_target(inf.route_target, local_target, frontier_prefix)
     verdict = verdict_of(row)
@@ -164,6 +182,7 @@ def row_outcomes(
                 inf.weights_version if arm == "local" else None,
                 inf.cost_usd or 0.0,
                 inf.latency_ms,
+                features.text,
             )
         )
     for shadow in row.shadows:
@@ -182,6 +201,7 @@ def row_outcomes(
                 _str_or_none(shadow.comparison.get("weights_version")),
                 0.0,
                 float(shadow.comparison.get("latency_ms") or 0.0),
+                features.text,
             )
         )
     return out

@@ -109,7 +109,7 @@ def fit_state(
     of ``inherited[class]`` for the classes it names (step 2)."""
     inherited = inherited or {}
     kept = list(extra) + [
-        Outcome(o.class_key, o.arm, o.accepted)
+        Outcome(o.class_key, o.arm, o.accepted, text=o.text)
         for o in outcomes
         if o.arm == "frontier"
         or not current_version_only

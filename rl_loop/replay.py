@@ -26,6 +26,7 @@ from typing import Any
 import yaml
 
 from gateway.store import InferenceFilter, StoreBackend, StoreConfig, open_store
+from rl_loop.config import RefitConfig
 from rl_loop.outcomes import VerdictCache, features_of, iter_rows, verdict_of
 from router.config import RoutingConfig
 from router.learned import LearnedPolicy, LearnedState, class_key
@@ -134,7 +135,7 @@ async def _main(args: argparse.Namespace) -> int:
     current_file = args.current_state or (
         Path(routing.learned.state_file) if routing.learned and routing.learned.state_file else None
     )
-    class_tags = list(routing.learned.class_tags) if routing.learned else ["family"]
+    class_tags = list(RefitConfig().class_tags)  # report groups (routing reads no tags)
     verdicts = args.verdicts or args.state_file.parent / VERDICTS_FILE
     store = open_store(StoreConfig(url=args.store))
     await store.connect()

@@ -33,10 +33,6 @@ from router.features import Endpoint
 AUTO_ALIAS = "auto"
 
 
-def _default_class_tags() -> list[str]:
-    return ["family"]
-
-
 def _default_aliases() -> dict[str, str | None]:
     return {AUTO_ALIAS: None}
 
@@ -77,12 +73,16 @@ class LearnedConfig(BaseModel):
 
     local_target: str = Field(description="Target that serves the local model.")
     frontier_target: str = Field(description="Target used when local is not good enough yet.")
-    class_tags: list[str] = Field(default_factory=_default_class_tags)
-    quality_target: float = Field(default=0.95, gt=0, le=1.5)
+    quality_target: float = Field(
+        default=0.95,
+        gt=0,
+        le=1.5,
+        description="The routed mix keeps at least this share of frontier-only acceptance.",
+    )
     exploration_share: float = Field(default=0.05, ge=0, le=1)
-    min_samples: int = Field(default=20, ge=1)
-    z: float = Field(default=1.0, ge=0, description="Standard deviations below the mean.")
-    frontier_prior: float = Field(default=0.9, gt=0, le=1)
+    min_samples: int = Field(
+        default=20, ge=1, description="Held-out local verdicts needed before any threshold."
+    )
     state_file: str | None = Field(
         default=None, description="JSON file of the fitted state (written by the RL loop)."
     )

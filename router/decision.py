@@ -12,6 +12,7 @@ class RouteDecision:
     targets: tuple[str, ...]
     reason: str
     policy_version: str
+    p_local: float | None = None  # the learned scorer's estimate, when one decided
 
     @property
     def target(self) -> str:

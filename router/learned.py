@@ -1,22 +1,31 @@
-"""Learned routing: a request class moves to the local model once it answers it well enough.
+"""Learned routing: a request goes to the local model when what it says predicts it will be
+answered well enough there.
 
 Definitions
-- Class of a request: the values of the tags named in ``class_tags`` (e.g. ``family``), joined
-  with ``|``; a request without those tags is class ``*``. Whether it carries tools is part of
-  the class (``tools`` suffix), since tool use is a distinct skill.
-- Outcomes: an answer with a verdict (accepted / rejected) from user feedback on live traffic, or
+- Outcome: an answer with a verdict (accepted / rejected) from user feedback on live traffic, or
   from verifying a shadow answer (the local model answering a frontier-served request off the
-  user's path). Each outcome counts for one arm, ``local`` or ``frontier``, of its class.
-- Estimate: per class and arm, Beta(1 + accepted, 1 + rejected). ``p_local`` is its mean;
-  the decision uses the lower bound ``mean - z * sd`` so a handful of lucky answers is not enough.
-Decision for an ``auto`` request of class c (pinned aliases and matching rules keep priority)
-1. ``n_local(c) >= min_samples`` and ``lower(p_local) >= quality_target * mean(p_frontier)``
-   -> local. ``quality_target`` is the ops-given ratio (0.95: local must keep 95% of the
-   frontier's acceptance). A class never served by the frontier compares with ``frontier_prior``.
-2. Otherwise frontier, except ``exploration_share`` of the class's requests (a stable hash of the
-   request id, so a retried request lands the same way) go local to keep learning on live
-   traffic.
-Every decision names the policy version, the class and the estimate in its reason.
+  user's path), or from the RL loop's gate. Each is for one arm, ``local`` or ``frontier``, and
+  carries the request's :class:`~router.request_text.RequestText` (what the scorer reads) and an
+  evidence group (``class_key``: ops tags or a benchmark's labels, ``*`` without; used for
+  reports and for the RL loop's evidence bookkeeping, never by a decision).
+- Scorer (:mod:`router.scorer`): ``p_local(request)``, the probability that the local model's
+  answer is accepted, a logistic regression over hashed features of the request text, fitted on
+  the local outcomes; ``p_frontier``, the frontier's smoothed acceptance.
+- Calibration: a held-out share of the local outcomes (``calibration_share``, drawn by a
+  stable hash of their position) is scored by the fitted scorer and kept as (score, verdict)
+  pairs in the state. The threshold is derived from them when the policy is built, so changing
+  ``quality_target`` needs no refit: the lowest threshold whose routed mix (scores >= t local
+  at their measured acceptance, the rest at the frontier's) keeps at least ``quality_target`` x
+  the frontier-only acceptance. Fewer than ``min_samples`` held-out
+  verdicts: no threshold (nothing goes local by score).
+Decision for an ``auto`` request (pinned aliases and matching rules keep priority; a rule that
+matches request tags is how ops pin a tagged class to a target, and tags are never required)
+1. ``p_local >= threshold`` -> local.
+2. Otherwise frontier, except ``exploration_share`` of the requests (a stable hash of the request
+   id, so a retried request lands the same way) go local to keep learning on live traffic.
+   With no fitted scorer yet (cold start) every request is decided by 2.
+Every decision's reason names the score, the threshold and the scorer version, and the decision
+carries ``p_local`` for the shadow sampler (which aims where the scorer is least certain).
 Pure: fitting is a function of outcomes; the gateway loads the fitted state from a file.
 """
 
@@ -31,8 +40,14 @@ from router.config import LearnedConfig
 from router.decision import RouteDecision
 from router.features import RequestFeatures, unit_hash
 from router.policy import RulePolicy
+from router.request_text import RequestText
+from router.scorer import Example, Scorer, ScorerConfig, calibrate_threshold
+from router.scorer import fit as fit_scorer
 
 Arm = Literal["local", "frontier"]
+
+CALIBRATION_SHARE = 0.25  # of the local outcomes with text, held out to set the threshold
+_EMPTY = RequestText()
 
 
 @dataclass(slots=True)
@@ -47,11 +62,6 @@ class ArmCounts:
     def mean(self) -> float:
         return (1 + self.accepted) / (2 + self.n)
 
-    def lower(self, z: float) -> float:
-        a, b = 1 + self.accepted, 1 + self.rejected
-        var = a * b / ((a + b) ** 2 * (a + b + 1))
-        return self.mean() - z * math.sqrt(var)
-
 
 @dataclass(frozen=True, slots=True)
 class Outcome:
@@ -59,6 +69,20 @@ class Outcome:
     arm: Arm
     accepted: bool
     weight: float = 1.0
+    text: RequestText | None = None
+
+
+@dataclass(slots=True)
+class Calibration:
+    """Held-out local verdicts, scored by the fitted scorer."""
+
+    scores: list[float] = field(default_factory=list)
+    accepted: list[bool] = field(default_factory=list)
+
+    def threshold(self, p_frontier: float, quality_target: float, min_samples: int) -> float:
+        if len(self.scores) < min_samples:
+            return math.inf
+        return calibrate_threshold(self.scores, self.accepted, p_frontier, quality_target)
 
 
 @dataclass(slots=True)
@@ -67,6 +91,8 @@ class LearnedState:
 
     version: str
     classes: dict[str, dict[str, ArmCounts]] = field(default_factory=dict)
+    scorer: Scorer | None = None
+    calibration: Calibration = field(default_factory=Calibration)
 
     def counts(self, class_key: str, arm: Arm) -> ArmCounts:
         return self.classes.get(class_key, {}).get(arm, ArmCounts())
@@ -78,28 +104,53 @@ class LearnedState:
                 c: {a: [v.accepted, v.rejected] for a, v in arms.items()}
                 for c, arms in self.classes.items()
             },
+            "scorer": self.scorer.to_json() if self.scorer is not None else None,
+            "calibration": {
+                "scores": [round(s, 6) for s in self.calibration.scores],
+                "accepted": self.calibration.accepted,
+            },
         }
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> LearnedState:
+        scorer = data.get("scorer")
+        cal = data.get("calibration") or {}
         return cls(
             str(data["version"]),
             {
                 c: {a: ArmCounts(float(v[0]), float(v[1])) for a, v in arms.items()}
                 for c, arms in data.get("classes", {}).items()
             },
+            Scorer.from_json(scorer) if scorer else None,
+            Calibration(
+                [float(s) for s in cal.get("scores", [])],
+                [bool(a) for a in cal.get("accepted", [])],
+            ),
         )
 
 
-def class_key(features: RequestFeatures, class_tags: list[str]) -> str:
+def class_key(features: RequestFeatures, class_tags: Iterable[str]) -> str:
+    """The evidence group of a request: its values of ``class_tags`` (``*`` without), with a
+    ``|tools`` suffix when it offers tools. Reports and the RL loop's bookkeeping only."""
     values = [features.tags[t] for t in class_tags if t in features.tags]
     key = "|".join(values) if values else "*"
     return key + ("|tools" if features.has_tools else "")
 
 
-def fit(outcomes: Iterable[Outcome], version: str) -> LearnedState:
-    """Counts per class and arm from verdicts (a refit starts from scratch each time)."""
+def fit(
+    outcomes: Iterable[Outcome],
+    version: str,
+    *,
+    seed: int = 0,
+    config: ScorerConfig | None = None,
+    calibration_share: float = CALIBRATION_SHARE,
+) -> LearnedState:
+    """Counts per evidence group and arm, the scorer fitted on the outcomes that carry text
+    (but the calibration share), and that share scored for the threshold (module docstring)."""
     state = LearnedState(version)
+    local_seen = 0
+    fitted: list[Example] = []
+    held_out: list[Outcome] = []
     for o in outcomes:
         arms = state.classes.setdefault(o.class_key, {})
         counts = arms.setdefault(o.arm, ArmCounts())
@@ -107,17 +158,45 @@ def fit(outcomes: Iterable[Outcome], version: str) -> LearnedState:
             counts.accepted += o.weight
         else:
             counts.rejected += o.weight
+        if o.text is None:
+            continue
+        local_seen += o.arm == "local"
+        if o.arm == "local" and _held_out(local_seen, calibration_share):
+            held_out.append(o)
+        else:
+            fitted.append(Example(o.text, o.accepted, o.arm, o.weight))
+    if any(e.arm == "local" for e in fitted):
+        scorer = fit_scorer(fitted, version, seed=seed, config=config)
+        state.scorer = scorer
+        for o in held_out:
+            assert o.text is not None
+            state.calibration.scores.append(scorer.predict_local(o.text))
+            state.calibration.accepted.append(o.accepted)
     return state
 
 
+def _held_out(nth: int, share: float) -> bool:
+    # By a stable hash of the position, not every k-th: periodic traffic (a client alternating
+    # two kinds of request) would otherwise put a single kind in the held-out share.
+    return unit_hash(str(nth), "calibration") < share
+
+
 class LearnedPolicy:
-    """Rules first (pinned aliases, matching rules); ``auto`` traffic by the learned estimate."""
+    """Rules first (pinned aliases, matching rules); ``auto`` traffic by the request's score."""
 
     def __init__(self, rules: RulePolicy, config: LearnedConfig, state: LearnedState) -> None:
         self._rules = rules
         self._config = config
         self._state = state
         self._version = f"{rules.version}+{state.version}"
+        scorer = state.scorer
+        self.threshold = (
+            math.inf
+            if scorer is None
+            else state.calibration.threshold(
+                scorer.frontier.mean(), config.quality_target, config.min_samples
+            )
+        )
 
     @property
     def version(self) -> str:
@@ -130,33 +209,27 @@ class LearnedPolicy:
     def model_names(self) -> list[str]:
         return self._rules.model_names()
 
-    def predict_local_accept(self, features: RequestFeatures) -> float:
-        """Estimated probability that the local model's answer is accepted."""
-        return self._state.counts(class_key(features, self._config.class_tags), "local").mean()
-
-    def local_is_good_enough(self, key: str) -> tuple[bool, str]:
-        cfg = self._config
-        local = self._state.counts(key, "local")
-        frontier = self._state.counts(key, "frontier")
-        p_front = frontier.mean() if frontier.n else cfg.frontier_prior
-        lower = local.lower(cfg.z)
-        ok = local.n >= cfg.min_samples and lower >= cfg.quality_target * p_front
-        return ok, f"class={key} p_local_lb={lower:.3f} p_frontier={p_front:.3f} n={local.n:.0f}"
+    def predict_local_accept(self, features: RequestFeatures) -> float | None:
+        """Estimated probability that the local model's answer is accepted (None: no scorer)."""
+        scorer = self._state.scorer
+        return None if scorer is None else scorer.predict_local(features.text or _EMPTY)
 
     def decide(self, features: RequestFeatures) -> RouteDecision:
         base = self._rules.decide(features)
         if base.reason != "default":
             return RouteDecision(base.targets, base.reason, self._version)
         cfg = self._config
-        key = class_key(features, cfg.class_tags)
-        ok, why = self.local_is_good_enough(key)
-        if ok:
-            return self._decision(cfg.local_target, f"learned:local {why}")
-        explore = unit_hash(features.request_id or "", "explore") < cfg.exploration_share
-        if explore:
-            return self._decision(cfg.local_target, f"learned:explore {why}")
-        return self._decision(cfg.frontier_target, f"learned:frontier {why}")
+        p = self.predict_local_accept(features)
+        scorer = self._state.scorer
+        if p is None or scorer is None:
+            why = "p_local=none (no scorer fitted yet)"
+        else:
+            why = f"p_local={p:.3f} threshold={self.threshold:.3f} scorer={scorer.version}"
+            if p >= self.threshold:
+                return self._decision(cfg.local_target, f"learned:local {why}", p)
+        if unit_hash(features.request_id or "", "explore") < cfg.exploration_share:
+            return self._decision(cfg.local_target, f"learned:explore {why}", p)
+        return self._decision(cfg.frontier_target, f"learned:frontier {why}", p)
 
-    def _decision(self, target: str, reason: str) -> RouteDecision:
-        chain = self._rules.chain(target)
-        return RouteDecision(chain, reason, self._version)
+    def _decision(self, target: str, reason: str, p_local: float | None) -> RouteDecision:
+        return RouteDecision(self._rules.chain(target), reason, self._version, p_local)

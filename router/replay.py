@@ -4,8 +4,9 @@ For each recorded request the candidate policy decides a target. Where it picks 
 (local / frontier) that actually served the request, the recorded outcome, cost and latency are
 used as they are. Where it picks the other arm, they are estimated:
 - acceptance: the shadow answer's verdict when one was recorded (the local model answered that
-  very request off the user's path), else the mean acceptance of that arm for the request's
-  class over the replayed traffic (Beta(1,1) prior), else 0.5;
+  very request off the user's path), else the policy's own estimate for the request (the
+  learned scorer's ``p_local``), else the mean acceptance of that arm for the request's class
+  over the replayed traffic (Beta(1,1) prior), else 0.5;
 - cost and latency: the mean of that arm for the class, else of the arm overall.
 The report gives the predicted local share, accept rate, cost per 1k requests and latency p50,
 overall and per class, so ops can compare a candidate with the current policy before applying it.
@@ -109,7 +110,8 @@ def replay(
     unroutable = 0
     for item in items:
         try:
-            arm = arm_of(policy.decide(item.features).target)
+            decision = policy.decide(item.features)
+            arm = arm_of(decision.target)
         except RoutingError:
             unroutable += 1
             continue
@@ -120,6 +122,8 @@ def replay(
         else:
             if arm == "local" and item.shadow_accepted is not None:
                 acc = float(item.shadow_accepted)
+            elif arm == "local" and decision.p_local is not None:
+                acc = decision.p_local  # the scorer's estimate for this very request
             else:
                 acc = means.p_accept(c, arm)
             row = (

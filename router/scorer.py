@@ -364,7 +364,11 @@ def calibrate_threshold(
     valid = np.concatenate(([True], s[1:] < s[:-1], [True]))
     ok = np.flatnonzero(valid & (routed >= quality_target * float(fr.mean()) - 1e-12))
     k = int(ok.max()) if len(ok) else 0
-    return math.inf if k == 0 else float(s[k - 1])
+    if k == 0:
+        return math.inf
+    # Midway to the first excluded score: a new request scoring a hair below the lowest
+    # held-out one it resembles still goes local; below all of them, the lowest one.
+    return float(s[k - 1] + s[k]) / 2 if k < n else float(s[k - 1])
 
 
 def uncertainty(p: float) -> float:

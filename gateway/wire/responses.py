@@ -253,6 +253,8 @@ def _tool_choice(choice: Any, names: set[str], notes: dict[str, list[str]]) -> A
 
 def _response_format(text: dict[str, Any] | None) -> dict[str, Any] | None:
     fmt = (text or {}).get("format") or {}
+    if not isinstance(fmt, dict):
+        raise _invalid("Invalid type for 'text.format': expected an object.", "text.format")
     if fmt.get("type") == "json_object":
         return {"type": "json_object"}
     if fmt.get("type") == "json_schema":

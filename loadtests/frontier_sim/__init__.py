@@ -3,16 +3,19 @@
 Shipped as product code so tests, the demo and the gateway benchmark run without API keys. Knobs
 (latency, pacing, errors, prices) are in :class:`SimulatorConfig` and can be overridden per
 request with ``x-sim-*`` headers; model names containing "error", "slow" or "ratelimit" fail,
-slow down or rate-limit. See ``server.py`` for the request pipeline.
+slow down or rate-limit. See ``server.py`` for the request pipeline and ``oracle.py`` for how it
+answers IDE task prompts registered through ``POST /sim/oracle``.
 """
 
 from loadtests.frontier_sim.answers import RequestView, compose_answer
 from loadtests.frontier_sim.config import SimulatorConfig
+from loadtests.frontier_sim.oracle import OracleBook
 from loadtests.frontier_sim.runner import SimulatorServer, ThreadedSimulator, run_in_thread
 from loadtests.frontier_sim.server import STATE, SimulatorStats, build_app
 
 __all__ = [
     "STATE",
+    "OracleBook",
     "RequestView",
     "SimulatorConfig",
     "SimulatorServer",

@@ -4,9 +4,11 @@ Both wire modules parse a request into a :class:`RequestView`; everything below 
 from that view alone, so OpenAI and Anthropic endpoints behave the same:
 
 - a tool call when tools are offered and the tool choice forces one, or when it is ``auto`` and
-  the last message is a user message containing the word "tool" or "call";
-- otherwise text from :func:`compose_answer`: the oracle's answer for an IDE task prompt (see
-  ``oracle.py``), else filler deterministic given the model, the last user message, the
+  the last message is a user message containing the word "tool" or "call" (except a registered
+  IDE task prompt: an agent client offers its tools with every task, and the task shows all it
+  needs, so a frontier model answers it in text);
+- otherwise text from :func:`compose_answer`: the oracle's answer for a registered IDE task
+  prompt (see ``oracle.py``), else filler deterministic given the model, the last user message, the
   request's seed, the choice index and the simulator's seed, so tests can assert on it. One
   whitespace-separated word is one token (its leading whitespace kept, so code keeps its
   layout); prompts cost ``len(text) // 4 + 1`` tokens.
@@ -25,7 +27,7 @@ from typing import Any, Literal
 import orjson
 
 from loadtests.frontier_sim.config import SimulatorConfig
-from loadtests.frontier_sim.oracle import oracle_answer
+from loadtests.frontier_sim.oracle import OracleBook, known_task, oracle_answer
 
 ANSWER_PREFIX = "Simulated answer from {model}:"
 ToolMode = Literal["auto", "none", "required"]
@@ -125,15 +127,18 @@ def estimate_tokens(text: str) -> int:
     return len(text) // 4 + 1
 
 
-def compose_answer(view: RequestView, config: SimulatorConfig) -> str:
+def compose_answer(
+    view: RequestView, config: SimulatorConfig, book: OracleBook | None = None
+) -> str:
     """The full text answer (before stop sequences and max tokens) for ``view``.
 
-    The one place answer text is made; extend it here (e.g. canned answers by prompt hash).
+    The one place answer text is made; ``book`` holds the registered IDE task prompts.
     """
     prefix = ANSWER_PREFIX.format(model=view.model)
     if view.tool_result is not None:
         return f"{prefix} the tool returned {view.tool_result}"
-    oracle = oracle_answer(view.last_user_text, config, f"{view.seed}|{view.choice_index}")
+    salt = f"{view.seed}|{view.choice_index}"
+    oracle = oracle_answer(view.last_user_text, config, book, salt)
     if oracle is not None:
         return oracle
     key = f"{config.seed}|{view.seed}|{view.choice_index}|{view.last_user_text}".encode()
@@ -204,9 +209,12 @@ def _value_for(name: str, schema: Mapping[str, Any]) -> Any:
 Answer = FinishedAnswer | ToolCall
 
 
-def answer_request(view: RequestView, config: SimulatorConfig) -> Answer:
+def answer_request(
+    view: RequestView, config: SimulatorConfig, book: OracleBook | None = None
+) -> Answer:
     """The complete answer for one choice: a tool call or finished text."""
-    call = decide_tool_call(view)
+    in_text = view.tool_mode == "auto" and known_task(view.last_user_text, config, book) is not None
+    call = None if in_text else decide_tool_call(view)
     if call is not None:
         return call
-    return finish_answer(compose_answer(view, config), view)
+    return finish_answer(compose_answer(view, config, book), view)

@@ -60,7 +60,13 @@ class SimulatorConfig(BaseModel):
     # Oracle for IDE task prompts (see oracle.py)
     oracle: bool = Field(
         default=True,
-        description="Answer prompts carrying a '# task: <id>' line from the task generators.",
+        description="Answer IDE task prompts registered through POST /sim/oracle (by prompt "
+        "hash) with the task's reference answer.",
+    )
+    oracle_capacity: int = Field(
+        default=65536,
+        ge=1,
+        description="Registered task prompts kept; the oldest registrations are forgotten first.",
     )
     oracle_accuracy: float = Field(
         default=0.97,

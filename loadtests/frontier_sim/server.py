@@ -9,7 +9,10 @@ Every answering endpoint runs the same pipeline (:func:`_serve`):
 4. compute the answers, wait ``ttft_ms`` (+ ``slow_model_ttft_ms`` for "slow" model names);
 5. answer JSON, or stream SSE events paced at ``tokens_per_s`` and cut off after
    ``cut_stream_after_chunks`` events by closing the connection.
-State (config, seeded RNG, counters) lives on the app under :data:`STATE`.
+State (config, seeded RNG, counters, the oracle's registered task prompts) lives on the app under
+:data:`STATE`. ``POST /sim/oracle`` is the oracle channel the gateway never sees (see
+``oracle.py``): the IDE client registers ``{"prompt_hash", "task_id"}`` (or an array of them)
+there before it sends the task through the gateway.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from aiohttp import web
 from loadtests.frontier_sim import anthropic_wire, openai_wire, responses_wire
 from loadtests.frontier_sim.answers import Answer, BadRequest, RequestView, answer_request
 from loadtests.frontier_sim.config import KnobHeaderError, SimulatorConfig, apply_header_overrides
+from loadtests.frontier_sim.oracle import OracleBook, RegistrationError
 
 JSON_TYPE = "application/json"
 SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
@@ -56,10 +60,12 @@ class SimulatorStats:
 
 @dataclass(slots=True)
 class SimulatorState:
-    """Per-app state: the configured knobs, the seeded failure RNG and the counters."""
+    """Per-app state: the configured knobs, the seeded failure RNG, the counters and the
+    oracle's registered task prompts."""
 
     config: SimulatorConfig
     rng: random.Random
+    oracle_book: OracleBook
     stats: SimulatorStats = field(default_factory=SimulatorStats)
 
 
@@ -171,7 +177,7 @@ async def _serve(request: web.Request, wire: _Wire[Any]) -> web.StreamResponse:
         model = parsed.views[0].model
         state.stats.models[model] += 1
         _check_failure(state, knobs, model)
-        answers = [answer_request(view, knobs) for view in parsed.views]
+        answers = [answer_request(view, knobs, state.oracle_book) for view in parsed.views]
     except (BadRequest, KnobHeaderError) as exc:
         param = exc.param if isinstance(exc, BadRequest) else None
         return _error_response(wire, state, _Failure(400, str(exc)), param)
@@ -266,16 +272,45 @@ async def _prices(request: web.Request) -> web.Response:
     return web.Response(body=orjson.dumps(prices), content_type=JSON_TYPE)
 
 
+def _registrations(payload: Any) -> list[tuple[str, str]]:
+    entries = payload if isinstance(payload, list) else [payload]
+    out = []
+    for entry in entries:
+        digest = entry.get("prompt_hash") if isinstance(entry, dict) else None
+        task_id = entry.get("task_id") if isinstance(entry, dict) else None
+        if not isinstance(digest, str) or not isinstance(task_id, str):
+            raise RegistrationError('each registration is {"prompt_hash": str, "task_id": str}')
+        out.append((digest, task_id))
+    return out
+
+
+async def _oracle(request: web.Request) -> web.Response:
+    """POST: register task prompts (object or array); DELETE: forget all; GET: how many."""
+    book = request.app[STATE].oracle_book
+    if request.method == "POST":
+        try:
+            book.register_all(_registrations(orjson.loads(await request.read())))
+        except (orjson.JSONDecodeError, RegistrationError) as exc:
+            body = openai_wire.error_body(400, f"bad oracle registration: {exc}", None)
+            return web.Response(status=400, body=body, content_type=JSON_TYPE)
+    elif request.method == "DELETE":
+        book.clear()
+    known = {"registered": len(book), "capacity": book.capacity}
+    return web.Response(body=orjson.dumps(known), content_type=JSON_TYPE)
+
+
 def build_app(config: SimulatorConfig | None = None) -> web.Application:
     """The simulator as an aiohttp application (serve it with any aiohttp runner).
 
     Routes: POST /v1/chat/completions, POST /v1/completions, POST /v1/responses,
     POST /v1/messages, GET /v1/models, GET /health, GET|DELETE /sim/stats (DELETE resets the
-    counters), GET /sim/prices.
+    counters), GET /sim/prices, GET|POST|DELETE /sim/oracle (register task prompts, see
+    :func:`_oracle`).
     """
     config = config or SimulatorConfig()
     app = web.Application()
-    app[STATE] = SimulatorState(config=config, rng=random.Random(config.seed))
+    book = OracleBook(config.oracle_capacity)
+    app[STATE] = SimulatorState(config=config, rng=random.Random(config.seed), oracle_book=book)
     app.router.add_post("/v1/chat/completions", _chat_completions)
     app.router.add_post("/v1/completions", _completions)
     app.router.add_post("/v1/responses", _responses)
@@ -285,4 +320,7 @@ def build_app(config: SimulatorConfig | None = None) -> web.Application:
     app.router.add_get("/sim/stats", _stats)
     app.router.add_delete("/sim/stats", _stats)
     app.router.add_get("/sim/prices", _prices)
+    app.router.add_get("/sim/oracle", _oracle)
+    app.router.add_post("/sim/oracle", _oracle)
+    app.router.add_delete("/sim/oracle", _oracle)
     return app

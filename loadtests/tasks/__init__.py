@@ -3,19 +3,23 @@
 See ``README.md`` here for the families, answer formats and verifier rules.
 """
 
+from loadtests.tasks.clients import CLIENT_TYPES, ClientType, client_profile, prompt_hash
 from loadtests.tasks.families import FAMILIES, Family, get_family, task_from_id, verify_reply
 from loadtests.tasks.mix import MIX, sample_tasks
-from loadtests.tasks.task import Task, TaskIdError, Verdict, find_task_marker
+from loadtests.tasks.task import Task, TaskIdError, Verdict
 
 __all__ = [
+    "CLIENT_TYPES",
     "FAMILIES",
     "MIX",
+    "ClientType",
     "Family",
     "Task",
     "TaskIdError",
     "Verdict",
-    "find_task_marker",
+    "client_profile",
     "get_family",
+    "prompt_hash",
     "sample_tasks",
     "task_from_id",
     "verify_reply",

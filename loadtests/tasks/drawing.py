@@ -16,7 +16,19 @@ from loadtests.tasks.task import Task, content_split, split_of
 WORDS = ("cache", "route", "token", "model", "queue", "batch", "shard", "index", "delta")
 """Short identifiers the synthetic families put in names, strings and file names."""
 
+FILE_KINDS = ("utils", "service", "core", "tools", "handlers", "models", "client", "check")
+"""Module name endings of :func:`workspace_file`."""
+
 Build = Callable[[random.Random], "tuple[str, Task] | None"]
+
+
+def workspace_file(rng: random.Random) -> str:
+    """The shown file's name for a synthetic task, drawn from one pool shared by every family.
+
+    A family-specific name (``*_hover.py`` for one family, ``scratch.py`` for another) would be
+    a task tag in disguise: the router must tell families apart by what real users send.
+    """
+    return f"{rng.choice(WORDS)}_{rng.choice(FILE_KINDS)}.py"
 
 
 def attempt_rng(name: str, seed: int, attempt: int) -> random.Random:

@@ -24,7 +24,7 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from loadtests.tasks.drawing import WORDS, until_split
+from loadtests.tasks.drawing import WORDS, until_split, workspace_file
 from loadtests.tasks.task import AnswerFormat, Task, Verdict, make_task_id
 
 _NAMES = ("count", "total", "label", "size", "width", "offset", "limit", "score", "key", "name")
@@ -156,7 +156,7 @@ class OneNameFamily:
     """A quick question answered by one name: ``draw(rng) -> (code, reference)`` plus wording.
 
     ``what`` names the kind of answer in feedback ("type", "exception"), ``pool`` holds the
-    plausible answers the wrong reply is drawn from, ``file_suffix`` ends the shown file name.
+    plausible answers the wrong reply is drawn from.
     """
 
     name: str
@@ -165,7 +165,6 @@ class OneNameFamily:
     instruction: Callable[[str], str]
     what: str
     pool: tuple[str, ...]
-    file_suffix: str
     learnable: bool = True
     answer_format: AnswerFormat = "line"
 
@@ -181,7 +180,7 @@ class OneNameFamily:
             task_id=make_task_id(self.name, seed),
             family=self.name,
             seed=seed,
-            filename=f"{_w(rng)}_{self.file_suffix}.py",
+            filename=workspace_file(rng),
             context=code,
             instruction=self.instruction(code),
             answer_format=self.answer_format,
@@ -210,8 +209,8 @@ _ERRORS = ("ValueError", "TypeError", "IndexError", "KeyError", "AttributeError"
 
 def _hover_instruction(code: str) -> str:
     return (
-        f"What is the type of `{code.split(' = ', 1)[0]}` after this line runs? Reply with the "
-        "type name only, as `type(x).__name__` gives it."
+        f"What is the type of `{code.split(' = ', 1)[0]}` after this line runs? Reply with just "
+        "the type name, as `type(x).__name__` gives it."
     )
 
 
@@ -222,7 +221,6 @@ EXPRESSION_TYPE = OneNameFamily(
     instruction=_hover_instruction,
     what="type",
     pool=_TYPES,
-    file_suffix="hover",
 )
 
 RETURN_TYPE = OneNameFamily(
@@ -230,12 +228,11 @@ RETURN_TYPE = OneNameFamily(
     description="The return type of a 4-9 line function whose last line returns an expression.",
     draw=_draw_function,
     instruction=lambda _code: (
-        "Which return type annotation does this function need? Reply with the type name only, "
+        "Which return type annotation does this function need? Reply with just the type name, "
         "as `type(x).__name__` gives it for the returned value."
     ),
     what="type",
     pool=_TYPES,
-    file_suffix="service",
 )
 
 EXCEPTION_TYPE = OneNameFamily(
@@ -243,10 +240,9 @@ EXCEPTION_TYPE = OneNameFamily(
     description="The exception class a failing one-line statement raises.",
     draw=_draw_failing,
     instruction=lambda _code: (
-        "Running this line raises an exception. Which exception class? Reply with the class "
-        "name only."
+        "Running this line raises an exception. Which exception class? Reply with just the "
+        "class name."
     ),
     what="exception",
     pool=_ERRORS,
-    file_suffix="debug",
 )

@@ -23,7 +23,7 @@ import textwrap
 from collections.abc import Callable
 from typing import Any
 
-from loadtests.tasks.drawing import until_split
+from loadtests.tasks.drawing import until_split, workspace_file
 from loadtests.tasks.program_specs import ONE_LINERS, PROGRAMS, Args, Program
 from loadtests.tasks.task import AnswerFormat, Task, Verdict, make_task_id
 from loadtests.tasks.verify import run_python, static_guard
@@ -121,9 +121,11 @@ class CompleteFunction:
             task_id=make_task_id(self.name, seed),
             family=self.name,
             seed=seed,
-            filename=f"{rng.choice(_MODULES)}.py",
+            filename=workspace_file(rng),
             context=stub,
-            instruction=f"Complete the function `{fn}`. Reply with the whole function.",
+            instruction=(
+                f"Complete the function `{fn}`. Reply with the whole function in one code block."
+            ),
             answer_format=self.answer_format,
             reference=reference,
             wrong=wrong,
@@ -191,12 +193,12 @@ class FixAssertion:
             task_id=make_task_id(self.name, seed),
             family=self.name,
             seed=seed,
-            filename=f"{rng.choice(_MODULES)}.py",
+            filename=workspace_file(rng),
             context=context,
             instruction=(
                 f"`pytest` fails:\n    assert {call} == {want!r}\nE   AssertionError: {call} "
                 f"{got_text}\nFix the bug in `{fn}` so the test passes. Reply with the corrected "
-                "function only."
+                "function in one code block."
             ),
             answer_format=self.answer_format,
             reference=reference,
@@ -281,7 +283,7 @@ class WriteTest:
             instruction=(
                 f"Write a pytest test function `test_{fn}` for `{fn}` (import it with "
                 f"`from {module} import {fn}`), using plain assert statements on concrete "
-                "inputs. Reply with the test code only."
+                "inputs. Reply with the test code in one code block."
             ),
             answer_format=self.answer_format,
             reference=head + "".join(asserts),

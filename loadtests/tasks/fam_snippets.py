@@ -14,7 +14,7 @@ import textwrap
 from collections.abc import Callable
 from contextlib import redirect_stdout
 
-from loadtests.tasks.drawing import WORDS, until_split
+from loadtests.tasks.drawing import WORDS, until_split, workspace_file
 from loadtests.tasks.task import AnswerFormat, Task, Verdict, make_task_id
 
 _RESULTS = ("result", "out", "picked", "values", "kept", "mapped", "collected", "selected")
@@ -65,11 +65,11 @@ class LoopToComprehension:
             task_id=make_task_id(self.name, seed),
             family=self.name,
             seed=seed,
-            filename=f"{rng.choice(WORDS)}_utils.py",
+            filename=workspace_file(rng),
             context=loop,
             instruction=(
                 f"Rewrite this loop as a single list comprehension assigned to `{res}`. "
-                "Reply with the one-line replacement."
+                "Reply with the one-line replacement in a code block."
             ),
             answer_format=self.answer_format,
             reference=reference,
@@ -177,9 +177,9 @@ class EvalExpression:
             task_id=make_task_id(self.name, seed),
             family=self.name,
             seed=seed,
-            filename="scratch.py",
+            filename=workspace_file(rng),
             context=code,
-            instruction="What does running this line print? Reply with the printed output only.",
+            instruction="What does running this line print? Reply with just the printed output.",
             answer_format=self.answer_format,
             reference=value,
             wrong=_wrong_output(value, rng),
@@ -272,9 +272,9 @@ class TraceOutput:
             task_id=make_task_id(self.name, seed),
             family=self.name,
             seed=seed,
-            filename=f"{rng.choice(WORDS)}_check.py",
+            filename=workspace_file(rng),
             context=code,
-            instruction="What does this program print? Reply with the printed output only.",
+            instruction="What does this program print? Reply with just the printed output.",
             answer_format=self.answer_format,
             reference=value,
             wrong=_wrong_output(value, rng),

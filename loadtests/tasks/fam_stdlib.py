@@ -46,7 +46,7 @@ class FunctionName:
             seed=seed,
             filename=snippet.filename,
             context=snippet.source,
-            instruction="What is the name of the function defined above? Reply with the name only.",
+            instruction="What is the name of the function defined above? Reply with just the name.",
             answer_format=self.answer_format,
             reference=name,
             wrong=wrong,
@@ -138,7 +138,7 @@ class RenameSymbol:
             context=snippet.source,
             instruction=(
                 f"Rename the parameter `{old}` to `{new}` everywhere in this function. "
-                "Reply with the whole updated function."
+                "Reply with the whole updated function in one code block."
             ),
             answer_format=self.answer_format,
             reference=reference,

@@ -5,17 +5,19 @@ seeds from it up to :data:`SEED_LIMIT` the held-out split. Generators also keep 
 contents disjoint: a candidate task whose content hash falls in the other split is redrawn
 (:func:`content_split`), so a held-out prompt never appears verbatim in training.
 
-Prompts are OpenAI chat messages: a system prompt shared by every task with the same answer
-format (so prefix caches hit) and one user message::
+Prompts are OpenAI chat messages as a real client sends them: its client type's one system
+prompt (``clients.py``: the same for every family, so nothing but the user message tells tasks
+apart, and prefix caches hit) and one user message::
 
-    # task: rename_symbol:42          <- marker the frontier simulator's oracle reads
     File: textwrap.py
     ```python
     <context>
     ```
-    <instruction>
+    <instruction>                     <- ends with the answer format, as a user asks for it
 
-Answer formats (the system prompt tells the model which):
+No marker, tag or task id is in the prompt; the task id is the client's own bookkeeping.
+
+Answer formats (the instruction asks for one):
 - ``line``: the answer alone on one line. Read as the first non-empty line of the reply (of the
   first fenced block's content, if the reply has one), stripped of whitespace and of backticks
   or quotes wrapping the whole line.
@@ -30,32 +32,16 @@ import re
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple
 
+from loadtests.tasks.clients import ClientType, client_profile
+
 AnswerFormat = Literal["line", "code"]
 Split = Literal["train", "heldout"]
 
 HELDOUT_SEED_START = 1_000_000_000
 SEED_LIMIT = 2 * HELDOUT_SEED_START
 HELDOUT_PERCENT = 10
-TASK_MARKER_PREFIX = "# task: "
 _TASK_ID = re.compile(r"^([a-z][a-z0-9_]*):(\d+)$")
-_MARKER = re.compile(r"^# task: ([a-z][a-z0-9_]*:\d+)[ \t]*$", re.MULTILINE)
 _FENCE = re.compile(r"```[ \t]*[\w+-]*[ \t]*\n(.*?)```", re.DOTALL)
-
-SYSTEM_PROMPT = (
-    "You are Switchyard Code, a coding assistant inside the user's IDE. Each request shows the "
-    "file the user is editing and one instruction. Do exactly what the instruction asks: no "
-    "explanations, no greetings, no alternatives.\n"
-)
-FORMAT_RULES: dict[AnswerFormat, str] = {
-    "line": (
-        "Answer format: reply with the answer alone on a single line, with no code fence, no "
-        "quotes and no other text."
-    ),
-    "code": (
-        "Answer format: reply with exactly one fenced code block (```python ... ```) holding "
-        "the complete code asked for, and nothing outside it."
-    ),
-}
 
 
 class Verdict(NamedTuple):
@@ -95,12 +81,6 @@ def parse_task_id(task_id: str) -> tuple[str, int]:
     if seed >= SEED_LIMIT:
         raise TaskIdError(f"task id {task_id!r} has a seed beyond {SEED_LIMIT}")
     return match.group(1), seed
-
-
-def find_task_marker(text: str) -> str | None:
-    """The task id of the first ``# task: <id>`` line in ``text``, or None."""
-    match = _MARKER.search(text)
-    return match.group(1) if match else None
 
 
 def fence(code: str) -> str:
@@ -150,22 +130,19 @@ class Task:
         """A plausible wrong answer, as a reply."""
         return render_reply(self.wrong, self.answer_format)
 
-    def system_prompt(self) -> str:
-        return SYSTEM_PROMPT + FORMAT_RULES[self.answer_format]
+    def user_prompt(self) -> str:
+        """The user message: the file, the code, the instruction (no marker, no id)."""
+        return f"File: {self.filename}\n{fence(self.context)}\n{self.instruction}"
 
-    def user_prompt(self, marker: bool = True) -> str:
-        head = f"{TASK_MARKER_PREFIX}{self.task_id}\n" if marker else ""
-        return f"{head}File: {self.filename}\n{fence(self.context)}\n{self.instruction}"
-
-    def messages(self, marker: bool = True) -> list[dict[str, Any]]:
-        """OpenAI chat messages; ``marker`` adds the ``# task:`` line the oracle reads."""
+    def messages(self, client: ClientType = "ide_chat") -> list[dict[str, Any]]:
+        """OpenAI chat messages as ``client`` sends them: its system prompt, then the user's."""
         return [
-            {"role": "system", "content": self.system_prompt()},
-            {"role": "user", "content": self.user_prompt(marker)},
+            {"role": "system", "content": client_profile(client).system_prompt},
+            {"role": "user", "content": self.user_prompt()},
         ]
 
-    def metadata(self) -> dict[str, str]:
-        """Tags for the gateway (``metadata`` in the request body)."""
+    def labels(self) -> dict[str, str]:
+        """The client's own bookkeeping of the task (family, id, split): never sent."""
         return {"family": self.family, "task_id": self.task_id, "split": self.split}
 
 

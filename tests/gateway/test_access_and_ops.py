@@ -14,6 +14,7 @@ import openai
 import pytest
 
 from gateway.store import InferenceFilter, StoreConfig, open_store
+from router.chat_text import request_text
 from router.learned import Outcome, fit
 from tests.fixtures.gateway_fixture import GatewayThread
 from tests.gateway.conftest import store_gateway
@@ -157,9 +158,10 @@ def test_shadow_answers_are_recorded_for_frontier_served_requests(
     assert rows[local.headers["x-request-id"]].shadows == []  # local answers are not shadowed
 
 
-def test_learned_policy_moves_a_class_local_after_a_refit_and_reload(
+def test_learned_policy_moves_a_kind_of_request_local_after_a_refit_and_reload(
     frontier_sim: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """Untagged requests, as real clients send them: routed by what they ask."""
     monkeypatch.setenv("SWITCHYARD_ADMIN_TOKEN", "ops-admin")
     state_file = tmp_path / "learned.json"
     learned = {
@@ -178,23 +180,30 @@ def test_learned_policy_moves_a_class_local_after_a_refit_and_reload(
         routing={"default": "frontier-openai", "aliases": {"auto": None}, "learned": learned},
     )
     gw.start()
+
+    def ask(question: str, i: int) -> dict[str, Any]:
+        content = f"```python\ndef f{i}(x):\n    return x\n```\n{question}"
+        return {"model": "auto", "messages": [{"role": "user", "content": content}]}
+
+    easy, hard = "What type does f return?", "Write a property-based test suite for f."
     try:
-        body = {**CHAT, "metadata": {"family": "rename"}}
-        before = httpx.post(gw.base_url + "/v1/chat/completions", json=body)
+        before = httpx.post(gw.base_url + "/v1/chat/completions", json=ask(easy, 0))
         assert before.headers["x-switchyard-target"] == "frontier-openai"
-        outcomes = [Outcome("rename", "local", True)] * 40 + [
-            Outcome("rename", "frontier", True)
-        ] * 40
+        assert "no scorer fitted yet" in before.headers["x-switchyard-route-reason"]
+        outcomes = []
+        for i in range(60):
+            for question, local_ok in ((easy, True), (hard, False)):
+                text = request_text("chat.completions", ask(question, i))
+                outcomes.append(Outcome("*", "local", local_ok, text=text))
+                outcomes.append(Outcome("*", "frontier", True, text=text))
         state_file.write_text(json.dumps(fit(outcomes, "fit-1").to_json()))
         assert httpx.post(gw.base_url + "/admin/reload", headers=ADMIN).status_code == 200
-        after = httpx.post(gw.base_url + "/v1/chat/completions", json=body)
+        after = httpx.post(gw.base_url + "/v1/chat/completions", json=ask(easy, 999))
         assert after.headers["x-switchyard-target"] == "local"
         assert after.headers["x-switchyard-policy-version"] == "v1+fit-1"
-        assert after.headers["x-switchyard-route-reason"].startswith("learned:local")
-        other = httpx.post(
-            gw.base_url + "/v1/chat/completions",
-            json={**CHAT, "metadata": {"family": "write_test"}},
-        )
+        reason = after.headers["x-switchyard-route-reason"]
+        assert reason.startswith("learned:local") and "scorer=fit-1" in reason
+        other = httpx.post(gw.base_url + "/v1/chat/completions", json=ask(hard, 999))
         assert other.headers["x-switchyard-target"] == "frontier-openai"
     finally:
         gw.stop()

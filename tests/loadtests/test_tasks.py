@@ -11,7 +11,18 @@ from pathlib import Path
 
 import pytest
 
-from loadtests.tasks import FAMILIES, MIX, Task, sample_tasks, task_from_id, verify_reply
+from loadtests.tasks import (
+    CLIENT_TYPES,
+    FAMILIES,
+    MIX,
+    Task,
+    client_profile,
+    prompt_hash,
+    sample_tasks,
+    task_from_id,
+    verify_reply,
+)
+from loadtests.tasks.drawing import FILE_KINDS, WORDS
 from loadtests.tasks.mix import check_mix
 from loadtests.tasks.task import (
     HELDOUT_SEED_START,
@@ -19,7 +30,6 @@ from loadtests.tasks.task import (
     content_split,
     extract_answer,
     fence,
-    find_task_marker,
 )
 from loadtests.tasks.verify import SandboxLimits, run_python, static_guard
 
@@ -302,16 +312,60 @@ def test_extract_answer_rules() -> None:
     assert extract_answer("", "line") is None
 
 
-def test_task_marker_and_ids() -> None:
+def test_task_ids_stay_on_the_client_side() -> None:
     task = FAMILIES["eval_expression"].generate(12)
-    assert find_task_marker(task.user_prompt()) == task.task_id
-    assert find_task_marker(task.user_prompt(marker=False)) is None
+    assert task_from_id(task.task_id) == task
+    assert task.labels() == {"family": "eval_expression", "task_id": task.task_id, "split": "train"}
     for bad in ("nope", "eval_expression:x", "unknown_family:3", "eval_expression:9999999999"):
         with pytest.raises(TaskIdError):
             task_from_id(bad)
-    messages = task.messages()
-    assert [m["role"] for m in messages] == ["system", "user"]
-    assert "single line" in messages[0]["content"]
+    for client in CLIENT_TYPES:
+        text = json.dumps(task.messages(client))
+        assert task.task_id not in text and "# task:" not in text and task.family not in text
+
+
+def test_all_families_share_one_system_prompt_per_client_type() -> None:
+    tasks = [FAMILIES[name].generate(seed) for name in sorted(FAMILIES) for seed in (4, 9)]
+    prompts = {}
+    for client in CLIENT_TYPES:
+        messages = [task.messages(client) for task in tasks]
+        assert all([m["role"] for m in ms] == ["system", "user"] for ms in messages)
+        systems = {ms[0]["content"] for ms in messages}
+        assert systems == {client_profile(client).system_prompt}
+        assert [ms[1]["content"] for ms in messages] == [t.user_prompt() for t in tasks]
+        prompts[client] = systems.pop()
+    assert prompts["ide_chat"] != prompts["agent"]
+    assert client_profile("ide_chat").tools == ()
+    tools = [tool["function"] for tool in client_profile("agent").tools]
+    names = [tool["name"] for tool in tools]
+    assert names == ["read_file", "list_dir", "search", "apply_patch", "run_tests"]
+    assert all(tool["parameters"]["type"] == "object" for tool in tools)
+    with pytest.raises(ValueError, match="ide_chat"):
+        client_profile("vim")
+
+
+def test_the_user_message_asks_for_the_answer_format() -> None:
+    for name in sorted(FAMILIES):
+        task = FAMILIES[name].generate(6)
+        last = task.user_prompt().splitlines()[-1]
+        if task.answer_format == "code":
+            assert "code block" in last, name
+        else:
+            assert "Reply with just" in last and "code block" not in last, name
+
+
+def test_file_names_do_not_tell_synthetic_families_apart() -> None:
+    # Stdlib families show the real file; write_test names the module its test imports.
+    own_names = {"function_name", "rename_symbol", "write_test"}
+    shared = {f"{w}_{k}.py" for w in WORDS for k in FILE_KINDS}
+    for name in sorted(set(FAMILIES) - own_names):
+        assert {FAMILIES[name].generate(seed).filename for seed in range(8)} <= shared, name
+
+
+def test_prompt_hash_is_of_the_canonical_user_text() -> None:
+    text = FAMILIES["trace_output"].generate(3).user_prompt()
+    assert prompt_hash(text) == prompt_hash(f"\n  {text.replace(chr(10), chr(13) + chr(10))}  ")
+    assert len(prompt_hash(text)) == 64 and prompt_hash(text) != prompt_hash(text + ".")
 
 
 def test_mix_is_fixed_reproducible_and_split() -> None:

@@ -20,10 +20,12 @@ from rl_loop.evaluate import ItemResult, ModelEval
 from rl_loop.loop import indistinguishable_classes
 from rl_loop.outcomes import RecordedOutcome, VerdictCache, answer_text
 from rl_loop.refit import fit_state, refit_policy
+from router.chat_text import request_text
 from router.config import LearnedConfig, RoutingConfig
 from router.features import RequestFeatures
 from router.learned import LearnedPolicy, LearnedState, Outcome
 from router.policy import RulePolicy
+from router.request_text import RequestText
 
 
 def chat(text: str) -> dict:
@@ -109,12 +111,20 @@ def gateway() -> Iterator[str]:
 
 def policy_for(state: LearnedState) -> LearnedPolicy:
     routing = RoutingConfig(default="frontier", fallbacks={"local": ["frontier"]})
-    config = LearnedConfig(local_target="local", frontier_target="frontier", exploration_share=0)
+    config = LearnedConfig(
+        local_target="local", frontier_target="frontier", exploration_share=0, min_samples=5
+    )
     return LearnedPolicy(RulePolicy(routing, ["local", "frontier"]), config, state)
 
 
+def text(family: str) -> RequestText:
+    body = {"messages": [{"role": "user", "content": f"a {family} task"}]}
+    return request_text("chat.completions", body)
+
+
 def features(family: str) -> RequestFeatures:
-    return RequestFeatures("chat.completions", "auto", 10, tags={"family": family}, request_id="r")
+    """Untagged, as a real client sends it: the policy reads what it asks."""
+    return RequestFeatures("chat.completions", "auto", 10, request_id="r", text=text(family))
 
 
 async def test_refit_counts_the_right_outcomes_and_reloads(tmp_path: Path, gateway: str) -> None:
@@ -123,7 +133,7 @@ async def test_refit_counts_the_right_outcomes_and_reloads(tmp_path: Path, gatew
     try:
         await fill(store)
         cache = VerdictCache(tmp_path / "verdicts.json")
-        gate_evidence = [Outcome("math", "local", True)] * 5
+        gate_evidence = [Outcome("math", "local", True, text=text("math"))] * 5
         report = await refit_policy(
             store,
             state_file=tmp_path / "state.json",
@@ -198,6 +208,7 @@ async def test_replay_cli_compares_candidate_with_current(tmp_path: Path, capsys
                 "local_target": "local",
                 "frontier_target": "frontier",
                 "exploration_share": 0.0,
+                "min_samples": 5,
                 "state_file": str(tmp_path / "missing.json"),
             },
         },

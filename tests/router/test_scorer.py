@@ -185,9 +185,10 @@ def test_calibrate_threshold_picks_the_largest_local_share_meeting_the_target() 
     scores = [0.9, 0.8, 0.8, 0.5, 0.1]
     accepted = [True, True, False, True, False]
     # frontier 1.0: target 0.8 allows one local miss among five requests
-    assert calibrate_threshold(scores, accepted, 1.0, 0.8) == 0.5
+    # midway between the lowest score sent local (0.5) and the first kept back (0.1)
+    assert calibrate_threshold(scores, accepted, 1.0, 0.8) == pytest.approx(0.3)
     # target 0.9: the tied 0.8 pair holds the miss, so only the top request goes local
-    assert calibrate_threshold(scores, accepted, 1.0, 0.9) == 0.9
+    assert calibrate_threshold(scores, accepted, 1.0, 0.9) == pytest.approx(0.85)
     assert calibrate_threshold(scores, accepted, 1.0, 1.5) == math.inf
     assert calibrate_threshold([], [], 0.97, 0.95) == math.inf
     assert calibrate_threshold(scores, [True] * 5, [0.9] * 5, 1.0) == 0.1
