@@ -6,7 +6,7 @@ STAMP := $(VENV)/.switchyard-installed
 export LITELLM_LOCAL_MODEL_COST_MAP := True
 export SWITCHYARD_CACHE := $(CURDIR)/.cache
 
-.PHONY: setup demo test test-fast check lint typecheck bench-gateway bench-kv bench-serving train-base flywheel clean-cache
+.PHONY: setup demo test test-fast check lint typecheck bench-gateway bench-kv bench-serving bench-hostile bench-routing fuzz train-base flywheel clean-cache
 
 # Idempotent: re-installs only when pyproject.toml changed since the last install.
 setup: $(STAMP)
@@ -47,6 +47,17 @@ bench-kv: setup
 
 bench-serving: setup
 	$(PY) -m serving.bench
+
+# 3,000 seeded hostile requests over every door (HOSTILE_VLLM=1 adds a real vLLM replica).
+bench-hostile: setup
+	$(PY) -m loadtests.hostile_run --requests 3000 --seed 1 $(if $(HOSTILE_VLLM),--with-vllm)
+
+# Learned routing against the baselines on a flywheel run's record (FLYWHEEL_QUICK=1 make flywheel first).
+bench-routing: setup
+	$(PY) -m loadtests.bench_routing
+
+fuzz: setup
+	$(PY) -m pytest -q -rs tests/gateway/test_hostile_input.py
 
 train-base: setup
 	$(PY) -m serving.train_base --preset tiny --steps 300 --out .cache/models

@@ -26,7 +26,6 @@ import dataclasses
 import json
 import os
 import shutil
-import signal
 import sqlite3
 import subprocess
 import sys
@@ -34,7 +33,6 @@ import time
 from collections.abc import Mapping
 from dataclasses import asdict
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 import yaml
@@ -51,6 +49,7 @@ from loadtests.bench.settings import (
     SystemName,
     quick_settings,
 )
+from serving.processes import Interrupted, stop_on_signals
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 CHAT_PATH = "/v1/chat/completions"
@@ -313,7 +312,11 @@ def profile_gateway(
             recorder = profile.start_recording(gateway.pid, settings.profile_s, raw_path, flags)
             if recorder is None:
                 return None, "py-spy not installed"
-            _, err = recorder.communicate(timeout=settings.profile_s + 60)
+            try:
+                _, err = recorder.communicate(timeout=settings.profile_s + 60)
+            finally:
+                recorder.kill()  # interrupted or timed out: it must not outlive us
+                recorder.wait()
             if recorder.returncode == 0:
                 break
             error = err.decode(errors="replace")[-500:]
@@ -328,10 +331,6 @@ def profile_gateway(
 
 
 # -- main ----------------------------------------------------------------------------------
-def _interrupt(signum: int, frame: FrameType | None) -> None:
-    raise KeyboardInterrupt(f"signal {signum}")
-
-
 def run(settings: BenchSettings, stdout: Console, log: Console) -> dict[str, Any]:
     out_dir = (PROJECT_ROOT / settings.out_dir).resolve()
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -410,18 +409,17 @@ def run(settings: BenchSettings, stdout: Console, log: Console) -> dict[str, Any
 
 
 def main(argv: list[str] | None = None) -> None:
-    settings = parse_args(argv)
-    # Ctrl-C and SIGTERM both unwind through the fleet's teardown (SIGINT may arrive ignored
-    # when started in the background by a shell).
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    signal.signal(signal.SIGTERM, _interrupt)
-    stdout = Console(width=160)
-    log = Console(stderr=True, soft_wrap=True)
-    try:
-        summary = run(settings, stdout, log)
-    except KeyboardInterrupt:
-        log.print("[red]interrupted; servers stopped[/red]")
-        sys.exit(130)
+    # First: SIGTERM and SIGINT alike unwind through the fleet's teardown (SIGINT too when a
+    # shell started us in the background with it ignored).
+    with stop_on_signals():
+        settings = parse_args(argv)
+        stdout = Console(width=160)
+        log = Console(stderr=True, soft_wrap=True)
+        try:
+            summary = run(settings, stdout, log)
+        except Interrupted as stop:
+            log.print(f"[red]interrupted ({stop}); servers stopped[/red]")
+            sys.exit(stop.exit_code)
     for note in summary["notes"]:
         log.print(f"[yellow]note[/yellow]: {note}")
     sys.stdout.write(json.dumps(summary, separators=(",", ":")) + "\n")

@@ -66,7 +66,8 @@ Scale part: ``loadtests/replica_sim.py`` with 8 to 64 replicas and rising load, 
 the same trace (seed ``SIM_SEED``); TTFT p90 against load is drawn to
 ``<out>/kv_ttft_p90.png``. The selector's own cost: decision time per request at 64 replicas
 (choice, and hashing timed apart) inside that simulation and on synthetic prompts, and index
-bytes per replica. ``--skip-real`` runs the simulations alone (no vLLM).
+bytes per replica. ``--skip-real`` runs the simulations alone (no vLLM). SIGTERM or SIGINT stops
+the replicas and the gateway (:class:`~loadtests.bench.servers.ServerFleet`) and exits 128+N.
 
 Output: a table per part, then, as the last line, one JSON object with hit rates and TTFT p90 per
 policy and the ratios of ours (``cache_aware``) to each baseline.
@@ -112,6 +113,7 @@ from router.selector_config import (
     SessionAffinityConfig,
 )
 from serving.build import ensure_demo_model
+from serving.processes import Interrupted, ProcessFleet
 from serving.replica import VllmReplica, find_free_port
 from serving.vllm_config import CpuSettings, KvEventsSettings, VllmLaunchConfig
 
@@ -225,10 +227,12 @@ def core_sets(count: int) -> list[str]:
     ]
 
 
-def start_replicas(cache_dir: Path, count: int, num_blocks: int) -> list[RealReplica]:
-    """Launch ``count`` replicas (returns at once; :func:`wait_replicas` waits). KV events: PUB
-    on an ipc path (vLLM binds it; nothing listens beyond this machine), replay ROUTER on
-    127.0.0.1."""
+def start_replicas(
+    cache_dir: Path, count: int, num_blocks: int, fleet: ProcessFleet | None = None
+) -> list[RealReplica]:
+    """Launch ``count`` replicas, through ``fleet`` if given, which then stops them too (returns
+    at once; :func:`wait_replicas` waits). KV events: PUB on an ipc path (vLLM binds it; nothing
+    listens beyond this machine), replay ROUTER on 127.0.0.1."""
     model_dir = ensure_demo_model(cache_dir)
     ipc_dir = Path(tempfile.mkdtemp(prefix="kv-events-"))
     started: list[RealReplica] = []
@@ -252,7 +256,7 @@ def start_replicas(cache_dir: Path, count: int, num_blocks: int) -> list[RealRep
             kv_events=events,
             cpu=CpuSettings(omp_threads_bind=cores),
         )
-        process = VllmReplica(config)
+        process = VllmReplica(config, fleet=fleet)
         process.start()
         endpoints = ReplicaUnderTest(config.base_url, events.endpoint, events.replay_endpoint)
         started.append(RealReplica(endpoints, process))
@@ -425,6 +429,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     real: dict[str, dict[str, RealResult]] = {}
     sim: dict[int, dict[float, dict[str, SimResult]]] = {}
     seeds: dict[str, SeedRuns] | None = None
+    # Entered first: SIGTERM and SIGINT alike stop the replicas and the gateway on the way out.
     with ServerFleet(out_dir / "logs") as fleet:
         try:
             # First, on a quiet box: the vLLM boots below keep both cores busy for a minute.
@@ -433,7 +438,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             gateway = None
             if not args.skip_real:
                 print("starting 2 vLLM CPU replicas and a gateway (the simulation runs meanwhile)")
-                replicas = start_replicas(cache, 2, REAL_NUM_BLOCKS)
+                replicas = start_replicas(cache, 2, REAL_NUM_BLOCKS, fleet.processes)
                 gateway = start_gateway(fleet, cache, out_dir, replicas)
             if not args.skip_sim:
                 seeds = run_seeds(settings)
@@ -447,8 +452,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                     print(f"  real trace shape {shape}", flush=True)
                     spec = workload(settings.real_sessions, REAL_SEED)
                     real[shape] = asyncio.run(run_real(gateway, spec))
-        finally:
-            stop_replicas(replicas)
+        except Interrupted as stop:
+            print(f"interrupted ({stop}); stopping the replicas and the gateway", flush=True)
+            return stop.exit_code
     report = summary(real, sim, cost, seeds)
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "bench_kv.json").write_text(json.dumps(report, indent=2))

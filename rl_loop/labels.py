@@ -24,6 +24,7 @@ from gateway.store import InferenceFilter, InferenceRow, StoreBackend
 from gateway.store.config import DEFAULT_READ_BATCH_SIZE
 
 Labels = dict[str, dict[str, str]]
+LABELS_FILE = "labels.json"  # in a flywheel run's directory
 
 
 def load_labels(path: Path) -> Labels:

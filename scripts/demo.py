@@ -8,7 +8,9 @@
 5. Print a curl line and an `openai` SDK snippet, check that both paths answer, and wait.
 
 This script is the one place that starts every part; the parts import nothing of each other
-(see ARCHITECTURE.md). `DEMO_SMOKE=1` exits after the check (used by the tests).
+(see ARCHITECTURE.md). SIGTERM or SIGINT (Ctrl-C), at any step, stops every process it started
+(vLLM with its engine core, the simulator, the gateway: `serving.processes.ProcessFleet`); so
+does one of them exiting. `DEMO_SMOKE=1` exits after the check.
 """
 
 from __future__ import annotations
@@ -16,10 +18,7 @@ from __future__ import annotations
 import asyncio
 import os
 import secrets
-import signal
-import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +26,7 @@ import httpx
 import yaml
 
 from serving.build import ensure_demo_model
+from serving.processes import ChildStartError, Interrupted, ProcessFleet
 from serving.replica import VllmReplica
 from serving.vllm_config import VllmLaunchConfig
 
@@ -94,38 +94,19 @@ def demo_config(vllm_url: str, sim_url: str) -> dict[str, Any]:
     }
 
 
-def wait_http(url: str, proc: subprocess.Popen[bytes], what: str, timeout: float = 120) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise SystemExit(f"{what} exited with {proc.returncode}; see {DEMO_DIR}/*.log")
-        try:
-            if httpx.get(url, timeout=2).status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        time.sleep(0.3)
-    raise SystemExit(f"{what} not ready after {timeout:.0f}s")
-
-
 ADMIN_TOKEN = os.environ.get("SWITCHYARD_ADMIN_TOKEN") or secrets.token_urlsafe(24)
+CHILD_ENV = {
+    **os.environ,
+    "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+    "SWITCHYARD_ADMIN_TOKEN": ADMIN_TOKEN,
+}
 
 
-def spawn(args: list[str], log_name: str) -> subprocess.Popen[bytes]:
-    log = (DEMO_DIR / log_name).open("ab")
-    env = {
-        **os.environ,
-        "LITELLM_LOCAL_MODEL_COST_MAP": "True",
-        "SWITCHYARD_ADMIN_TOKEN": ADMIN_TOKEN,
-    }
-    return subprocess.Popen(
-        [sys.executable, *args],
-        cwd=REPO,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        env=env,
-        start_new_session=True,
-    )
+def spawn(fleet: ProcessFleet, name: str, args: list[str], url: str, log_name: str) -> None:
+    """Start `python args...` and wait until `url` answers 200."""
+    argv = [sys.executable, *args]
+    child = fleet.spawn(argv, name=name, log_path=DEMO_DIR / log_name, env=CHILD_ENV, cwd=REPO)
+    fleet.wait_http(child, url, timeout_s=120)
 
 
 def create_key(base: str) -> str:
@@ -178,15 +159,14 @@ PY
 
 Models: auto (router decides), {LOCAL_MODEL} (vLLM), gpt-4o-mini, claude-3-5-haiku.
 Metrics: {base}/metrics   Traffic store: {DEMO_DIR / "traffic.db"}   Logs: {DEMO_DIR}/*.log
-Ctrl-C stops everything.""")
+Ctrl-C (or SIGTERM) stops everything.""")
 
 
-def main() -> int:
-    DEMO_DIR.mkdir(parents=True, exist_ok=True)
+def start(fleet: ProcessFleet) -> None:
+    """Steps 1-5; returns once both paths answered."""
     print("[1/4] local model: building if missing ...", flush=True)
     model_dir = ensure_demo_model(CACHE, progress=True)
     print(f"      {model_dir}")
-    procs: list[subprocess.Popen[bytes]] = []
     replica = VllmReplica(
         VllmLaunchConfig(
             model_dir=model_dir,
@@ -196,42 +176,51 @@ def main() -> int:
             enforce_eager=True,
         ),
         log_path=DEMO_DIR / "vllm.log",
+        fleet=fleet,
     )
-    try:
-        print("[2/4] vLLM (CPU) starting, about a minute ...", flush=True)
-        replica.start()
-        sim_url = f"http://127.0.0.1:{SIM_PORT}"
-        if not (os.environ.get("OPENAI_API_KEY") and os.environ.get("ANTHROPIC_API_KEY")):
-            print("[3/4] frontier simulator (no API keys set) ...", flush=True)
-            procs.append(
-                spawn(["-m", "loadtests.frontier_sim", "--port", str(SIM_PORT)], "sim.log")
-            )
-            wait_http(sim_url + "/health", procs[-1], "frontier simulator")
-        asyncio.run(replica.wait_ready(timeout=600))
-        cfg_path = DEMO_DIR / "switchyard.yaml"
-        cfg_path.write_text(yaml.safe_dump(demo_config(replica.base_url, sim_url), sort_keys=False))
-        print(f"[4/4] gateway with {cfg_path} ...", flush=True)
-        procs.append(spawn(["-m", "gateway", "--config", str(cfg_path)], "gateway.log"))
-        base = f"http://127.0.0.1:{GATEWAY_PORT}"
-        wait_http(base + "/ready", procs[-1], "gateway")
-        key = create_key(base)
-        check(base, key)
-        banner(base, key)
-        if os.environ.get("DEMO_SMOKE"):
-            return 0
-        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
-        signal.sigwait({signal.SIGINT, signal.SIGTERM})
-        print("\nstopping ...")
-        return 0
-    finally:
-        for p in reversed(procs):
-            p.terminate()
-        for p in procs:
-            try:
-                p.wait(30)
-            except subprocess.TimeoutExpired:
-                p.kill()
-        replica.stop()
+    print("[2/4] vLLM (CPU) starting, about a minute ...", flush=True)
+    replica.start()
+    sim_url = f"http://127.0.0.1:{SIM_PORT}"
+    if not (os.environ.get("OPENAI_API_KEY") and os.environ.get("ANTHROPIC_API_KEY")):
+        print("[3/4] frontier simulator (no API keys set) ...", flush=True)
+        sim_args = ["-m", "loadtests.frontier_sim", "--port", str(SIM_PORT)]
+        spawn(fleet, "frontier simulator", sim_args, sim_url + "/health", "sim.log")
+    asyncio.run(replica.wait_ready(timeout=600))
+    cfg_path = DEMO_DIR / "switchyard.yaml"
+    cfg_path.write_text(yaml.safe_dump(demo_config(replica.base_url, sim_url), sort_keys=False))
+    print(f"[4/4] gateway with {cfg_path} ...", flush=True)
+    base = f"http://127.0.0.1:{GATEWAY_PORT}"
+    gateway_args = ["-m", "gateway", "--config", str(cfg_path)]
+    spawn(fleet, "gateway", gateway_args, base + "/ready", "gateway.log")
+    key = create_key(base)
+    check(base, key)
+    banner(base, key)
+
+
+def main() -> int:
+    # First, before any thread or child exists: the fleet's signal handlers.
+    with ProcessFleet() as fleet:
+        DEMO_DIR.mkdir(parents=True, exist_ok=True)
+        up = False
+        try:
+            start(fleet)
+            up = True
+            if os.environ.get("DEMO_SMOKE"):
+                return 0
+            child = fleet.wait_any()
+        except Interrupted as stop:
+            print("\nstopping ...", flush=True)
+            return 0 if up else stop.exit_code
+        except ChildStartError as exc:
+            print(f"{exc}\n(logs: {DEMO_DIR}/*.log)", file=sys.stderr, flush=True)
+            return 1
+        print(
+            f"{fleet.name(child)} exited with {child.returncode}; stopping the rest "
+            f"(logs: {DEMO_DIR}/*.log)",
+            file=sys.stderr,
+            flush=True,
+        )
+        return 1
 
 
 if __name__ == "__main__":

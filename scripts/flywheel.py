@@ -13,7 +13,8 @@
 
 Presets: full (default), `FLYWHEEL_QUICK=1` (about 20 minutes on 2 cores), `FLYWHEEL_SMOKE=1`
 (one round on minimal settings, for the test). The task verifier (loadtests.tasks) is injected
-into the RL loop as a plain callable: the RL loop never imports the task families.
+into the RL loop as a plain callable: the RL loop never imports the task families. SIGTERM or
+SIGINT, at any point, stops every process the run started (`serving.processes.ProcessFleet`).
 """
 
 from __future__ import annotations
@@ -24,8 +25,6 @@ import json
 import logging
 import os
 import secrets
-import signal
-import subprocess
 import sys
 import threading
 import time
@@ -33,7 +32,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import httpx
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 from transformers.utils import logging as transformers_logging
@@ -46,6 +44,7 @@ from loadtests.tasks.mix import OLD_MIX
 from loadtests.tasks.task import HELDOUT_SEED_START, Task, TaskIdError, extract_answer
 from rl_loop.config import LoopConfig
 from rl_loop.evaluate import AnswerCache, EvalItem
+from rl_loop.labels import LABELS_FILE, Labels, save_labels, with_labels
 from rl_loop.loop import Services, prepare_candidate, ship_candidate
 from rl_loop.model_registry import record_checkpoint
 from rl_loop.outcomes import VerdictCache
@@ -59,6 +58,7 @@ from rl_loop.report import (
 )
 from serving.build import ensure_demo_model, read_version
 from serving.hotswap import RELOAD_WORKER_EXTENSION
+from serving.processes import Child, Interrupted, ProcessFleet
 from serving.replica import VllmReplica, find_free_port
 from serving.train_base import TrainBaseConfig, ensure_trained, find_trained
 from serving.vllm_config import VllmLaunchConfig
@@ -192,7 +192,7 @@ def heldout_items(per_family: int) -> list[EvalItem]:
     for name in sorted(FAMILIES):
         for i in range(per_family):
             task = FAMILIES[name].generate(HELDOUT_SEED_START + 7919 * i + 1)
-            items.append(EvalItem(task.messages(), task.metadata(), "heldout"))
+            items.append(EvalItem(task.messages(), task.labels(), "heldout"))
     return items
 
 
@@ -238,7 +238,6 @@ def gateway_config(run: Path, replicas: list[str], sim_url: str, s: Settings) ->
             "learned": {
                 "local_target": "local",
                 "frontier_target": "frontier",
-                "class_tags": ["family"],
                 "quality_target": s.quality_target,
                 "exploration_share": s.exploration_share,
                 "min_samples": s.min_samples,
@@ -251,44 +250,27 @@ def gateway_config(run: Path, replicas: list[str], sim_url: str, s: Settings) ->
     }
 
 
-def spawn(args: list[str], log_path: Path, token: str) -> subprocess.Popen[bytes]:
+def start_python(fleet: ProcessFleet, name: str, args: list[str], log: Path, token: str) -> Child:
     env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True", "SWITCHYARD_ADMIN_TOKEN": token}
-    return subprocess.Popen(
-        [sys.executable, *args],
-        cwd=REPO,
-        stdout=log_path.open("ab"),
-        stderr=subprocess.STDOUT,
-        env=env,
-        start_new_session=True,
-    )
-
-
-async def wait_http(url: str, proc: subprocess.Popen[bytes], what: str, limit_s: float) -> None:
-    deadline = time.monotonic() + limit_s
-    async with httpx.AsyncClient(timeout=2.0) as client:
-        while time.monotonic() < deadline:
-            if proc.poll() is not None:
-                raise SystemExit(f"{what} exited with {proc.returncode}")
-            try:
-                if (await client.get(url)).status_code == 200:
-                    return
-            except httpx.TransportError:
-                pass
-            await asyncio.sleep(0.3)
-    raise SystemExit(f"{what} not ready after {limit_s:.0f}s")
+    return fleet.spawn([sys.executable, *args], name=name, log_path=log, env=env, cwd=REPO)
 
 
 # ---------------------------------------------------------------- traffic
 
 
-async def traffic(base: str, n: int, seed: int, s: Settings) -> RunStats:
+async def traffic(base: str, oracle: str, n: int, seed: int, s: Settings) -> RunStats:
     config = IdeClientConfig(
-        base_url=base, n=n, seed=seed, concurrency=s.client_concurrency, max_tokens=s.max_tokens
+        base_url=base,
+        n=n,
+        seed=seed,
+        concurrency=s.client_concurrency,
+        max_tokens=s.max_tokens,
+        oracle_url=oracle,
     )
     return await run_ide_client(config)
 
 
-async def trickle(base: str, stop: asyncio.Event, seed: int, s: Settings) -> RunStats:
+async def trickle(base: str, oracle: str, stop: asyncio.Event, seed: int, s: Settings) -> RunStats:
     """Light IDE traffic until ``stop``: the client's view of requests during a swap."""
     total = RunStats()
     k = 0
@@ -299,12 +281,19 @@ async def trickle(base: str, stop: asyncio.Event, seed: int, s: Settings) -> Run
             seed=seed * 1000 + k,
             concurrency=s.trickle_concurrency,
             max_tokens=s.max_tokens,
+            oracle_url=oracle,
         )
-        stats = await run_ide_client(config)
-        for name, figures in stats.families.items():
-            total.family(name).merge(figures)
+        total.merge(await run_ide_client(config))
         k += 1
     return total
+
+
+def keep_labels(labels: Labels, stats: RunStats, path: Path) -> None:
+    """The client's own bookkeeping (request id -> task), joined to the record by the loop
+    (``rl_loop.labels``) for its verifiers and reports; the gateway never saw it."""
+    for request_id, sent in stats.sent.items():
+        labels[request_id] = {"family": sent.family, "task_id": sent.task_id}
+    save_labels(labels, path)
 
 
 async def settle(store: StoreBackend, since: datetime, quiet_s: float = 2.0) -> None:
@@ -325,7 +314,7 @@ async def settle(store: StoreBackend, since: datetime, quiet_s: float = 2.0) -> 
 # ---------------------------------------------------------------- the run
 
 
-async def run(s: Settings, preset: str) -> dict[str, Any]:
+async def run(s: Settings, preset: str, fleet: ProcessFleet) -> dict[str, Any]:
     started = time.monotonic()
     run_dir = OUT / f"run-{datetime.now(UTC).strftime('%Y%m%dT%H%M%S')}"
     run_dir.mkdir(parents=True)
@@ -348,69 +337,48 @@ async def run(s: Settings, preset: str) -> dict[str, Any]:
                 worker_extension_cls=RELOAD_WORKER_EXTENSION,
             ),
             log_path=run_dir / f"vllm-{i}.log",
+            fleet=fleet,
         )
         for i in range(s.replicas)
     ]
-    procs: list[subprocess.Popen[bytes]] = []
     store = open_store(StoreConfig(url=f"sqlite:///{run_dir / 'traffic.db'}"))
     try:
         log(f"starting {s.replicas} vLLM replica(s), the frontier simulator and the gateway ...")
         for r in replicas:
             r.start()
         sim_port = find_free_port()
-        procs.append(
-            spawn(
-                [
-                    "-m",
-                    "loadtests.frontier_sim",
-                    "--port",
-                    str(sim_port),
-                    "--oracle-accuracy",
-                    str(s.oracle_accuracy),
-                    "--ttft-ms",
-                    str(s.frontier_ttft_ms),
-                ],
-                run_dir / "sim.log",
-                token,
-            )
-        )
+        sim_args = ["-m", "loadtests.frontier_sim", "--port", str(sim_port), "--oracle-accuracy"]
+        sim_args += [str(s.oracle_accuracy), "--ttft-ms", str(s.frontier_ttft_ms)]
+        sim = start_python(fleet, "frontier simulator", sim_args, run_dir / "sim.log", token)
         sim_url = f"http://127.0.0.1:{sim_port}"
-        await wait_http(sim_url + "/health", procs[-1], "frontier simulator", 60)
+        fleet.wait_http(sim, sim_url + "/health", timeout_s=60)
         for r in replicas:
             await r.wait_ready(timeout=600)
         cfg = gateway_config(run_dir, [r.base_url for r in replicas], sim_url, s)
         (run_dir / "switchyard.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
-        procs.append(
-            spawn(
-                ["-m", "gateway", "--config", str(run_dir / "switchyard.yaml")],
-                run_dir / "gateway.log",
-                token,
-            )
-        )
+        gateway_args = ["-m", "gateway", "--config", str(run_dir / "switchyard.yaml")]
+        gateway = start_python(fleet, "gateway", gateway_args, run_dir / "gateway.log", token)
         base = f"http://127.0.0.1:{cfg['gateway']['listen']['port']}"
-        await wait_http(base + "/ready", procs[-1], "gateway", 120)
+        fleet.wait_http(gateway, base + "/ready", timeout_s=120)
         await store.connect()
         await record_checkpoint(store, served, "promoted")
+        labels: Labels = {}
         services = Services(
-            store=store,
+            store=with_labels(store, labels),
             replicas=tuple(r.base_url for r in replicas),
             gateway_url=base,
             admin_token=token,
             state_file=run_dir / "learned_state.json",
         )
         log(f"up in {time.monotonic() - started:.0f}s; gateway {base}")
-        return await rounds(s, loop_config, services, served, run_dir, started, preset)
+        return await rounds(
+            s, loop_config, services, served, run_dir, started, preset, sim_url, labels
+        )
     finally:
+        # Here too, not only when main()'s fleet block ends: on a signal, asyncio.run would
+        # first wait for the default executor's threads (a training step can take minutes).
+        fleet.stop_all()
         await store.close()
-        for p in reversed(procs):
-            p.terminate()
-        for p in procs:
-            try:
-                p.wait(30)
-            except subprocess.TimeoutExpired:
-                p.kill()
-        for r in replicas:
-            r.stop()
 
 
 async def rounds(
@@ -421,7 +389,10 @@ async def rounds(
     run_dir: Path,
     started: float,
     preset: str,
+    sim_url: str,
+    labels: Labels,
 ) -> dict[str, Any]:
+    labels_file = run_dir / LABELS_FILE
     learnable = sorted(n for n, f in FAMILIES.items() if f.learnable)
     heldout = heldout_items(s.heldout_per_family)
     cache = VerdictCache(run_dir / VERDICTS_FILE)
@@ -432,7 +403,8 @@ async def rounds(
     policy = "flywheel-v1+unfitted"
     for r in range(s.rounds + 1):
         t0 = datetime.now(UTC)
-        stats = await traffic(services.gateway_url, s.tasks_per_round, 100 + r, s)
+        stats = await traffic(services.gateway_url, sim_url, s.tasks_per_round, 100 + r, s)
+        keep_labels(labels, stats, labels_file)
         await settle(services.store, t0)
         t1 = datetime.now(UTC)
         window = await window_figures(services.store, t0, t1)
@@ -464,7 +436,7 @@ async def rounds(
             f" -> {g['candidate']['accept_rate']:.3f}) {'; '.join(g['reasons'])}"
         )
         stop = asyncio.Event()
-        background = asyncio.create_task(trickle(services.gateway_url, stop, 7000 + r, s))
+        background = asyncio.create_task(trickle(services.gateway_url, sim_url, stop, 7000 + r, s))
         try:
             served = await ship_candidate(
                 candidate, services, loop_config, verify=verify, cache=cache
@@ -472,6 +444,7 @@ async def rounds(
         finally:
             stop.set()
             swap_stats = await background
+            keep_labels(labels, swap_stats, labels_file)
         total = swap_stats.total()
         swap_failures += total.errors
         figures[-1].swap_traffic = {"requests": total.sent, "failed": total.errors}
@@ -490,21 +463,21 @@ async def rounds(
 
 
 def main() -> int:
-    preset = (
-        "smoke"
-        if os.environ.get("FLYWHEEL_SMOKE")
-        else ("quick" if os.environ.get("FLYWHEEL_QUICK") else "full")
-    )
-    settings = Settings.model_validate(PRESETS[preset])
-    transformers_logging.disable_progress_bar()  # type: ignore[no-untyped-call]
-    logging.basicConfig(format="[%(name)s %(asctime)s] %(message)s", datefmt="%H:%M:%S")
-    for name in ("rl_loop", "serving.hotswap"):
-        logging.getLogger(name).setLevel(logging.INFO)
-    OUT.mkdir(parents=True, exist_ok=True)
-    # SIGTERM unwinds like Ctrl-C, so the `finally` blocks stop vLLM, the simulator and the
-    # gateway (they run in their own sessions and would outlive us).
-    signal.signal(signal.SIGTERM, signal.default_int_handler)
-    summary = asyncio.run(run(settings, preset))
+    # First, before any thread or child exists: SIGTERM and SIGINT stop every child alike.
+    with ProcessFleet() as fleet:
+        quick = "quick" if os.environ.get("FLYWHEEL_QUICK") else "full"
+        preset = "smoke" if os.environ.get("FLYWHEEL_SMOKE") else quick
+        settings = Settings.model_validate(PRESETS[preset])
+        transformers_logging.disable_progress_bar()  # type: ignore[no-untyped-call]
+        logging.basicConfig(format="[%(name)s %(asctime)s] %(message)s", datefmt="%H:%M:%S")
+        for name in ("rl_loop", "serving.hotswap"):
+            logging.getLogger(name).setLevel(logging.INFO)
+        OUT.mkdir(parents=True, exist_ok=True)
+        try:
+            summary = asyncio.run(run(settings, preset, fleet))
+        except Interrupted as stop:
+            log(f"stopped by {stop}")
+            return stop.exit_code
     print(json.dumps(summary), flush=True)
     return 0
 

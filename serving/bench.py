@@ -22,17 +22,18 @@ What it does, in order:
    and its parts (drain; reload + verify + probe), and requests that failed (should be 0).
 
 Progress goes to stderr; the LAST line of stdout is one JSON object with every figure. Logs
-and `report.json` go to `<cache>/bench/serving/`.
+and `report.json` go to `<cache>/bench/serving/`. SIGTERM or SIGINT stops the replicas and the
+gateway (`serving.processes.ProcessFleet`) and exits 128+N.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import os
 import secrets
 import statistics
-import subprocess
 import sys
 import time
 from collections.abc import Sequence
@@ -47,8 +48,9 @@ from serving.build import ensure_demo_model, read_version
 from serving.fp8 import export_fp8
 from serving.hotswap import ADMIN_TOKEN_ENV, HotSwapConfig, publish_weights
 from serving.launch import launch_config
+from serving.processes import Child, Interrupted, ProcessFleet
 from serving.replica import find_free_port
-from serving.supervisor import ReplicaSupervisor, SupervisorConfig
+from serving.supervisor import ReplicaSupervisor, SupervisorConfig, vllm_replica_factory
 from serving.train_base import PROBE_TEXT, QUICK_TRAINING, ensure_trained
 
 MODEL = "switchyard-local"
@@ -143,7 +145,10 @@ async def stream_phase(
 class GatewayProcess:
     """`python -m gateway` on a free loopback port, in front of the replicas."""
 
-    def __init__(self, replicas: Sequence[str], weights_version: str, out_dir: Path) -> None:
+    def __init__(
+        self, replicas: Sequence[str], weights_version: str, out_dir: Path, fleet: ProcessFleet
+    ) -> None:
+        self.fleet = fleet
         self.port = find_free_port()
         self.token = secrets.token_hex(16)
         self.config_path = out_dir / "gateway.yaml"
@@ -162,7 +167,7 @@ class GatewayProcess:
         }
         self.config_path.write_text(yaml.safe_dump(config))
         self.log_path = out_dir / "gateway.log"
-        self.process: subprocess.Popen[bytes] | None = None
+        self.process: Child | None = None
 
     @property
     def url(self) -> str:
@@ -171,13 +176,8 @@ class GatewayProcess:
     def launch(self) -> None:
         env = {**os.environ, ADMIN_TOKEN_ENV: self.token}
         command = [sys.executable, "-m", "gateway", "--config", str(self.config_path)]
-        with self.log_path.open("ab") as log_file:
-            self.process = subprocess.Popen(
-                [*command, "--host", "127.0.0.1", "--port", str(self.port)],
-                stdout=log_file,
-                stderr=subprocess.STDOUT,
-                env=env,
-            )
+        command += ["--host", "127.0.0.1", "--port", str(self.port)]
+        self.process = self.fleet.spawn(command, name="gateway", log_path=self.log_path, env=env)
 
     async def wait_ready(self) -> None:
         assert self.process is not None
@@ -194,9 +194,8 @@ class GatewayProcess:
         raise RuntimeError(f"gateway not ready; see {self.log_path}")
 
     def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            self.process.wait(timeout=20)
+        if self.process is not None:
+            self.fleet.stop(self.process)
 
 
 async def chat_load(url: str, stop: asyncio.Event, streams: int) -> list[bool]:
@@ -226,9 +225,14 @@ async def chat_load(url: str, stop: asyncio.Event, streams: int) -> list[bool]:
 
 
 async def hot_swap_phase(
-    supervisor: ReplicaSupervisor, new: Path, old: Path, streams: int, out_dir: Path
+    supervisor: ReplicaSupervisor,
+    new: Path,
+    old: Path,
+    streams: int,
+    out_dir: Path,
+    fleet: ProcessFleet,
 ) -> dict[str, float]:
-    gateway = GatewayProcess(supervisor.urls, read_version(old).version_id, out_dir)
+    gateway = GatewayProcess(supervisor.urls, read_version(old).version_id, out_dir, fleet)
     gateway.launch()
     await gateway.wait_ready()
     try:
@@ -256,7 +260,7 @@ async def hot_swap_phase(
     }
 
 
-async def run(quick: bool, cache: Path) -> dict[str, Any]:
+async def run(quick: bool, cache: Path, fleet: ProcessFleet) -> dict[str, Any]:
     plan = BenchPlan.for_mode(quick)
     out_dir = cache / "bench" / "serving"
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -272,7 +276,8 @@ async def run(quick: bool, cache: Path) -> dict[str, Any]:
 
     log("booting 2 vLLM CPU replicas")
     template = launch_config("cpu-dev", model_dir=base, cache_dir=cache, served_model_name=MODEL)
-    supervisor = ReplicaSupervisor(template, SupervisorConfig(replicas=2))
+    factory = functools.partial(vllm_replica_factory, fleet=fleet)
+    supervisor = ReplicaSupervisor(template, SupervisorConfig(replicas=2), factory=factory)
     t0 = time.perf_counter()
     async with supervisor:
         figures["replica_boot_s"] = time.perf_counter() - t0
@@ -288,7 +293,7 @@ async def run(quick: bool, cache: Path) -> dict[str, Any]:
         figures.update({f"streams16_{k}": v for k, v in many.items()})
         log("hot-swap under load through the gateway")
         figures.update(
-            await hot_swap_phase(supervisor, trained, base, plan.swap_load_streams, out_dir)
+            await hot_swap_phase(supervisor, trained, base, plan.swap_load_streams, out_dir, fleet)
         )
     return {
         "bench": "serving",
@@ -306,7 +311,13 @@ def main() -> int:
     """Run the benchmark; the last stdout line is the JSON report."""
     quick = os.environ.get("BENCH_QUICK", "") not in ("", "0")
     cache = Path(os.environ.get("SWITCHYARD_CACHE") or ".cache").resolve()
-    report = asyncio.run(run(quick, cache))
+    # Entered before any thread or child exists: SIGTERM and SIGINT stop every child alike.
+    with ProcessFleet() as fleet:
+        try:
+            report = asyncio.run(run(quick, cache, fleet))
+        except Interrupted as stop:
+            log(f"interrupted ({stop}): replicas and gateway stopped")
+            return stop.exit_code
     (cache / "bench" / "serving" / "report.json").write_text(json.dumps(report, indent=2) + "\n")
     for key in ("streams1_tok_s", "streams1_ttft_ms_p50", "streams16_tok_s", "hotswap_s"):
         log(f"{key}: {report[key]:.2f}")

@@ -7,10 +7,12 @@ Lifecycle of a `VllmReplica`:
 
 - `start()` launches `config.command()` with `config.environment(os.environ)` in its own
   process group (so stopping it also stops vLLM's engine-core and worker children), stdout and
-  stderr appended to one log file.
+  stderr appended to one log file; through `fleet` when one is given (`serving.processes`), so
+  the process that started it stops it on SIGTERM and SIGINT too.
 - `wait_ready(timeout)` polls `GET /health` until 200, then `GET /v1/models` until it lists the
   served model name. It fails fast, with the tail of the log, as soon as the process exits.
-- `stop(grace)` sends SIGTERM to the group, then SIGKILL after `grace` seconds.
+- `stop(grace)` sends SIGTERM to the group, then SIGKILL after `grace` seconds
+  (`serving.processes.stop_groups`).
 
 A replica holds no restart policy: a supervisor over several replicas owns that and uses
 `is_alive()`, `returncode` and `log_tail()` to decide.
@@ -22,17 +24,15 @@ ready) is the only one raised here.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
-import signal
 import socket
-import subprocess
 import time
 from collections.abc import Mapping
 from pathlib import Path
 
 import httpx
 
+from serving.processes import Child, ProcessFleet, start_group, stop_groups
 from serving.vllm_config import VllmLaunchConfig
 
 _LOG_TAIL_BYTES = 8_000
@@ -63,15 +63,18 @@ class VllmReplica:
         *,
         log_path: Path | None = None,
         base_env: Mapping[str, str] | None = None,
+        fleet: ProcessFleet | None = None,
     ) -> None:
         """`log_path` defaults to `<cache_dir>/logs/vllm-<served name>-<port>.log`;
-        `base_env` defaults to this process's environment."""
+        `base_env` defaults to this process's environment; `fleet`, if given, starts the
+        process (and stops it when its block ends, if `stop()` was not called first)."""
         self.config = config
         self.log_path = log_path or (
             config.cache_dir / "logs" / f"vllm-{config.served_model_name}-{config.port}.log"
         )
         self._base_env = base_env
-        self._process: subprocess.Popen[bytes] | None = None
+        self._fleet = fleet
+        self._process: Child | None = None
 
     @property
     def base_url(self) -> str:
@@ -100,15 +103,12 @@ class VllmReplica:
         env = self.config.environment(os.environ if self._base_env is None else self._base_env)
         with self.log_path.open("ab") as log:
             log.write(f"\n=== start {time.strftime('%Y-%m-%dT%H:%M:%S')} ===\n".encode())
-            log.flush()
-            self._process = subprocess.Popen(
-                self.config.command(),
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env=env,
-                start_new_session=True,
-            )
+        command = self.config.command()
+        if self._fleet is None:
+            self._process = start_group(command, log_path=self.log_path, env=env)
+        else:
+            name = f"vLLM {self.base_url}"
+            self._process = self._fleet.spawn(command, name=name, log_path=self.log_path, env=env)
 
     # A caller-side asyncio.timeout could not put the log tail into the error, hence `timeout`.
     async def wait_ready(self, timeout: float = 300.0, poll_interval: float = 0.5) -> None:  # noqa: ASYNC109
@@ -155,21 +155,9 @@ class VllmReplica:
         process = self._process
         if process is None:
             return None
-        if process.poll() is None:
-            self._signal_group(process.pid, signal.SIGTERM)
-            try:
-                process.wait(timeout=grace)
-            except subprocess.TimeoutExpired:
-                self._signal_group(process.pid, signal.SIGKILL)
-                process.wait()
-        # Children (engine core, workers) may outlive a leader that exited on its own.
-        self._signal_group(process.pid, signal.SIGKILL)
+        # Also when the leader exited on its own: its children (engine core, workers) may not.
+        stop_groups([process], grace)
         return process.returncode
-
-    @staticmethod
-    def _signal_group(pgid: int, sig: signal.Signals) -> None:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(pgid, sig)
 
     def log_tail(self, max_bytes: int = _LOG_TAIL_BYTES) -> str:
         """The last `max_bytes` of the log file, decoded leniently ('' if there is none)."""

@@ -26,7 +26,8 @@ Each slot runs this loop until `stop()`:
 slot; `stop()` stops all processes (SIGTERM, then SIGKILL after `stop_grace_s`).
 
 CLI: `python -m serving.supervisor --model DIR --replicas 2 [--preset cpu-dev]` runs until
-Ctrl-C, printing the status as JSON lines (settings from `serving/configs/<preset>.yaml`).
+SIGTERM or SIGINT (Ctrl-C), printing the status as JSON lines (settings from
+`serving/configs/<preset>.yaml`); either signal stops every replica (`serving.processes`).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import functools
 import json
 import os
 import time
@@ -46,6 +48,7 @@ import httpx
 from pydantic import BaseModel, ConfigDict, Field
 
 from serving.launch import launch_config, preset_names
+from serving.processes import Interrupted, ProcessFleet
 from serving.replica import ReplicaStartError, VllmReplica, find_free_port
 from serving.vllm_config import CpuSettings, VllmLaunchConfig
 
@@ -88,10 +91,13 @@ ReplicaFactory = Callable[[VllmLaunchConfig, Path, Mapping[str, str]], ReplicaPr
 
 
 def vllm_replica_factory(
-    config: VllmLaunchConfig, log_path: Path, env: Mapping[str, str]
+    config: VllmLaunchConfig,
+    log_path: Path,
+    env: Mapping[str, str],
+    fleet: ProcessFleet | None = None,
 ) -> ReplicaProcess:
-    """The default factory: a real vLLM server process."""
-    return VllmReplica(config, log_path=log_path, base_env=env)
+    """The default factory: a real vLLM server process (started through `fleet` if given)."""
+    return VllmReplica(config, log_path=log_path, base_env=env, fleet=fleet)
 
 
 def cpu_binding(index: int, replicas: int, allowed: Sequence[int]) -> str:
@@ -326,7 +332,8 @@ async def _run_forever(supervisor: ReplicaSupervisor, interval: float) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """CLI: supervise replicas of one checkpoint (settings from a launch preset) until Ctrl-C."""
+    """CLI: supervise replicas of one checkpoint (settings from a launch preset) until SIGTERM
+    or SIGINT."""
     parser = argparse.ArgumentParser(
         prog="python -m serving.supervisor", description="Run and restart vLLM replicas."
     )
@@ -338,10 +345,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--status-interval", type=float, default=10.0)
     args = parser.parse_args(argv)
     template = launch_config(args.preset, model_dir=args.model, cache_dir=args.cache_dir)
-    supervisor = ReplicaSupervisor(
-        template, SupervisorConfig(replicas=args.replicas), ports=args.port
-    )
-    with contextlib.suppress(KeyboardInterrupt):
+    # The supervisor stops its replicas as asyncio.run unwinds; the fleet also does, if not.
+    with ProcessFleet() as fleet, contextlib.suppress(Interrupted):
+        factory = functools.partial(vllm_replica_factory, fleet=fleet)
+        config = SupervisorConfig(replicas=args.replicas)
+        supervisor = ReplicaSupervisor(template, config, ports=args.port, factory=factory)
         asyncio.run(_run_forever(supervisor, args.status_interval))
     return 0
 

@@ -4,8 +4,9 @@ router   -> (nothing of the project)
 serving  -> (nothing of the project)
 gateway  -> router
 rl_loop  -> gateway.store (read API), gateway.export, serving, router
-loadtests-> router only (its pure selectors, driven by the replica simulator); the gateway,
-            serving and the store are reached over HTTP or a command line
+loadtests-> router (its pure selectors and scorer, driven by simulations) and
+            serving.processes (starting and stopping child processes only); the gateway, serving
+            and the store are reached over HTTP or a command line
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ ALLOWED: dict[str, tuple[str, ...]] = {
     "serving": ("serving",),
     "gateway": ("gateway", "router"),
     "rl_loop": ("rl_loop", "gateway.store", "gateway.export", "serving", "router"),
-    "loadtests": ("loadtests", "router"),
+    "loadtests": ("loadtests", "router", "serving.processes"),
 }
 
 
@@ -39,7 +40,11 @@ def _project_imports(path: Path) -> list[tuple[int, str]]:
 
 
 # Orchestrators: they start every part of the system (like scripts/demo.py) and are exempt.
-ORCHESTRATORS = {"loadtests/bench_kv.py"}
+ORCHESTRATORS = {
+    "loadtests/bench_kv.py",
+    "loadtests/hostile_run.py",  # --with-vllm boots a real replica
+    "loadtests/bench_routing.py",  # reads a flywheel run's store and the RL loop's verdicts
+}
 
 
 def _allowed(module: str, rules: tuple[str, ...]) -> bool:

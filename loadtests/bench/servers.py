@@ -1,33 +1,27 @@
 """Servers under test as subprocesses: free loopback ports, readiness, and certain teardown.
 
-Each server runs in its own session (process group), so a Ctrl-C at the terminal reaches only
-the benchmark, whose ``finally`` then stops every group it started: SIGTERM, a grace period,
-SIGKILL. :class:`ServerFleet` is the context manager that owns them.
+:class:`ServerFleet` names each server, gives it a port and a log file, and leaves the rest to
+:class:`serving.processes.ProcessFleet`: each server leads its own process group, every group is
+stopped when the fleet's block ends (SIGTERM, a grace period, SIGKILL), and SIGTERM or SIGINT
+inside the block raises ``Interrupted`` (a ``KeyboardInterrupt``) so that the block ends.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
-import signal
 import socket
-import subprocess
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import IO
+
+from serving.processes import Child, ChildStartError, ProcessFleet, http_ok
 
 LOOPBACK = "127.0.0.1"
-READY_POLL_S = 0.25
 STOP_GRACE_S = 10.0
 
-
-class ServerStartError(RuntimeError):
-    """A server exited or did not answer its readiness URL in time; the message has its log."""
+ServerStartError = ChildStartError  # a server exited or did not answer in time (with its log)
 
 
 def free_port() -> int:
@@ -41,9 +35,8 @@ def free_port() -> int:
 class Server:
     name: str
     port: int
-    process: subprocess.Popen[bytes]
+    process: Child
     log_path: Path
-    log_file: IO[bytes]
     ready_path: str
     spawned_at: float  # time.monotonic() when started
 
@@ -56,7 +49,6 @@ class Server:
         return self.process.pid
 
     def log_tail(self, lines: int = 30) -> str:
-        self.log_file.flush()
         try:
             text = self.log_path.read_text(errors="replace")
         except OSError:
@@ -64,41 +56,19 @@ class Server:
         return "\n".join(text.splitlines()[-lines:])
 
     def is_ready(self, headers: Mapping[str, str] | None = None) -> bool:
-        request = urllib.request.Request(
-            self.base_url + self.ready_path, headers=dict(headers or {})
-        )
-        try:
-            with urllib.request.urlopen(request, timeout=2) as resp:
-                return bool(resp.status == 200)
-        except (urllib.error.URLError, OSError):
-            return False
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            _signal_group(self.process.pid, signal.SIGTERM)
-            try:
-                self.process.wait(STOP_GRACE_S)
-            except subprocess.TimeoutExpired:
-                _signal_group(self.process.pid, signal.SIGKILL)
-                self.process.wait(STOP_GRACE_S)
-        # Children that outlived their leader (uvicorn workers) share its group.
-        _signal_group(self.process.pid, signal.SIGKILL)
-        self.log_file.close()
-
-
-def _signal_group(pgid: int, sig: signal.Signals) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, sig)
+        return http_ok(self.base_url + self.ready_path, headers)
 
 
 class ServerFleet:
-    """Starts servers and stops all of them on exit, whatever the exit (Ctrl-C included)."""
+    """Starts servers and stops all of them on exit, whatever the exit (a signal included)."""
 
     def __init__(self, log_dir: Path) -> None:
         self.log_dir = log_dir
         self.servers: list[Server] = []
+        self.processes = ProcessFleet(grace_s=STOP_GRACE_S)
 
     def __enter__(self) -> ServerFleet:
+        self.processes.__enter__()
         return self
 
     def __exit__(
@@ -107,11 +77,8 @@ class ServerFleet:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        self.stop_all()
-
-    def stop_all(self) -> None:
-        while self.servers:
-            self.servers.pop().stop()
+        self.servers.clear()
+        self.processes.__exit__(exc_type, exc, tb)
 
     def spawn(
         self,
@@ -125,17 +92,11 @@ class ServerFleet:
         """Start ``argv`` (it must listen on ``port``); call :meth:`wait_ready` next."""
         self.log_dir.mkdir(parents=True, exist_ok=True)
         log_path = self.log_dir / f"{name}.log"
-        log_file = log_path.open("wb")
-        process = subprocess.Popen(
-            list(argv),
-            stdout=log_file,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            env={**os.environ, **(env or {})},
-            cwd=cwd,
-            start_new_session=True,
+        log_path.write_bytes(b"")
+        process = self.processes.spawn(
+            argv, name=name, log_path=log_path, env={**os.environ, **(env or {})}, cwd=cwd
         )
-        server = Server(name, port, process, log_path, log_file, ready_path, time.monotonic())
+        server = Server(name, port, process, log_path, ready_path, time.monotonic())
         self.servers.append(server)
         return server
 
@@ -143,22 +104,12 @@ class ServerFleet:
         self, server: Server, timeout_s: float, headers: Mapping[str, str] | None = None
     ) -> float:
         """Seconds from spawn until ``ready_path`` answered 200; ``ServerStartError`` otherwise."""
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if server.process.poll() is not None:
-                raise ServerStartError(
-                    f"{server.name} exited with {server.process.returncode}:\n{server.log_tail()}"
-                )
-            if server.is_ready(headers):
-                return time.monotonic() - server.spawned_at
-            time.sleep(READY_POLL_S)
-        raise ServerStartError(
-            f"{server.name} not ready after {timeout_s:.0f}s on {server.base_url}"
-            f"{server.ready_path}:\n{server.log_tail()}"
-        )
+        url = server.base_url + server.ready_path
+        self.processes.wait_http(server.process, url, timeout_s, headers)
+        return time.monotonic() - server.spawned_at
 
     def remove(self, server: Server) -> None:
         """Stop one server now (e.g. one that failed to start)."""
         if server in self.servers:
             self.servers.remove(server)
-        server.stop()
+        self.processes.stop(server.process)
