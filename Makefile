@@ -6,7 +6,7 @@ STAMP := $(VENV)/.switchyard-installed
 export LITELLM_LOCAL_MODEL_COST_MAP := True
 export SWITCHYARD_CACHE := $(CURDIR)/.cache
 
-.PHONY: setup demo test test-fast check lint typecheck bench-gateway bench-kv bench-serving bench-hostile bench-routing fuzz train-base flywheel clean-cache
+.PHONY: setup demo test test-fast check lint typecheck bench-gateway bench-kv bench-serving bench-hostile bench-routing bench-loop-lag fuzz train-base flywheel clean-cache
 
 # Idempotent: re-installs only when pyproject.toml changed since the last install.
 setup: $(STAMP)
@@ -55,6 +55,10 @@ bench-hostile: setup
 # Learned routing against the baselines on a flywheel run's record (FLYWHEEL_QUICK=1 make flywheel first).
 bench-routing: setup
 	$(PY) -m loadtests.bench_routing
+
+# Event-loop lag (/health) while one maximal allowed request is served, per door.
+bench-loop-lag: setup
+	$(PY) -m loadtests.loop_lag
 
 fuzz: setup
 	$(PY) -m pytest -q -rs tests/gateway/test_hostile_input.py

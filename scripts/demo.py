@@ -66,7 +66,10 @@ def demo_config(vllm_url: str, sim_url: str) -> dict[str, Any]:
         },
         "routing": {
             "version": "demo-v1",
-            "default": "local",
+            # `auto` goes through the learned policy from the first request. With no evidence
+            # yet (no scorer fitted; the RL loop writes state_file) that is the frontier, plus
+            # the exploration share: never a blanket default to the untrained local model.
+            "default": "frontier-openai",
             "aliases": {
                 "auto": None,
                 LOCAL_MODEL: "local",
@@ -86,6 +89,11 @@ def demo_config(vllm_url: str, sim_url: str) -> dict[str, Any]:
                 },
             ],
             "fallbacks": {"local": ["frontier-openai"]},
+            "learned": {
+                "local_target": "local",
+                "frontier_target": "frontier-openai",
+                "state_file": str(DEMO_DIR / "learned_state.json"),
+            },
         },
         "store": {
             "url": f"sqlite:///{DEMO_DIR / 'traffic.db'}",
@@ -128,11 +136,19 @@ def check(base: str, key: str) -> None:
         "max_tokens": 16,
     }
     auth = {"Authorization": f"Bearer {key}"}
-    local = httpx.post(base + "/v1/chat/completions", json=body, headers=auth, timeout=60)
-    local.raise_for_status()
-    body["model"] = "gpt-4o-mini"
-    frontier = httpx.post(base + "/v1/chat/completions", json=body, headers=auth, timeout=60)
-    frontier.raise_for_status()
+
+    def ask(model: str) -> httpx.Response:
+        resp = httpx.post(
+            base + "/v1/chat/completions", json={**body, "model": model}, headers=auth, timeout=60
+        )
+        resp.raise_for_status()
+        return resp
+
+    auto, local, frontier = ask("auto"), ask(LOCAL_MODEL), ask("gpt-4o-mini")
+    print(
+        f"  auto          -> {auto.headers['x-switchyard-target']} "
+        f"({auto.headers['x-switchyard-route-reason']}), 200"
+    )
     print(
         f"  local path    -> {local.headers['x-switchyard-target']} "
         f"({local.headers.get('x-switchyard-replica')}), 200"
@@ -157,7 +173,8 @@ r = client.chat.completions.with_raw_response.create(
 print(r.headers["x-switchyard-target"], r.parse().choices[0].message.content)
 PY
 
-Models: auto (router decides), {LOCAL_MODEL} (vLLM), gpt-4o-mini, claude-3-5-haiku.
+Models: auto (the learned router decides: the frontier until the RL loop has fitted a scorer,
+but an exploration share), {LOCAL_MODEL} (vLLM), gpt-4o-mini, claude-3-5-haiku.
 Metrics: {base}/metrics   Traffic store: {DEMO_DIR / "traffic.db"}   Logs: {DEMO_DIR}/*.log
 Ctrl-C (or SIGTERM) stops everything.""")
 

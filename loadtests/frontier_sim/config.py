@@ -57,6 +57,13 @@ class SimulatorConfig(BaseModel):
         description="Answer 404 for models not in `models` (by default any name is served).",
     )
 
+    max_body_bytes: int = Field(
+        default=1024 * 1024,
+        ge=1024,
+        description="Larger request bodies get 413, as providers refuse them (1 MiB: aiohttp's "
+        "default; the loop-lag benchmark raises it to accept the gateway's largest request).",
+    )
+
     # Oracle for IDE task prompts (see oracle.py)
     oracle: bool = Field(
         default=True,

@@ -308,7 +308,7 @@ def build_app(config: SimulatorConfig | None = None) -> web.Application:
     :func:`_oracle`).
     """
     config = config or SimulatorConfig()
-    app = web.Application()
+    app = web.Application(client_max_size=config.max_body_bytes)
     book = OracleBook(config.oracle_capacity)
     app[STATE] = SimulatorState(config=config, rng=random.Random(config.seed), oracle_book=book)
     app.router.add_post("/v1/chat/completions", _chat_completions)
