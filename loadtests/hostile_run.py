@@ -35,6 +35,7 @@ import httpx
 import yaml
 
 from loadtests.bench.servers import Server, ServerFleet, free_port
+from loadtests.bench.sim_gateway import simulator_aliases, simulator_backends
 from loadtests.hostile import Targets, hostile_corpus
 from loadtests.hostile_fire import (
     DEFAULT_CONCURRENCY,
@@ -60,33 +61,8 @@ FLUSH_TIMEOUT_S = 30.0
 
 def gateway_config(sim_url: str, db: Path, spool: Path, vllm_url: str | None) -> dict[str, Any]:
     """The test suite's four targets (all on the simulator), the store, keys required."""
-    backends: dict[str, Any] = {
-        "local": {"kind": "vllm", "model": "sim-local", "replicas": [sim_url]},
-        "frontier-openai": {
-            "kind": "litellm",
-            "model": "openai/gpt-4o-mini",
-            "api_base": sim_url + "/v1",
-            "input_usd_per_mtok": 0.15,
-            "output_usd_per_mtok": 0.6,
-        },
-        "frontier-text": {
-            "kind": "litellm",
-            "model": "text-completion-openai/gpt-3.5-turbo-instruct",
-            "api_base": sim_url + "/v1",
-        },
-        "frontier-anthropic": {
-            "kind": "litellm",
-            "model": "anthropic/claude-3-5-haiku-latest",
-            "api_base": sim_url,
-        },
-    }
-    aliases: dict[str, str | None] = {
-        "auto": None,
-        "switchyard-local": "local",
-        "gpt-4o-mini": "frontier-openai",
-        "claude-3-5-haiku": "frontier-anthropic",
-        "instruct": "frontier-text",
-    }
+    backends = simulator_backends(sim_url)
+    aliases = simulator_aliases()
     if vllm_url is not None:
         backends["vllm"] = {"kind": "vllm", "model": "switchyard-local", "replicas": [vllm_url]}
         aliases[VLLM_ALIAS] = "vllm"  # no fallback: what vLLM answers is what the client gets

@@ -36,6 +36,7 @@ import httpx
 import yaml
 
 from loadtests.bench.servers import ServerFleet, free_port
+from loadtests.bench.sim_gateway import simulator_aliases, simulator_backends
 
 PROBE_EVERY_S = 0.01
 TARGET_LAG_MS = 100.0
@@ -144,27 +145,8 @@ DOORS = ("chat-frontier", "responses", "messages", "chat-local")
 def gateway_config(sim_url: str, port: int, work: Path) -> dict[str, Any]:
     return {
         "gateway": {"listen": {"port": port}},
-        "backends": {
-            "local": {"kind": "vllm", "model": "switchyard-local", "replicas": [sim_url]},
-            "frontier-openai": {
-                "kind": "litellm",
-                "model": "openai/gpt-4o-mini",
-                "api_base": sim_url + "/v1",
-            },
-            "frontier-anthropic": {
-                "kind": "litellm",
-                "model": "anthropic/claude-3-5-haiku-latest",
-                "api_base": sim_url,
-            },
-        },
-        "routing": {
-            "default": "frontier-openai",
-            "aliases": {
-                "switchyard-local": "local",
-                "gpt-4o-mini": "frontier-openai",
-                "claude-3-5-haiku": "frontier-anthropic",
-            },
-        },
+        "backends": simulator_backends(sim_url),
+        "routing": {"default": "frontier-openai", "aliases": simulator_aliases()},
         "store": {"url": f"sqlite:///{work / 'traffic.db'}", "spool_dir": str(work / "spool")},
         "auth": {"required": False},
     }
