@@ -6,6 +6,7 @@ variable is unset the admin API refuses every call (use SIGHUP to reload then).
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import os
 from typing import Any
@@ -33,7 +34,7 @@ from gateway.errors import (
 from gateway.export import ExportConfig
 from gateway.export.from_store import TRAFFIC_QUERY, export_from_store, summarize
 from gateway.recording import RecorderHandle
-from gateway.state import Canary, GatewayState, build_policy
+from gateway.state import Canary, GatewayState, build_policy, read_learned_state
 from gateway.store import InferenceFilter
 from router.config import RoutingConfig
 from router.errors import PolicyConfigError, RoutingError
@@ -294,8 +295,14 @@ async def set_canary(request: Request) -> Response:
     try:
         state = check_admin(request)
         req = CanaryRequest.model_validate(await _read_json(request))
-        policy = build_policy(state.config, req.routing, state.learned_state)
-    except (orjson.JSONDecodeError, ValidationError, PolicyConfigError) as exc:
+        learned = state.learned_state
+        live = state.config.routing.learned
+        candidate = req.routing.learned
+        if candidate is not None and candidate.state_file != (live and live.state_file):
+            # a candidate scorer (its own state file) on a share of live traffic
+            learned = await asyncio.to_thread(read_learned_state, candidate)
+        policy = build_policy(state.config, req.routing, learned)
+    except (ValueError, KeyError, OSError, PolicyConfigError) as exc:  # bad body or state file
         return _error(InvalidRequestError(f"invalid canary: {exc}"))
     except (GatewayError, RoutingError) as exc:
         return _error(exc)

@@ -32,7 +32,7 @@ from gateway.metrics import GatewayMetrics
 from gateway.prompt_tokens import PromptTokenizer
 from gateway.resilience import CircuitBreaker, RetryBudget
 from gateway.store.records import InferenceRecord
-from router.config import RoutingConfig
+from router.config import LearnedConfig, RoutingConfig
 from router.decision import RouteDecision
 from router.features import RequestFeatures, unit_hash
 from router.learned import LearnedPolicy, LearnedState
@@ -69,7 +69,12 @@ class Canary:
 
 def load_learned_state(config: SwitchyardConfig) -> LearnedState | None:
     """The fitted state named by ``routing.learned.state_file`` (blocking: call off the loop)."""
-    learned = config.routing.learned
+    return read_learned_state(config.routing.learned)
+
+
+def read_learned_state(learned: LearnedConfig | None) -> LearnedState | None:
+    """The fitted state ``learned.state_file`` names; unfitted when the file does not exist yet
+    (blocking: call off the loop)."""
     if learned is None:
         return None
     if learned.state_file and Path(learned.state_file).exists():

@@ -205,6 +205,22 @@ def test_learned_policy_moves_a_kind_of_request_local_after_a_refit_and_reload(
         assert reason.startswith("learned:local") and "scorer=fit-1" in reason
         other = httpx.post(gw.base_url + "/v1/chat/completions", json=ask(hard, 999))
         assert other.headers["x-switchyard-target"] == "frontier-openai"
+        # A candidate scorer on a canary share: its own state file, where both go local.
+        candidate = tmp_path / "candidate.json"
+        both = [Outcome("*", o.arm, True, text=o.text) for o in outcomes]
+        candidate.write_text(json.dumps(fit(both, "fit-2").to_json()))
+        routing = {
+            "default": "frontier-openai",
+            "aliases": {"auto": None},
+            "learned": {**learned, "state_file": str(candidate)},
+        }
+        canary = httpx.post(
+            gw.base_url + "/admin/canary", json={"routing": routing, "share": 1.0}, headers=ADMIN
+        )
+        assert canary.status_code == 200, canary.text
+        tried = httpx.post(gw.base_url + "/v1/chat/completions", json=ask(hard, 998))
+        assert tried.headers["x-switchyard-target"] == "local"
+        assert tried.headers["x-switchyard-policy-version"].endswith("+fit-2")
     finally:
         gw.stop()
 

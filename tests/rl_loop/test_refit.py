@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from gateway.store import FeedbackRecord, InferenceRecord, ShadowRecord, SqliteBackend
+from rl_loop import refit_cli
 from rl_loop import replay as replay_cli
 from rl_loop.config import RefitConfig
 from rl_loop.evaluate import ItemResult, ModelEval
@@ -291,3 +292,39 @@ def test_only_classes_the_gate_cannot_tell_apart_inherit_evidence() -> None:
     assert indistinguishable_classes(current, candidate, ["family"]) == {"same"}
     with pytest.raises(ValueError):
         indistinguishable_classes(current, evaluation({"other": [True] * 42}), ["family"])
+
+
+async def test_scheduled_refit_cli_fits_the_state_file_from_the_record(tmp_path: Path) -> None:
+    store = SqliteBackend(tmp_path / "traffic.db")
+    await store.connect()
+    try:
+        await fill(store)
+    finally:
+        await store.close()
+    config = {
+        "backends": {
+            "local": {"kind": "vllm", "model": "m", "replicas": ["http://127.0.0.1:1"]},
+            "frontier": {"kind": "litellm", "model": "openai/gpt-4o"},
+        },
+        "routing": {
+            "default": "frontier",
+            "fallbacks": {"local": ["frontier"]},
+            "learned": {
+                "local_target": "local",
+                "frontier_target": "frontier",
+                "min_samples": 5,
+                "exploration_share": 0.0,
+                "state_file": str(tmp_path / "learned.json"),
+            },
+        },
+    }
+    (tmp_path / "switchyard.yaml").write_text(yaml.safe_dump(config))
+    args = ["--store", f"sqlite:///{tmp_path / 'traffic.db'}", "--config"]
+    args += [str(tmp_path / "switchyard.yaml"), "--every-s", "0", "--rounds", "2"]
+    args += ["--weights-version", "v1"]
+    import asyncio
+
+    assert await asyncio.to_thread(refit_cli.main, args) == 0
+    state = LearnedState.from_json(json.loads((tmp_path / "learned.json").read_text()))
+    assert state.scorer is not None
+    assert policy_for(state).decide(features("naming")).target == "local"
