@@ -18,7 +18,9 @@ Definitions
 - Decision (the caller's): local iff ``p_local >= threshold``, with the threshold from
   :func:`calibrate_threshold` on held-out verdicts: the lowest ``t`` whose routed mix (requests
   scoring ``>= t`` local at their measured local acceptance, the rest frontier) keeps at least
-  ``quality_target`` x the frontier-only acceptance, i.e. the largest local share that does.
+  ``quality_target`` x the frontier-only acceptance, i.e. the largest local share that does;
+  with a ``band``, the lowest-scoring requests sent local must also keep that share on their
+  own (the marginal requests are not spent to buy cost for the mix).
 - Shadow sampling: :func:`uncertainty` ``p (1 - p)`` is largest where the scorer is least sure.
 
 Measured on the same data (``tests/router/test_scorer.py``'s synthetic IDE traffic: the 11
@@ -339,12 +341,16 @@ def calibrate_threshold(
     accepted_local: Sequence[bool],
     p_frontier: float | Sequence[float],
     quality_target: float,
+    band: int = 0,
 ) -> float:
     """The lowest threshold on ``p_local`` whose routed mix keeps ``quality_target`` x the
     frontier-only acceptance on these held-out examples (module docstring).
 
     ``p_frontier``: the frontier's acceptance, one rate or one value per example (a verdict or
-    an estimate). Returns ``math.inf`` (nothing local) when no threshold meets the target.
+    an estimate). ``band`` > 0 adds a marginal condition: the ``band`` lowest-scoring examples
+    sent local must themselves keep ``quality_target`` x the frontier's acceptance on average,
+    so the mix's allowed loss is not spent on requests the local model mostly fails. Returns
+    ``math.inf`` (nothing local) when no threshold meets the target.
     """
     scores = np.asarray(scores_local, dtype=np.float64)
     local = np.asarray(accepted_local, dtype=np.float64)
@@ -362,7 +368,17 @@ def calibrate_threshold(
     front_rest = float(fr.sum()) - np.concatenate(([0.0], np.cumsum(fr)))
     routed = (local_acc + front_rest) / n
     valid = np.concatenate(([True], s[1:] < s[:-1], [True]))
-    ok = np.flatnonzero(valid & (routed >= quality_target * float(fr.mean()) - 1e-12))
+    valid &= routed >= quality_target * float(fr.mean()) - 1e-12
+    if band > 0:
+        # per cut k: mean local acceptance of examples [k - band, k) against the frontier's
+        cum_fr = np.concatenate(([0.0], np.cumsum(fr)))
+        ks = np.arange(n + 1)
+        lo = np.maximum(ks - band, 0)
+        width = np.maximum(ks - lo, 1)
+        marginal_local = (local_acc - local_acc[lo]) / width
+        marginal_front = (cum_fr - cum_fr[lo]) / width
+        valid &= (ks == 0) | (marginal_local >= quality_target * marginal_front - 1e-12)
+    ok = np.flatnonzero(valid)
     k = int(ok.max()) if len(ok) else 0
     if k == 0:
         return math.inf

@@ -311,3 +311,12 @@ def test_bench_scorer_reports_request_path_cost_and_size() -> None:
     assert result["predict_p99_us"] >= result["predict_p50_us"]
     assert result["model_bytes"] == 4 * 2**18
     assert 1400 < result["user_chars"] < 2000
+
+
+def test_a_marginal_band_keeps_the_mix_from_spending_its_loss_on_failing_requests() -> None:
+    scores = [0.99 - i * 0.01 for i in range(20)] + [0.5 - i * 0.01 for i in range(10)]
+    accepted = [True] * 20 + [False] * 10
+    mix_only = calibrate_threshold(scores, accepted, 1.0, 0.9)
+    assert mix_only < 0.5  # a tenth of loss allowed: three failing requests go local
+    with_band = calibrate_threshold(scores, accepted, 1.0, 0.9, band=5)
+    assert 0.5 < with_band < 0.8  # the cut stops where the failing requests begin
