@@ -22,7 +22,7 @@ from gateway.errors import UpstreamError
 from gateway.state import GatewayState
 from gateway.store import ShadowRecord
 from router.features import unit_hash
-from router.scorer import uncertainty
+from router.scorer import shadow_share
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +34,7 @@ def should_shadow(
     if cfg.share <= 0 or cfg.target is None or served_target is None:
         return False
     served = state.config.backends.get(served_target)
-    share = cfg.share if p_local is None else cfg.share * (0.25 + 3 * uncertainty(p_local))
+    share = shadow_share(cfg.share, p_local)
     return (
         served is not None
         and served.kind == "litellm"

@@ -392,6 +392,12 @@ def uncertainty(p: float) -> float:
     return p * (1.0 - p)
 
 
+def shadow_share(share: float, p_local: float | None) -> float:
+    """The chance a frontier-served request is shadowed: the full ``share`` where the scorer is
+    least sure (``p_local`` = 0.5) or did not decide, a quarter of it where it is sure."""
+    return share if p_local is None else share * (0.25 + 3 * uncertainty(p_local))
+
+
 def auc(scores: Sequence[float], labels: Sequence[bool]) -> float:
     """Area under the ROC curve (ties count half); 0.5 when one class is missing."""
     s = np.asarray(scores, dtype=np.float64)
