@@ -152,3 +152,5 @@ def test_sigterm_past_the_drain_deadline_answers_and_records_every_request(
     assert sorted(recorded) == sorted(ids), "every request recorded exactly once"
     assert {r.status for r in rows} == {503}
     assert "Traceback" not in stderr
+    # litellm's per-call INFO line is not logged (it was, twice: its handler and the root's)
+    assert "completion() model=" not in stderr
