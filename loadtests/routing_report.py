@@ -3,7 +3,7 @@ routing policies on evaluation items, RouteLLM's APGR, the targets, the table an
 
 Definitions (evaluation items: recorded requests with a real local verdict, each with both
 arms' verdicts and costs for that request and a weight; which items, which verdicts are
-estimated and why the weights: ``loadtests/bench_routing.py``)
+estimated and why the weights: ``loadtests/routing_items.py``)
 - A policy routes each item to one arm. Its quality is the weighted accept rate of the routed
   mix (each item judged by the chosen arm's verdict), its cost the weighted mean cost of the
   chosen arms (USD per request; reported per 1k requests), its local share the weighted share

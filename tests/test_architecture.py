@@ -43,7 +43,8 @@ def _project_imports(path: Path) -> list[tuple[int, str]]:
 ORCHESTRATORS = {
     "loadtests/bench_kv.py",
     "loadtests/hostile_run.py",  # --with-vllm boots a real replica
-    "loadtests/bench_routing.py",  # reads a flywheel run's store and the RL loop's verdicts
+    "loadtests/bench_routing.py",  # the RL loop's outcome type; the store is read in routing_items
+    "loadtests/routing_items.py",  # bench_routing's reader of the store and the RL loop's verdicts
 }
 
 

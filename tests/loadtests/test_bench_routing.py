@@ -26,7 +26,7 @@ from gateway.store import (
     StoreConfig,
     open_store,
 )
-from loadtests import bench_routing
+from loadtests import bench_routing, routing_items
 from loadtests import routing_report as rr
 from loadtests.tasks import sample_tasks
 from rl_loop.outcomes import RecordedOutcome
@@ -256,7 +256,7 @@ def test_the_fit_keeps_the_last_served_weights_like_the_refit() -> None:
 
     outcomes = [outcome("local", None), outcome("frontier", None), outcome("local", "w1")]
     outcomes += [outcome("local", "w2"), outcome("frontier", None), outcome("local", "w2")]
-    kept, latest = bench_routing.served_weights_only(outcomes)
+    kept, latest = routing_items.served_weights_only(outcomes)
     assert latest == "w2"
     assert [(o.arm, o.weights_version) for o in kept] == [
         ("frontier", None),
