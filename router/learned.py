@@ -16,7 +16,7 @@ Definitions
   pairs in the state. The threshold is derived from them when the policy is built, so changing
   ``quality_target`` needs no refit: the lowest threshold whose routed mix (scores >= t local
   at their measured acceptance, the rest at the frontier's) keeps at least ``quality_target`` x
-  the frontier-only acceptance, and whose marginal requests (the lowest-scoring tenth of those
+  the frontier-only acceptance, and whose marginal requests (the lowest-scoring fifth of those
   sent local, at least ``MARGINAL_BAND_MIN``) keep that share on their own: a mix-level target
   alone would spend the allowed loss on requests the local model mostly fails (a flywheel run
   sent 22% of the families beyond the model local that way). Fewer than ``min_samples``
@@ -50,7 +50,7 @@ from router.scorer import fit as fit_scorer
 Arm = Literal["local", "frontier"]
 
 CALIBRATION_SHARE = 0.25  # of the local outcomes with text, held out to set the threshold
-MARGINAL_BAND_MIN = 5  # held-out verdicts (or a tenth of them) that judge the marginal requests
+MARGINAL_BAND_MIN = 10  # held-out verdicts (or a fifth of them) that judge the marginal requests
 _EMPTY = RequestText()
 
 
@@ -86,7 +86,7 @@ class Calibration:
     def threshold(self, p_frontier: float, quality_target: float, min_samples: int) -> float:
         if len(self.scores) < min_samples:
             return math.inf
-        band = max(MARGINAL_BAND_MIN, len(self.scores) // 10)
+        band = max(MARGINAL_BAND_MIN, len(self.scores) // 5)
         return calibrate_threshold(
             self.scores, self.accepted, p_frontier, quality_target, band=band
         )
