@@ -16,10 +16,10 @@ Definitions
   pairs in the state. The threshold is derived from them when the policy is built, so changing
   ``quality_target`` needs no refit: the lowest threshold whose routed mix (scores >= t local
   at their measured acceptance, the rest at the frontier's) keeps at least ``quality_target`` x
-  the frontier-only acceptance, and whose marginal requests (the lowest-scoring fifth of those
-  sent local, at least ``MARGINAL_BAND_MIN``) keep that share on their own: a mix-level target
-  alone would spend the allowed loss on requests the local model mostly fails (a flywheel run
-  sent 22% of the families beyond the model local that way). Fewer than ``min_samples``
+  the frontier-only acceptance, and whose marginal request (the lowest-scoring one sent local)
+  keeps that share on its own, by its isotonic-calibrated acceptance: a mix-level target alone
+  would spend the allowed loss on requests the local model mostly fails (a flywheel run sent
+  22% of the families beyond the model local that way). Fewer than ``min_samples``
   held-out verdicts: no threshold (nothing goes local by score).
 Decision for an ``auto`` request (pinned aliases and matching rules keep priority; a rule that
 matches request tags is how ops pin a tagged class to a target, and tags are never required)
@@ -50,7 +50,6 @@ from router.scorer import fit as fit_scorer
 Arm = Literal["local", "frontier"]
 
 CALIBRATION_SHARE = 0.25  # of the local outcomes with text, held out to set the threshold
-MARGINAL_BAND_MIN = 10  # held-out verdicts (or a fifth of them) that judge the marginal requests
 _EMPTY = RequestText()
 
 
@@ -86,9 +85,8 @@ class Calibration:
     def threshold(self, p_frontier: float, quality_target: float, min_samples: int) -> float:
         if len(self.scores) < min_samples:
             return math.inf
-        band = max(MARGINAL_BAND_MIN, len(self.scores) // 5)
         return calibrate_threshold(
-            self.scores, self.accepted, p_frontier, quality_target, band=band
+            self.scores, self.accepted, p_frontier, quality_target, marginal=True
         )
 
 

@@ -19,8 +19,9 @@ Definitions
   :func:`calibrate_threshold` on held-out verdicts: the lowest ``t`` whose routed mix (requests
   scoring ``>= t`` local at their measured local acceptance, the rest frontier) keeps at least
   ``quality_target`` x the frontier-only acceptance, i.e. the largest local share that does;
-  with a ``band``, the lowest-scoring requests sent local must also keep that share on their
-  own (the marginal requests are not spent to buy cost for the mix).
+  with ``marginal``, the lowest-scoring request sent local must also keep that share on its
+  own, by its isotonic-calibrated acceptance (the marginal requests are not spent to buy cost
+  for the mix).
 - Shadow sampling: :func:`uncertainty` ``p (1 - p)`` is largest where the scorer is least sure.
 
 Measured on the same data (``tests/router/test_scorer.py``'s synthetic IDE traffic: the 11
@@ -341,16 +342,17 @@ def calibrate_threshold(
     accepted_local: Sequence[bool],
     p_frontier: float | Sequence[float],
     quality_target: float,
-    band: int = 0,
+    marginal: bool = False,
 ) -> float:
     """The lowest threshold on ``p_local`` whose routed mix keeps ``quality_target`` x the
     frontier-only acceptance on these held-out examples (module docstring).
 
     ``p_frontier``: the frontier's acceptance, one rate or one value per example (a verdict or
-    an estimate). ``band`` > 0 adds a marginal condition: the ``band`` lowest-scoring examples
-    sent local must themselves keep ``quality_target`` x the frontier's acceptance on average,
-    so the mix's allowed loss is not spent on requests the local model mostly fails. Returns
-    ``math.inf`` (nothing local) when no threshold meets the target.
+    an estimate). ``marginal`` adds a per-request condition: the lowest-scoring example sent local
+    must itself keep ``quality_target`` x the frontier's acceptance, by its calibrated acceptance
+    (isotonic regression of the verdicts on the score, pool-adjacent-violators), so the mix's
+    allowed loss is not spent on requests the local model mostly fails. Returns ``math.inf``
+    (nothing local) when no threshold meets the target.
     """
     scores = np.asarray(scores_local, dtype=np.float64)
     local = np.asarray(accepted_local, dtype=np.float64)
@@ -369,15 +371,10 @@ def calibrate_threshold(
     routed = (local_acc + front_rest) / n
     valid = np.concatenate(([True], s[1:] < s[:-1], [True]))
     valid &= routed >= quality_target * float(fr.mean()) - 1e-12
-    if band > 0:
-        # per cut k: mean local acceptance of examples [k - band, k) against the frontier's
-        cum_fr = np.concatenate(([0.0], np.cumsum(fr)))
-        ks = np.arange(n + 1)
-        lo = np.maximum(ks - band, 0)
-        width = np.maximum(ks - lo, 1)
-        marginal_local = (local_acc - local_acc[lo]) / width
-        marginal_front = (cum_fr - cum_fr[lo]) / width
-        valid &= (ks == 0) | (marginal_local >= quality_target * marginal_front - 1e-12)
+    if marginal:
+        # cut k sends examples [0, k) local: the k-th one's calibrated acceptance must hold
+        calibrated = np.concatenate(([1.0], _isotonic_decreasing(s, loc)))
+        valid &= calibrated >= quality_target * float(fr.mean()) - 1e-12
     ok = np.flatnonzero(valid)
     k = int(ok.max()) if len(ok) else 0
     if k == 0:
@@ -385,6 +382,23 @@ def calibrate_threshold(
     # Midway to the first excluded score: a new request scoring a hair below the lowest
     # held-out one it resembles still goes local; below all of them, the lowest one.
     return float(s[k - 1] + s[k]) / 2 if k < n else float(s[k - 1])
+
+
+def _isotonic_decreasing(scores: npt.NDArray[np.float64], y: npt.NDArray[np.float64]) -> Any:
+    """Pool-adjacent-violators: the non-increasing fit of ``y`` along ``scores`` (sorted high to
+    low); examples of equal score share one value."""
+    blocks: list[list[float]] = []  # [sum of y, count, first score]
+    for score, value in zip(scores.tolist(), y.tolist(), strict=True):
+        if blocks and blocks[-1][2] == score:
+            blocks[-1][0] += value
+            blocks[-1][1] += 1
+        else:
+            blocks.append([value, 1.0, score])
+        while len(blocks) > 1 and blocks[-2][0] / blocks[-2][1] < blocks[-1][0] / blocks[-1][1]:
+            last = blocks.pop()
+            blocks[-1][0] += last[0]
+            blocks[-1][1] += last[1]
+    return np.concatenate([np.full(int(c), total / c) for total, c, _ in blocks])
 
 
 def uncertainty(p: float) -> float:

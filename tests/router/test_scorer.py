@@ -313,10 +313,14 @@ def test_bench_scorer_reports_request_path_cost_and_size() -> None:
     assert 1400 < result["user_chars"] < 2000
 
 
-def test_a_marginal_band_keeps_the_mix_from_spending_its_loss_on_failing_requests() -> None:
+def test_the_marginal_request_must_keep_the_quality_target_on_its_own() -> None:
     scores = [0.99 - i * 0.01 for i in range(20)] + [0.5 - i * 0.01 for i in range(10)]
     accepted = [True] * 20 + [False] * 10
     mix_only = calibrate_threshold(scores, accepted, 1.0, 0.9)
     assert mix_only < 0.5  # a tenth of loss allowed: three failing requests go local
-    with_band = calibrate_threshold(scores, accepted, 1.0, 0.9, band=5)
-    assert 0.5 < with_band < 0.8  # the cut stops where the failing requests begin
+    marginal = calibrate_threshold(scores, accepted, 1.0, 0.9, marginal=True)
+    assert 0.5 < marginal < 0.8  # the cut stops where the failing requests begin
+    # one miss among good requests does not stop the cut (isotonic pooling: 7 of 8 there)
+    noisy = [True] * 12 + [False] + [True] * 7 + [False] * 10
+    assert calibrate_threshold(scores, noisy, 1.0, 0.8) < 0.5
+    assert 0.5 < calibrate_threshold(scores, noisy, 1.0, 0.8, marginal=True) < 0.8
