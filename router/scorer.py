@@ -19,9 +19,9 @@ Definitions
   :func:`calibrate_threshold` on held-out verdicts: the lowest ``t`` whose routed mix (requests
   scoring ``>= t`` local at their measured local acceptance, the rest frontier) keeps at least
   ``quality_target`` x the frontier-only acceptance, i.e. the largest local share that does;
-  with ``marginal``, the lowest-scoring request sent local must also keep that share on its
-  own, by its isotonic-calibrated acceptance (the marginal requests are not spent to buy cost
-  for the mix).
+  with ``marginal``, the lowest-scoring request sent local must not be clearly below that
+  share on its own (upper 95% bound of its isotonic-calibrated acceptance): the marginal
+  requests are not spent to buy cost for the mix.
 - Shadow sampling: :func:`uncertainty` ``p (1 - p)`` is largest where the scorer is least sure.
 
 Measured on the same data (``tests/router/test_scorer.py``'s synthetic IDE traffic: the 11
@@ -349,9 +349,11 @@ def calibrate_threshold(
 
     ``p_frontier``: the frontier's acceptance, one rate or one value per example (a verdict or
     an estimate). ``marginal`` adds a per-request condition: the lowest-scoring example sent local
-    must itself keep ``quality_target`` x the frontier's acceptance, by its calibrated acceptance
-    (isotonic regression of the verdicts on the score, pool-adjacent-violators), so the mix's
-    allowed loss is not spent on requests the local model mostly fails. Returns ``math.inf``
+    must not be clearly worse than ``quality_target`` x the frontier's acceptance: the upper
+    95% bound of its calibrated acceptance (isotonic regression of the verdicts on the score,
+    pool-adjacent-violators; Wilson bound on its block) must reach it, so the mix's allowed loss
+    is not spent on requests the local model mostly fails, while a kind of request that is only
+    noisily near the target keeps the benefit of the doubt. Returns ``math.inf``
     (nothing local) when no threshold meets the target.
     """
     scores = np.asarray(scores_local, dtype=np.float64)
@@ -373,8 +375,8 @@ def calibrate_threshold(
     valid &= routed >= quality_target * float(fr.mean()) - 1e-12
     if marginal:
         # cut k sends examples [0, k) local: the k-th one's calibrated acceptance must hold
-        calibrated = np.concatenate(([1.0], _isotonic_decreasing(s, loc)))
-        valid &= calibrated >= quality_target * float(fr.mean()) - 1e-12
+        upper = np.concatenate(([1.0], _isotonic_upper(s, loc)))
+        valid &= upper >= quality_target * float(fr.mean()) - 1e-12
     ok = np.flatnonzero(valid)
     k = int(ok.max()) if len(ok) else 0
     if k == 0:
@@ -384,9 +386,10 @@ def calibrate_threshold(
     return float(s[k - 1] + s[k]) / 2 if k < n else float(s[k - 1])
 
 
-def _isotonic_decreasing(scores: npt.NDArray[np.float64], y: npt.NDArray[np.float64]) -> Any:
-    """Pool-adjacent-violators: the non-increasing fit of ``y`` along ``scores`` (sorted high to
-    low); examples of equal score share one value."""
+def _isotonic_upper(scores: npt.NDArray[np.float64], y: npt.NDArray[np.float64]) -> Any:
+    """Per example: the upper confidence bound (Wilson, one-sided 95%) of the acceptance of its
+    block in the non-increasing isotonic fit of ``y`` along ``scores`` (sorted high to low;
+    pool-adjacent-violators; examples of equal score share a block)."""
     blocks: list[list[float]] = []  # [sum of y, count, first score]
     for score, value in zip(scores.tolist(), y.tolist(), strict=True):
         if blocks and blocks[-1][2] == score:
@@ -398,7 +401,14 @@ def _isotonic_decreasing(scores: npt.NDArray[np.float64], y: npt.NDArray[np.floa
             last = blocks.pop()
             blocks[-1][0] += last[0]
             blocks[-1][1] += last[1]
-    return np.concatenate([np.full(int(c), total / c) for total, c, _ in blocks])
+    return np.concatenate([np.full(int(n), _wilson_upper(k, n)) for k, n, _ in blocks])
+
+
+def _wilson_upper(k: float, n: float, z: float = 1.645) -> float:
+    p = k / n
+    centre = p + z * z / (2 * n)
+    spread = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
+    return min(1.0, (centre + spread) / (1 + z * z / n))
 
 
 def uncertainty(p: float) -> float:
