@@ -67,8 +67,10 @@ def demo_config(vllm_url: str, sim_url: str) -> dict[str, Any]:
         "routing": {
             "version": "demo-v1",
             # `auto` goes through the learned policy from the first request. With no evidence
-            # yet (no scorer fitted; the RL loop writes state_file) that is the frontier, plus
-            # the exploration share: never a blanket default to the untrained local model.
+            # yet (no scorer fitted; the RL loop writes state_file) that is the frontier: never
+            # a blanket default to the untrained local model. No exploration share either (a
+            # new user would get the untrained model's noise for one request in 20); the local
+            # model answers a share of requests as shadows instead, off the user's path.
             "default": "frontier-openai",
             "aliases": {
                 "auto": None,
@@ -92,9 +94,11 @@ def demo_config(vllm_url: str, sim_url: str) -> dict[str, Any]:
             "learned": {
                 "local_target": "local",
                 "frontier_target": "frontier-openai",
+                "exploration_share": 0.0,
                 "state_file": str(DEMO_DIR / "learned_state.json"),
             },
         },
+        "shadow": {"share": 0.25, "target": "local"},
         "store": {
             "url": f"sqlite:///{DEMO_DIR / 'traffic.db'}",
             "spool_dir": str(DEMO_DIR / "spool"),
@@ -173,8 +177,9 @@ r = client.chat.completions.with_raw_response.create(
 print(r.headers["x-switchyard-target"], r.parse().choices[0].message.content)
 PY
 
-Models: auto (the learned router decides: the frontier until the RL loop has fitted a scorer,
-but an exploration share), {LOCAL_MODEL} (vLLM), gpt-4o-mini, claude-3-5-haiku.
+Models: auto (the learned router decides: the frontier until the RL loop has fitted a scorer;
+the local model answers a quarter of them as shadows, off your path), {LOCAL_MODEL} (vLLM),
+gpt-4o-mini, claude-3-5-haiku.
 Metrics: {base}/metrics   Traffic store: {DEMO_DIR / "traffic.db"}   Logs: {DEMO_DIR}/*.log
 Ctrl-C (or SIGTERM) stops everything.""")
 

@@ -55,10 +55,8 @@ def test_demo_serves_both_paths_then_a_stop_signal_stops_everything_even_if_sent
         out = watch.output()
         assert "local path    -> local" in out
         assert "frontier path -> frontier-openai" in out
-        # cold start: `auto` goes to the frontier (or explores), never blindly to the local model
-        assert "auto          -> frontier-openai (learned:frontier" in out or (
-            "(learned:explore" in out
-        )
+        # cold start: `auto` goes to the frontier, never to the untrained local model
+        assert "auto          -> frontier-openai (learned:frontier" in out
         assert "no scorer fitted yet" in out
         assert "API key (shown once): sy-" in out
         assert "curl http://127.0.0.1:" in out
