@@ -110,6 +110,28 @@ def gateway() -> Iterator[str]:
     server.shutdown()
 
 
+def write_config(path: Path, state_file: Path) -> None:
+    """A gateway config with one local and one frontier target and a learned policy."""
+    config = {
+        "backends": {
+            "local": {"kind": "vllm", "model": "m", "replicas": ["http://127.0.0.1:1"]},
+            "frontier": {"kind": "litellm", "model": "openai/gpt-4o"},
+        },
+        "routing": {
+            "default": "frontier",
+            "fallbacks": {"local": ["frontier"]},
+            "learned": {
+                "local_target": "local",
+                "frontier_target": "frontier",
+                "exploration_share": 0.0,
+                "min_samples": 5,
+                "state_file": str(state_file),
+            },
+        },
+    }
+    path.write_text(yaml.safe_dump(config))
+
+
 def policy_for(state: LearnedState) -> LearnedPolicy:
     routing = RoutingConfig(default="frontier", fallbacks={"local": ["frontier"]})
     config = LearnedConfig(
@@ -197,24 +219,7 @@ async def test_replay_cli_compares_candidate_with_current(tmp_path: Path, capsys
         )
     finally:
         await store.close()
-    config = {
-        "backends": {
-            "local": {"kind": "vllm", "model": "m", "replicas": ["http://127.0.0.1:1"]},
-            "frontier": {"kind": "litellm", "model": "openai/gpt-4o"},
-        },
-        "routing": {
-            "default": "frontier",
-            "fallbacks": {"local": ["frontier"]},
-            "learned": {
-                "local_target": "local",
-                "frontier_target": "frontier",
-                "exploration_share": 0.0,
-                "min_samples": 5,
-                "state_file": str(tmp_path / "missing.json"),
-            },
-        },
-    }
-    (tmp_path / "switchyard.yaml").write_text(yaml.safe_dump(config))
+    write_config(tmp_path / "switchyard.yaml", tmp_path / "missing.json")
     args = [
         "--store",
         f"sqlite:///{tmp_path / 'traffic.db'}",
@@ -301,24 +306,7 @@ async def test_scheduled_refit_cli_fits_the_state_file_from_the_record(tmp_path:
         await fill(store)
     finally:
         await store.close()
-    config = {
-        "backends": {
-            "local": {"kind": "vllm", "model": "m", "replicas": ["http://127.0.0.1:1"]},
-            "frontier": {"kind": "litellm", "model": "openai/gpt-4o"},
-        },
-        "routing": {
-            "default": "frontier",
-            "fallbacks": {"local": ["frontier"]},
-            "learned": {
-                "local_target": "local",
-                "frontier_target": "frontier",
-                "min_samples": 5,
-                "exploration_share": 0.0,
-                "state_file": str(tmp_path / "learned.json"),
-            },
-        },
-    }
-    (tmp_path / "switchyard.yaml").write_text(yaml.safe_dump(config))
+    write_config(tmp_path / "switchyard.yaml", tmp_path / "learned.json")
     args = ["--store", f"sqlite:///{tmp_path / 'traffic.db'}", "--config"]
     args += [str(tmp_path / "switchyard.yaml"), "--every-s", "0", "--rounds", "2"]
     args += ["--weights-version", "v1"]
