@@ -50,8 +50,8 @@ from gateway.wire.responses import (
     ResponseContext,
     ResponsesStreamEncoder,
     render_response,
-    translate_request,
 )
+from gateway.wire.responses_request import translate_request
 from router.chat_text import request_text
 from router.errors import RoutingError
 from router.features import Endpoint, RequestFeatures, estimate_tokens

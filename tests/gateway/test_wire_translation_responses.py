@@ -18,8 +18,8 @@ from gateway.wire.responses import (
     ResponseContext,
     ResponsesStreamEncoder,
     render_response,
-    translate_request,
 )
+from gateway.wire.responses_request import translate_request
 from tests.gateway.wire_translation_samples import (
     EXCHANGE_ID,
     MIXED_COMPLETION,
