@@ -131,6 +131,7 @@ def create_app(
             state.authenticator = Authenticator(handle.backend, config.auth, state.budget)
             state.rate_limiter = build_rate_limiter(config.auth)
         metrics.add_live_gauges(_live_gauges(state, handle))
+        metrics.in_flight.set_function(lambda: state.in_flight)  # was declared, never set
         app.state.switchyard = state
         app.state.recorder = handle if handle is not None else _as_handle(sink)
         # Startup objects (litellm alone leaves ~300k) never die; keeping them out of the

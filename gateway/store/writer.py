@@ -23,10 +23,9 @@ reason; never a silent drop, whatever a record contains.
   instead of waiting on timeouts; the replay task finds out when it is back.
 - Inserts are idempotent by id, so whatever is replayed twice (a batch both written and spooled
   when a timeout cut an insert short) is stored once.
-- A record the database refuses (``StoreDataError``, NUL characters in jsonb, or any other
-  exception but ``StoreUnavailable``: nested deeper than the JSON encoder's recursion limit, NaN,
-  lone surrogates) is isolated from its batch, which is stored without it, and appended to the
-  spool's dead letters (``rejected_total``) for a person to look at; so is one the spool cannot
+- A record the database refuses (``StoreDataError``, or any exception but ``StoreUnavailable``:
+  nesting past the JSON encoder's recursion limit, NaN, lone surrogates) is isolated from its
+  batch, stored without it, and dead-lettered (``rejected_total``); so is one the spool cannot
   encode. A dead letter that cannot hold the record faithfully keeps its kind, id and time and a
   bounded sketch of the rest (:mod:`gateway.store.spool`).
 - If the spool itself cannot be written (disk full), the records stay in memory and the overflow

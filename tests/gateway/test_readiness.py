@@ -57,3 +57,8 @@ def test_a_failing_writer_makes_the_gateway_unready_until_it_recovers(
             time.sleep(0.1)
     finally:
         gw.stop()
+
+
+def test_metrics_report_requests_in_flight(gateway: Any) -> None:
+    text = httpx.get(gateway.base_url + "/metrics").text
+    assert _metric(text, "switchyard_in_flight_requests") == 0
