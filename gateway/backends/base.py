@@ -3,7 +3,10 @@
 ``complete`` returns a whole answer; ``open_stream`` returns once the first bytes arrived, so a
 failure before the first byte can still fail over to the next target. After that, a failure
 surfaces to the client as an error event (see ``gateway.pipeline``).
-Both speak OpenAI's wire format to the gateway, whatever the provider's own format is.
+Both speak OpenAI's wire format to the gateway, whatever the provider's own format is, except
+a pass-through: when the client's door and the provider speak the same non-OpenAI wire format
+(the Messages door to Anthropic), the back-end sends the client's own body and answers in that
+format, and says so (``UpstreamResult.native`` / ``UpstreamStream.native``).
 """
 
 from __future__ import annotations
@@ -23,13 +26,22 @@ class UpstreamCall:
     body: dict[str, Any]
     features: RequestFeatures
     client_wants_usage: bool = False
+    # The door's wire format and the client's own body and forwardable headers, for back-ends
+    # that pass a request through unchanged when the provider speaks the door's format.
+    wire_format: str = "openai.chat"
+    client_body: dict[str, Any] | None = None
+    client_headers: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
 class Usage:
+    """Token counts in OpenAI's convention: ``prompt_tokens`` counts every input token, cache
+    reads (``cached_tokens``) and cache writes (``cache_creation_tokens``) included."""
+
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     cached_tokens: int | None = None
+    cache_creation_tokens: int | None = None
 
     @classmethod
     def from_openai(cls, usage: dict[str, Any] | None) -> Usage:
@@ -51,17 +63,22 @@ class UpstreamResult:
     served_model: str
     replica: str | None
     weights_version: str | None = None
+    native: bool = False  # body and parsed are in the door's own wire format (pass-through)
 
 
 @dataclass(slots=True)
 class StreamOutcome:
-    """Filled while the stream is consumed; read after it ended."""
+    """Filled while the stream is consumed; read after it ended.
+
+    ``response`` is the assembled answer when the stream assembled it itself (a native
+    pass-through); otherwise the pipeline assembles it from ``chunks`` or ``raw``."""
 
     usage: Usage = field(default_factory=Usage)
     chunks: list[dict[str, Any]] = field(default_factory=list)
     raw: list[bytes] = field(default_factory=list)
     completed: bool = False
     error: str | None = None
+    response: dict[str, Any] | None = None
 
 
 class UpstreamStream(Protocol):
@@ -69,6 +86,7 @@ class UpstreamStream(Protocol):
     replica: str | None
     weights_version: str | None
     outcome: StreamOutcome
+    native: bool  # the events are in the door's own wire format (pass-through)
 
     def __aiter__(self) -> AsyncIterator[bytes]:
         """SSE bytes for the client, first block included; raises on a mid-stream failure."""

@@ -267,6 +267,7 @@ class LitellmStream:
         self.replica: str | None = None
         self.weights_version: str | None = None
         self.outcome = StreamOutcome()
+        self.native = False
         self._want_usage = want_usage
         self._name = name
         self._litellm = litellm

@@ -75,6 +75,7 @@ class VllmStream:
         self._strip_usage = strip_usage
         self._pool = pool
         self.outcome = StreamOutcome()
+        self.native = False
         self._released = False
 
     def _process(self, block: bytes) -> bytes:
