@@ -1,7 +1,8 @@
 """The Anthropic front door: ``POST /v1/messages``, ``/v1/messages/count_tokens``, ``HEAD|GET /``.
 
 What Claude Code speaks. A Messages request is translated into the internal chat-completions
-body (:mod:`gateway.wire.anthropic`) and served by :mod:`gateway.pipeline` like every other door;
+body (:mod:`gateway.wire.anthropic`) and served by :mod:`gateway.pipeline` like every other door
+(an Anthropic target gets the client's own body instead: :mod:`gateway.backends.passthrough`);
 answers, stream events and errors go back in Anthropic's shapes (``{"type": "error", "error":
 {"type", "message"}}``). ``?beta=true``, ``anthropic-version`` and ``anthropic-beta`` are
 accepted; the key may come as ``x-api-key`` or ``Authorization: Bearer`` (checked, when keys
@@ -40,11 +41,14 @@ from gateway.wire.anthropic import (
     render_message,
     translate_messages,
 )
+from gateway.wire.anthropic_stream import assemble_message
 from gateway.wire.blocks import prompt_chars
 from router.errors import RoutingError
 from router.features import RequestFeatures, estimate_tokens
 
-MESSAGES_DOOR = FrontDoor("messages", "anthropic.messages", error_body=error_body)
+MESSAGES_DOOR = FrontDoor(
+    "messages", "anthropic.messages", error_body=error_body, assemble_native=assemble_message
+)
 _JSON = "application/json"
 
 

@@ -18,6 +18,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 
 from gateway.backends.base import UpstreamCall, UpstreamEndpoint
+from gateway.backends.provider_routes import forwarded_headers
 from gateway.config import LimitsConfig
 from gateway.errors import (
     ClientDisconnectedError,
@@ -182,7 +183,12 @@ async def _handle(request: Request, endpoint: UpstreamEndpoint) -> Response:
         body = ex.request
         opts = body.get("stream_options") or {}
         call = UpstreamCall(
-            endpoint, body, ex.features, client_wants_usage=bool(opts.get("include_usage"))
+            endpoint,
+            body,
+            ex.features,
+            client_wants_usage=bool(opts.get("include_usage")),
+            wire_format=ex.wire_format,
+            client_headers=forwarded_headers(request.headers),
         )
         if req.stream:
             return await serve_stream(state, routing, ex, call)

@@ -33,6 +33,7 @@ from gateway.api_openai import (
     read_body,
 )
 from gateway.backends.base import UpstreamCall
+from gateway.backends.provider_routes import forwarded_headers
 from gateway.config import LimitsConfig
 from gateway.errors import GatewayError, InvalidRequestError
 from gateway.pipeline import (
@@ -135,7 +136,7 @@ def _prepare(
             ],
             code="invalid_request_shape",
         ) from exc
-    ex.notes.update(translated.notes)
+    ex.translation_notes.update(translated.notes)
     ex.features = dataclasses.replace(
         translated.features, request_id=ex.id, api_key_id=ex.principal.key_id
     )
@@ -168,7 +169,13 @@ async def serve_translated(request: Request, door: FrontDoor, translate: Transla
             return error_response(state, ex, exc)
         ex.door = translated.door
         call = UpstreamCall(
-            "chat.completions", translated.body, ex.features, client_wants_usage=True
+            "chat.completions",
+            translated.body,
+            ex.features,
+            client_wants_usage=True,
+            wire_format=door.wire_format,
+            client_body=ex.request,
+            client_headers=forwarded_headers(request.headers),
         )
         if translated.stream:
             return await serve_stream(state, routing, ex, call)

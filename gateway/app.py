@@ -26,7 +26,7 @@ from gateway import api_admin, api_anthropic, api_feedback, api_openai, api_resp
 from gateway.auth.budget import BudgetGuard
 from gateway.auth.keys import Authenticator
 from gateway.auth.ratelimit import build_rate_limiter
-from gateway.backends.frontier import import_litellm
+from gateway.backends.litellm_loader import LitellmLoader
 from gateway.config import SwitchyardConfig
 from gateway.metrics import GatewayMetrics
 from gateway.recording import RecorderHandle, open_recorder
@@ -113,7 +113,7 @@ def create_app(
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        litellm = await asyncio.to_thread(import_litellm)
+        litellm = LitellmLoader()  # imported in the background once a frontier target needs it
         connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300, enable_cleanup_closed=True)
         session = aiohttp.ClientSession(connector=connector, auto_decompress=False)
         handle: RecorderHandle | None = None

@@ -80,6 +80,9 @@ class FrontDoor:
 
     ``render``/``stream_encoder`` of ``None`` mean "pass the upstream bytes through" (the OpenAI
     doors: no re-encoding on the hot path). ``error_body`` reshapes an OpenAI error body.
+    A back-end may answer natively in the door's own format (the Messages door to Anthropic):
+    those bytes go through as they are too, and ``assemble_native`` builds the record's answer
+    from the stream's events once it ended.
     """
 
     endpoint: str
@@ -87,6 +90,7 @@ class FrontDoor:
     render: Callable[[dict[str, Any], Exchange], dict[str, Any]] | None = None
     stream_encoder: Callable[[Exchange], StreamEncoder] | None = None
     error_body: Callable[[int, dict[str, Any]], dict[str, Any]] | None = None
+    assemble_native: Callable[[bytes], dict[str, Any] | None] | None = None
 
 
 @dataclass(slots=True)
@@ -108,6 +112,10 @@ class Exchange:
     ttft_s: float | None = None
     door: FrontDoor | None = None
     notes: dict[str, Any] = field(default_factory=dict)
+    # What translating the client's body to the internal one left out; moot (not recorded) when
+    # the answer came from a native pass-through of the client's own body.
+    translation_notes: dict[str, Any] = field(default_factory=dict)
+    native: bool = False
     principal: Principal = ANONYMOUS
     task: asyncio.Task[Any] | None = None  # the task serving it now (abort cancels it)
     aborted: bool = False  # ended by shutdown past the drain deadline
@@ -233,9 +241,10 @@ async def serve_unary(
         return error_response(state, ex, exc)
     ex.served_model, ex.replica = result.served_model, result.replica
     ex.weights_version = result.weights_version
+    ex.native = result.native
     door = ex.door
     _after_success(state, ex, call)
-    if door is None or door.render is None:
+    if result.native or door is None or door.render is None:
         cost = finish(state, ex, 200, result.parsed, result.usage, error=None, stream=False)
         return Response(result.body, 200, _with_cost(ex, cost), media_type="application/json")
     rendered = door.render(result.parsed, ex)
@@ -270,6 +279,7 @@ async def serve_stream(
     ex.ttft_s = time.perf_counter() - ex.started
     ex.served_model, ex.replica = stream.served_model, stream.replica
     ex.weights_version = stream.weights_version
+    ex.native = stream.native
     ex.task = None  # until the response's task starts relaying (see _relay)
     return StreamingResponse(
         _relay(state, ex, stream, call),
@@ -288,7 +298,7 @@ async def _relay(
     try:
         if ex.aborted:  # shutdown came between the first byte and this task's start
             raise asyncio.CancelledError
-        if encoder is None:
+        if encoder is None or stream.native:
             async for block in stream:
                 yield block
         else:
@@ -314,7 +324,10 @@ async def _relay(
     finally:
         # Recorded before the last await: a task cancelled again while closing still records.
         out = stream.outcome
-        if encoder is not None:
+        if stream.native:
+            assemble_native = ex.door.assemble_native if ex.door is not None else None
+            response = assemble_native(b"".join(out.raw)) if assemble_native else None
+        elif encoder is not None:
             response = encoder.final_response()
         else:
             chunks = out.chunks or parse_stream(b"".join(out.raw))
@@ -372,7 +385,7 @@ def finish(
         if usage.cached_tokens:
             m.tokens.labels(target, "cached").inc(usage.cached_tokens)
         if backend_cfg is not None:
-            cost = cost_usd(backend_cfg, usage, state.litellm)
+            cost = cost_usd(backend_cfg, usage, state.litellm.module)
             if cost:
                 m.cost.labels(target).inc(cost)
     _account(state, ex, usage, cost)
@@ -430,7 +443,8 @@ def _account(state: GatewayState, ex: Exchange, usage: Usage, cost: float | None
 
 def _tags(f: RequestFeatures | None, ex: Exchange) -> dict[str, str]:
     tags = dict(f.tags) if f else {}
-    for key, value in ex.notes.items():
+    notes = ex.notes if ex.native else {**ex.translation_notes, **ex.notes}
+    for key, value in notes.items():
         tags[f"note.{key}"] = value if isinstance(value, str) else orjson.dumps(value).decode()
     return tags
 

@@ -1,17 +1,18 @@
-"""Frontier back-end: OpenAI, Anthropic and other providers through ``litellm`` async calls.
+"""Frontier calls through ``litellm``'s ``acompletion``: where the provider's format differs.
 
-litellm's own retries are off (``num_retries=0``, ``max_retries=0``): failover, retry budget and
-breakers belong to the gateway. Its price map is read locally (``LITELLM_LOCAL_MODEL_COST_MAP``,
-set before the first import of litellm by :func:`import_litellm`); prices from our config win and
-are applied here, never passed per call (that would write into litellm's global cost map).
-litellm answers in OpenAI's format whatever the provider, which is what the gateway speaks.
+The frontier back-end (:mod:`gateway.backends.passthrough`) posts OpenAI- and Anthropic-format
+requests itself when the door and the provider speak the same format; everything else (another
+provider, or a door whose format the provider does not speak) comes here, where litellm
+translates. litellm's own retries are off (``num_retries=0``, ``max_retries=0``): failover, retry
+budget and breakers belong to the gateway. litellm answers in OpenAI's format whatever the
+provider, which is what the gateway speaks; it is imported in the background after start-up
+(:mod:`gateway.backends.litellm_loader`) and a call awaits that import.
 Every litellm call and stream step runs on the :class:`~gateway.backends.worker_loop.WorkerLoop`,
 never on the gateway's event loop (litellm's per-message work is synchronous).
 """
 
 from __future__ import annotations
 
-import logging
 import os
 from collections.abc import AsyncIterator
 from types import ModuleType
@@ -22,6 +23,7 @@ import httpx
 import orjson
 
 from gateway.backends.base import StreamOutcome, UpstreamCall, UpstreamResult, Usage
+from gateway.backends.litellm_loader import LitellmLoader
 from gateway.backends.worker_loop import WorkerLoop
 from gateway.config import BackendConfig
 from gateway.errors import (
@@ -76,23 +78,6 @@ _COMPLETION_FIELDS = (
 
 
 TEXT_COMPLETION_PREFIXES = ("text-completion-openai/", "text-completion-codestral/")
-LITELLM_LOGGERS = ("LiteLLM", "LiteLLM Router", "LiteLLM Proxy")
-
-
-def import_litellm() -> ModuleType:
-    """Import litellm offline and quiet. Call at startup, never on the request path."""
-    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-    import litellm
-
-    litellm.suppress_debug_info = True
-    litellm.drop_params = True
-    # litellm logs an INFO line per call through its own handler and again through the root
-    # logger's: warnings only, once, through its handler.
-    for name in LITELLM_LOGGERS:
-        logger = logging.getLogger(name)
-        logger.setLevel(logging.WARNING)
-        logger.propagate = False
-    return litellm
 
 
 def map_litellm_error(name: str, exc: Exception, litellm: ModuleType) -> UpstreamError:
@@ -316,11 +301,11 @@ class LitellmBackend:
     kind = "litellm"
 
     def __init__(
-        self, name: str, config: BackendConfig, litellm: ModuleType, worker: WorkerLoop
+        self, name: str, config: BackendConfig, litellm: LitellmLoader, worker: WorkerLoop
     ) -> None:
         self.name = name
         self.config = config
-        self._litellm = litellm
+        self._loader = litellm
         self._worker = worker
         self._api_key = os.environ.get(config.api_key_env) if config.api_key_env else None
 
@@ -344,7 +329,7 @@ class LitellmBackend:
         return params
 
     async def _call(self, call: UpstreamCall, stream: bool) -> Any:
-        lm = self._litellm
+        lm = await self._loader.get()
         if (
             call.endpoint == "completions"
             and call.body.get("suffix")
@@ -379,19 +364,20 @@ class LitellmBackend:
     async def open_stream(self, call: UpstreamCall) -> LitellmStream:
         wrapper = await self._call(call, stream=True)
         rest = wrapper.__aiter__()
+        lm = await self._loader.get()
         try:
             first = await self._worker.step(rest)
         except StopAsyncIteration as exc:
             raise UpstreamError(f"{self.name}: empty stream", backend=self.name) from exc
         except Exception as exc:  # first-byte failure: mapped so the chain can fail over
-            raise map_litellm_error(self.name, exc, self._litellm) from exc
+            raise map_litellm_error(self.name, exc, lm) from exc
         return LitellmStream(
             first,
             rest,
             self.config.model,
             call.client_wants_usage,
             self.name,
-            self._litellm,
+            lm,
             self._worker,
             text=call.endpoint == "completions",
         )

@@ -43,6 +43,10 @@ class ReplicaPool:
             for r in self.replicas.values()
         ]
 
+    def release(self, url: str) -> None:
+        """A request to ``url`` ended (its answer was read or its stream closed)."""
+        self.replicas[url].in_flight -= 1
+
     def mark_down(self, url: str) -> None:
         self.replicas[url].healthy = False
 

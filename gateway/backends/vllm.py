@@ -10,13 +10,13 @@ chunk). A connection failure marks the replica down and tries the next healthy o
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import AsyncIterator
 from typing import Any
 
 import aiohttp
 import orjson
 
-from gateway.backends.base import StreamOutcome, UpstreamCall, UpstreamResult, Usage
+from gateway.backends.base import UpstreamCall, UpstreamResult, Usage
+from gateway.backends.relay import OpenAIWatcher, RelayStream
 from gateway.backends.replica_pool import ReplicaPool
 from gateway.config import BackendConfig
 from gateway.errors import (
@@ -26,7 +26,6 @@ from gateway.errors import (
     upstream_error_for_status,
 )
 from gateway.prompt_tokens import PromptTokenizer
-from gateway.wire.sse import DONE_EVENT, EventSplitter, drop_usage_only_events
 from router.replicas import NoHealthyReplicaError, ReplicaSelector
 
 _PATHS = {"chat.completions": "/v1/chat/completions", "completions": "/v1/completions"}
@@ -52,74 +51,6 @@ def upstream_status_error(
     """The gateway error for a non-2xx answer from an OpenAI-compatible back-end."""
     msg = f"{name} answered {status}: {_error_message(body)}"
     return upstream_error_for_status(name, status, msg, retry_after)
-
-
-class VllmStream:
-    def __init__(
-        self,
-        resp: aiohttp.ClientResponse,
-        first: bytes,
-        splitter: EventSplitter,
-        served_model: str,
-        replica: str,
-        weights_version: str | None,
-        strip_usage: bool,
-        pool: ReplicaPool,
-    ) -> None:
-        self._resp = resp
-        self._first = first
-        self._splitter = splitter
-        self.served_model = served_model
-        self.replica: str | None = replica
-        self.weights_version = weights_version
-        self._strip_usage = strip_usage
-        self._pool = pool
-        self.outcome = StreamOutcome()
-        self.native = False
-        self._released = False
-
-    def _process(self, block: bytes) -> bytes:
-        out = self._splitter.feed(block)
-        if not out:
-            return b""
-        self.outcome.raw.append(out)
-        if b'"usage":{' in out and b'"choices":[]' in out:
-            stripped, usage = drop_usage_only_events(out)
-            self.outcome.usage = Usage.from_openai(usage)
-            if self._strip_usage:
-                out = stripped
-        if out.endswith(DONE_EVENT):
-            self.outcome.completed = True
-        return out
-
-    async def __aiter__(self) -> AsyncIterator[bytes]:
-        try:
-            first = self._process(self._first)
-            if first:
-                yield first
-            async for block in self._resp.content.iter_any():
-                out = self._process(block)
-                if out:
-                    yield out
-        except (aiohttp.ClientError, TimeoutError) as exc:
-            self.outcome.error = f"stream from {self.replica} broke: {type(exc).__name__}: {exc}"
-            raise UpstreamError(self.outcome.error, backend=self.served_model) from exc
-        finally:
-            self._release()
-        if not self.outcome.completed:
-            self.outcome.error = f"stream from {self.replica} ended without [DONE]"
-            raise UpstreamError(self.outcome.error, backend=self.served_model)
-
-    def _release(self) -> None:
-        if not self._released:
-            self._released = True
-            if self.replica is not None:
-                self._pool.replicas[self.replica].in_flight -= 1
-            self._resp.release()
-
-    async def aclose(self) -> None:
-        self._release()
-        self._resp.close()
 
 
 class VllmBackend:
@@ -231,7 +162,7 @@ class VllmBackend:
             weights_version=state.weights_version,
         )
 
-    async def open_stream(self, call: UpstreamCall) -> VllmStream:
+    async def open_stream(self, call: UpstreamCall) -> RelayStream:
         resp, replica = await self._post(call)
         state = self.pool.replicas[replica]
         try:
@@ -248,15 +179,15 @@ class VllmBackend:
             state.in_flight -= 1
             resp.release()
             raise UpstreamError(f"{self.name}: {replica} sent an empty stream", backend=self.name)
-        return VllmStream(
+        return RelayStream(
             resp,
             first,
-            EventSplitter(),
-            self.config.model,
-            replica,
-            state.weights_version,
-            strip_usage=not call.client_wants_usage,
-            pool=self.pool,
+            OpenAIWatcher(strip_usage=not call.client_wants_usage),
+            served_model=self.config.model,
+            source=replica,
+            replica=replica,
+            weights_version=state.weights_version,
+            on_release=lambda: self.pool.release(replica),
         )
 
     async def aclose(self) -> None:

@@ -18,11 +18,12 @@ from tests.fixtures.gateway_fixture import GatewayThread, gateway_config
 
 
 def test_health_keeps_answering_while_a_maximal_request_is_served(gateway: GatewayThread) -> None:
-    """The largest message list the bounds allow, to a frontier target: litellm's per-message
-    work runs off the event loop, so /health answers many times while it is being served."""
+    """The largest message list the bounds allow, to a frontier target in another wire format
+    (chat door -> Anthropic: litellm translates): litellm's per-message work runs off the event
+    loop, so /health answers many times while it is being served."""
     n = LimitsConfig().max_messages - 1
     messages = [{"role": ("user", "assistant")[i % 2], "content": f"turn {i}"} for i in range(n)]
-    big = {"model": "gpt-4o-mini", "messages": messages, "max_tokens": 4}
+    big = {"model": "claude-3-5-haiku", "messages": messages, "max_tokens": 4}
     result: dict[str, Any] = {}
 
     def send() -> None:
@@ -42,6 +43,7 @@ def test_health_keeps_answering_while_a_maximal_request_is_served(gateway: Gatew
                 answered_during += 1
     sender.join()
     assert result["response"].status_code == 200
+    assert result["response"].headers["x-switchyard-target"] == "frontier-anthropic"
     assert answered_during >= 10, f"/health answered only {answered_during}x meanwhile"
 
 

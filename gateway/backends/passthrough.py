@@ -1,0 +1,227 @@
+"""The frontier back-end: the client's request passed through where the provider speaks its format.
+
+    door \\ provider        OpenAI-compatible             Anthropic
+    OpenAI chat            body as sent (model renamed)   litellm translates
+    OpenAI completions     text-completion models only;   litellm translates
+                           chat models: litellm
+    Responses (-> chat)    the translated chat body       litellm translates
+    Messages (-> chat)     the translated chat body       the client's own body, and the answer
+                                                          in Anthropic's format (native)
+
+A direct call is one POST on the gateway's aiohttp session, the answer's bytes relayed as they
+come (:mod:`gateway.backends.relay`): no per-call wrapper, no per-chunk objects. The Messages door
+to Anthropic sends the client's body unchanged apart from ``model``: thinking blocks with their
+signatures, ``cache_control``, ``metadata`` and any field the gateway does not know reach the
+provider, with the client's ``anthropic-version`` and ``anthropic-beta`` headers. A translated
+body (the Messages or Responses door to an OpenAI-format provider) carries only OpenAI's own chat
+fields: the translators also emit vLLM's (``continue_final_message``, ``top_k``), which OpenAI
+refuses.
+
+Errors map exactly as every HTTP back-end's do (:func:`gateway.backends.vllm.upstream_status_
+error`): a connection failure or timeout is retriable and counts against the breaker; a 4xx about
+the input is passed back with its status.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import aiohttp
+import orjson
+
+from gateway.backends.base import UpstreamCall, UpstreamResult, UpstreamStream, Usage
+from gateway.backends.frontier import LitellmBackend
+from gateway.backends.provider_routes import FORWARDED_HEADERS, ProviderRoute
+from gateway.backends.relay import AnthropicWatcher, EventWatcher, OpenAIWatcher, RelayStream
+from gateway.backends.vllm import upstream_status_error
+from gateway.config import BackendConfig
+from gateway.errors import UpstreamError, UpstreamTimeoutError, UpstreamUnavailableError
+
+# OpenAI's chat-completions request fields: what a translated body may carry to an OpenAI-format
+# provider (a client's own OpenAI body is passed whole).
+OPENAI_CHAT_FIELDS = frozenset(
+    (
+        "model",
+        "messages",
+        "tools",
+        "tool_choice",
+        "parallel_tool_calls",
+        "response_format",
+        "temperature",
+        "top_p",
+        "max_tokens",
+        "max_completion_tokens",
+        "stop",
+        "n",
+        "seed",
+        "user",
+        "presence_penalty",
+        "frequency_penalty",
+        "logit_bias",
+        "logprobs",
+        "top_logprobs",
+        "reasoning_effort",
+        "stream",
+        "stream_options",
+        "prompt_cache_key",
+        "safety_identifier",
+        "service_tier",
+        "verbosity",
+        "modalities",
+        "audio",
+        "prediction",
+        "web_search_options",
+    )
+)
+_JSON = {"Content-Type": "application/json"}
+
+
+def usage_from_anthropic(usage: dict[str, Any] | None) -> Usage:
+    """Anthropic's usage in OpenAI's convention (its ``input_tokens`` excludes cache reads and
+    writes; ours counts every input token)."""
+    if not usage:
+        return Usage()
+    fresh = int(usage.get("input_tokens") or 0)
+    read = int(usage.get("cache_read_input_tokens") or 0)
+    write = int(usage.get("cache_creation_input_tokens") or 0)
+    return Usage(fresh + read + write, usage.get("output_tokens"), read, write)
+
+
+class PassThroughBackend:
+    """A ``kind: litellm`` back-end with a direct route; litellm for the calls it cannot pass."""
+
+    kind = "litellm"
+
+    def __init__(
+        self,
+        name: str,
+        config: BackendConfig,
+        route: ProviderRoute,
+        session: aiohttp.ClientSession,
+        fallback: LitellmBackend,
+    ) -> None:
+        self.name = name
+        self.config = config
+        self.route = route
+        self._session = session
+        self._fallback = fallback
+        self._forwarded = FORWARDED_HEADERS[route.wire]
+        self._headers = {**_JSON, **route.headers}
+        self._timeout = aiohttp.ClientTimeout(
+            total=config.timeout_s,
+            sock_connect=config.connect_timeout_s,
+            sock_read=config.first_byte_timeout_s,
+        )
+
+    def _direct(self, call: UpstreamCall) -> tuple[str, bytes, dict[str, str], bool] | None:
+        """URL, payload, headers and nativeness of a direct call; None: litellm's."""
+        route = self.route
+        headers = self._headers
+        if call.client_headers:
+            sent = {k: v for k, v in call.client_headers.items() if k in self._forwarded}
+            if sent:
+                headers = {**headers, **sent}
+        if route.wire == "anthropic":
+            if call.wire_format != "anthropic.messages" or call.client_body is None:
+                return None
+            body = dict(call.client_body)
+            body["model"] = route.model
+            return route.chat_url, orjson.dumps(body), headers, True
+        if call.endpoint == "chat.completions" and route.chat_url:
+            url = route.chat_url
+            if call.wire_format == "openai.chat":
+                body = dict(call.body)
+            else:
+                body = {k: v for k, v in call.body.items() if k in OPENAI_CHAT_FIELDS}
+        elif call.endpoint == "completions" and route.completions_url:
+            url, body = route.completions_url, dict(call.body)
+        else:
+            return None
+        body["model"] = route.model
+        if body.get("stream"):
+            opts = dict(body.get("stream_options") or {})
+            opts["include_usage"] = True
+            body["stream_options"] = opts
+        return url, orjson.dumps(body), headers, False
+
+    async def _post(self, url: str, payload: bytes, headers: dict[str, str]) -> Any:
+        try:
+            resp = await self._session.post(
+                url, data=payload, headers=headers, timeout=self._timeout
+            )
+        except TimeoutError as exc:  # first: aiohttp's ServerTimeoutError is both kinds
+            raise UpstreamTimeoutError(f"{self.name}: timed out", backend=self.name) from exc
+        except aiohttp.ClientError as exc:
+            raise UpstreamUnavailableError(
+                f"{self.name}: {type(exc).__name__}: {exc}", backend=self.name
+            ) from exc
+        if resp.status != 200:
+            try:
+                body = await resp.read()
+            except (aiohttp.ClientError, TimeoutError):
+                body = b""
+            finally:
+                resp.release()
+            raise upstream_status_error(
+                self.name, resp.status, body, resp.headers.get("Retry-After")
+            )
+        return resp
+
+    async def complete(self, call: UpstreamCall) -> UpstreamResult:
+        direct = self._direct(call)
+        if direct is None:
+            return await self._fallback.complete(call)
+        url, payload, headers, native = direct
+        resp = await self._post(url, payload, headers)
+        try:
+            body = await resp.read()
+        except TimeoutError as exc:
+            raise UpstreamTimeoutError(
+                f"{self.name}: timed out mid-answer", backend=self.name
+            ) from exc
+        except aiohttp.ClientError as exc:
+            raise UpstreamError(
+                f"{self.name}: failed mid-answer: {exc}", backend=self.name
+            ) from exc
+        finally:
+            resp.release()
+        try:
+            parsed = orjson.loads(body)
+        except orjson.JSONDecodeError as exc:
+            raise UpstreamError(f"{self.name}: answered invalid JSON", backend=self.name) from exc
+        if not isinstance(parsed, dict):
+            raise UpstreamError(f"{self.name}: answered a non-object", backend=self.name)
+        usage = (
+            usage_from_anthropic(parsed.get("usage"))
+            if native
+            else Usage.from_openai(parsed.get("usage"))
+        )
+        return UpstreamResult(body, parsed, usage, self.config.model, None, native=native)
+
+    async def open_stream(self, call: UpstreamCall) -> UpstreamStream:
+        direct = self._direct(call)
+        if direct is None:
+            return await self._fallback.open_stream(call)
+        url, payload, headers, native = direct
+        resp = await self._post(url, payload, headers)
+        try:
+            first = await resp.content.readany()
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            resp.close()
+            if isinstance(exc, TimeoutError):
+                raise UpstreamTimeoutError(
+                    f"{self.name}: no first byte", backend=self.name
+                ) from exc
+            raise UpstreamError(f"{self.name}: failed: {exc}", backend=self.name) from exc
+        if not first:
+            resp.release()
+            raise UpstreamError(f"{self.name}: sent an empty stream", backend=self.name)
+        watcher: EventWatcher = (
+            AnthropicWatcher() if native else OpenAIWatcher(strip_usage=not call.client_wants_usage)
+        )
+        return RelayStream(
+            resp, first, watcher, served_model=self.config.model, source=self.name, native=native
+        )
+
+    async def aclose(self) -> None:
+        return None

@@ -1,0 +1,189 @@
+"""An upstream's server-sent events relayed to the client as they come, read as little as can be.
+
+One implementation for every HTTP back-end that streams (our vLLM replicas and the frontier
+pass-through): the response body is cut at event boundaries and forwarded; a *watcher* for the
+wire format looks only at the events that matter and fills the :class:`StreamOutcome`:
+
+- OpenAI (``data: {chunk}`` ... ``data: [DONE]``): the usage-only chunk is found by a substring
+  test, parsed, and cut out when the client did not ask for usage; ``[DONE]`` completes it.
+- Anthropic Messages (``event: <type>\\ndata: {...}``): ``message_start`` and ``message_delta``
+  carry the usage and are parsed; ``message_stop`` completes it; an ``error`` event ends the stream
+  as an upstream failure (the pipeline tells the client in its door's shape).
+
+Every other event is forwarded without being parsed: per chunk the gateway does a buffer cut, a
+few substring searches and one list append. The record's answer is assembled once, from the kept
+bytes, after the stream ended.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from typing import Any, Protocol
+
+import aiohttp
+import orjson
+
+from gateway.backends.base import StreamOutcome, Usage
+from gateway.errors import UpstreamError
+from gateway.wire.sse import DONE_EVENT, EVENT_SEP, EventSplitter, drop_usage_only_events
+
+
+class EventWatcher(Protocol):
+    """Looks at whole events of one wire format; returns the bytes to forward."""
+
+    def watch(self, block: bytes, outcome: StreamOutcome) -> bytes: ...
+
+
+class OpenAIWatcher:
+    __slots__ = ("_strip_usage",)
+
+    def __init__(self, strip_usage: bool) -> None:
+        self._strip_usage = strip_usage
+
+    def watch(self, block: bytes, outcome: StreamOutcome) -> bytes:
+        if b'"usage":{' in block and b'"choices":[]' in block:
+            stripped, usage = drop_usage_only_events(block)
+            outcome.usage = Usage.from_openai(usage)
+            if self._strip_usage:
+                block = stripped
+        if block.endswith(DONE_EVENT):
+            outcome.completed = True
+        return block
+
+
+class AnthropicWatcher:
+    """Anthropic's stream: usage from ``message_start`` (input, cache reads and writes) and
+    ``message_delta`` (output, and input counts where the provider repeats them)."""
+
+    __slots__ = ("_input", "_output", "_read", "_write")
+
+    def __init__(self) -> None:
+        self._input = self._read = self._write = self._output = 0
+
+    def watch(self, block: bytes, outcome: StreamOutcome) -> bytes:
+        if b"event: message_start" in block or b"event: message_delta" in block:
+            for data in _named_events(block, (b"message_start", b"message_delta")):
+                usage = data.get("usage") or (data.get("message") or {}).get("usage") or {}
+                self._take(usage)
+            outcome.usage = Usage(
+                prompt_tokens=self._input + self._read + self._write,
+                completion_tokens=self._output,
+                cached_tokens=self._read,
+                cache_creation_tokens=self._write,
+            )
+        if b"event: error" in block:
+            for data in _named_events(block, (b"error",)):
+                err = data.get("error") or {}
+                message = err.get("message") if isinstance(err, dict) else str(err)
+                outcome.error = f"upstream stream error: {message}"
+            outcome.error = outcome.error or "upstream stream error"
+            # What came before the error event still goes out; the error event is the
+            # pipeline's to send, in the door's shape, after the stream raised.
+            return block[: block.find(b"event: error")]
+        if b"event: message_stop" in block:
+            outcome.completed = True
+        return block
+
+    def _take(self, usage: dict[str, Any]) -> None:
+        # message_delta repeats cumulative counts: the latest non-null value wins.
+        if isinstance(usage.get("input_tokens"), int):
+            self._input = usage["input_tokens"]
+        if isinstance(usage.get("cache_read_input_tokens"), int):
+            self._read = usage["cache_read_input_tokens"]
+        if isinstance(usage.get("cache_creation_input_tokens"), int):
+            self._write = usage["cache_creation_input_tokens"]
+        if isinstance(usage.get("output_tokens"), int):
+            self._output = usage["output_tokens"]
+
+
+def _named_events(block: bytes, names: tuple[bytes, ...]) -> list[dict[str, Any]]:
+    """The JSON payloads of the events in ``block`` whose ``event:`` line names one of ``names``."""
+    out: list[dict[str, Any]] = []
+    for raw in block.replace(b"\r\n", b"\n").split(EVENT_SEP):
+        event, data = b"", b""
+        for line in raw.split(b"\n"):
+            if line.startswith(b"event:"):
+                event = line[6:].strip()
+            elif line.startswith(b"data:"):
+                data = line[5:].strip()
+        if event in names and data:
+            try:
+                parsed = orjson.loads(data)
+            except orjson.JSONDecodeError:
+                continue
+            if isinstance(parsed, dict):
+                out.append(parsed)
+    return out
+
+
+class RelayStream:
+    """An open upstream stream; iterate it for the client's bytes (the first block included)."""
+
+    def __init__(
+        self,
+        resp: aiohttp.ClientResponse,
+        first: bytes,
+        watcher: EventWatcher,
+        *,
+        served_model: str,
+        source: str,
+        replica: str | None = None,
+        weights_version: str | None = None,
+        native: bool = False,
+        on_release: Callable[[], None] | None = None,
+    ) -> None:
+        self._resp = resp
+        self._first = first
+        self._splitter = EventSplitter()
+        self._watcher = watcher
+        self._source = source
+        self._on_release = on_release
+        self._released = False
+        self.served_model = served_model
+        self.replica = replica
+        self.weights_version = weights_version
+        self.native = native
+        self.outcome = StreamOutcome()
+
+    def _process(self, block: bytes) -> bytes:
+        out = self._splitter.feed(block)
+        if not out:
+            return b""
+        out = self._watcher.watch(out, self.outcome)
+        if out:
+            self.outcome.raw.append(out)
+        return out
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        try:
+            first = self._process(self._first)
+            if first:
+                yield first
+            if self.outcome.error is None:
+                async for block in self._resp.content.iter_any():
+                    out = self._process(block)
+                    if out:
+                        yield out
+                    if self.outcome.error is not None:  # the upstream sent an error event
+                        break
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            self.outcome.error = f"stream from {self._source} broke: {type(exc).__name__}: {exc}"
+            raise UpstreamError(self.outcome.error, backend=self.served_model) from exc
+        finally:
+            self._release()
+        if self.outcome.error is not None:
+            raise UpstreamError(self.outcome.error, backend=self.served_model)
+        if not self.outcome.completed:
+            self.outcome.error = f"stream from {self._source} ended before its last event"
+            raise UpstreamError(self.outcome.error, backend=self.served_model)
+
+    def _release(self) -> None:
+        if not self._released:
+            self._released = True
+            if self._on_release is not None:
+                self._on_release()
+            self._resp.release()
+
+    async def aclose(self) -> None:
+        self._release()
+        self._resp.close()
