@@ -1,0 +1,491 @@
+"""Frontier pass-through: what the client sends reaches the provider unchanged where the formats
+match, and what the provider answers reaches the client unchanged; recorded as usual.
+
+The upstream is a real HTTP server on loopback that keeps every request it got and answers
+with fixed bytes in the provider's format, so the test can compare bytes on both sides.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+from aiohttp import web
+
+from gateway.config import parse_config
+from tests.fixtures.gateway_fixture import GatewayThread
+
+ANTHROPIC_KEY_ENV = "SWITCHYARD_TEST_ANTHROPIC_KEY"
+OPENAI_KEY_ENV = "SWITCHYARD_TEST_OPENAI_KEY"
+
+MESSAGE = {
+    "id": "msg_upstream_01",
+    "type": "message",
+    "role": "assistant",
+    "model": "claude-sonnet-4-5",
+    "content": [
+        {"type": "thinking", "thinking": "Look at the file first.", "signature": "sig-abc=="},
+        {"type": "text", "text": "I will read it."},
+        {"type": "tool_use", "id": "toolu_1", "name": "Read", "input": {"path": "a.py"}},
+    ],
+    "stop_reason": "tool_use",
+    "stop_sequence": None,
+    "usage": {
+        "input_tokens": 12,
+        "cache_creation_input_tokens": 2048,
+        "cache_read_input_tokens": 4096,
+        "output_tokens": 31,
+        "service_tier": "standard",
+    },
+    "container": None,  # a field the gateway does not know
+}
+
+
+def _event(name: str, data: dict[str, Any]) -> bytes:
+    return b"event: " + name.encode() + b"\ndata: " + orjson.dumps(data) + b"\n\n"
+
+
+def anthropic_stream(*, error_after: int | None = None) -> list[bytes]:
+    start = {**MESSAGE, "content": [], "stop_reason": None}
+    start["usage"] = {**MESSAGE["usage"], "output_tokens": 1}
+    events = [
+        _event("message_start", {"type": "message_start", "message": start}),
+        _event(
+            "content_block_start",
+            {
+                "type": "content_block_start",
+                "index": 0,
+                "content_block": {"type": "thinking", "thinking": "", "signature": ""},
+            },
+        ),
+        _event(
+            "content_block_delta",
+            {
+                "type": "content_block_delta",
+                "index": 0,
+                "delta": {"type": "thinking_delta", "thinking": "Look at the file first."},
+            },
+        ),
+        _event(
+            "content_block_delta",
+            {
+                "type": "content_block_delta",
+                "index": 0,
+                "delta": {"type": "signature_delta", "signature": "sig-abc=="},
+            },
+        ),
+        _event("content_block_stop", {"type": "content_block_stop", "index": 0}),
+        _event("ping", {"type": "ping"}),
+        _event(
+            "content_block_start",
+            {
+                "type": "content_block_start",
+                "index": 1,
+                "content_block": {"type": "text", "text": ""},
+            },
+        ),
+        _event(
+            "content_block_delta",
+            {
+                "type": "content_block_delta",
+                "index": 1,
+                "delta": {"type": "text_delta", "text": "I will "},
+            },
+        ),
+        _event(
+            "content_block_delta",
+            {
+                "type": "content_block_delta",
+                "index": 1,
+                "delta": {"type": "text_delta", "text": "read it."},
+            },
+        ),
+        _event("content_block_stop", {"type": "content_block_stop", "index": 1}),
+        _event(
+            "content_block_start",
+            {
+                "type": "content_block_start",
+                "index": 2,
+                "content_block": {"type": "tool_use", "id": "toolu_1", "name": "Read", "input": {}},
+            },
+        ),
+        _event(
+            "content_block_delta",
+            {
+                "type": "content_block_delta",
+                "index": 2,
+                "delta": {"type": "input_json_delta", "partial_json": '{"path": '},
+            },
+        ),
+        _event(
+            "content_block_delta",
+            {
+                "type": "content_block_delta",
+                "index": 2,
+                "delta": {"type": "input_json_delta", "partial_json": '"a.py"}'},
+            },
+        ),
+        _event("content_block_stop", {"type": "content_block_stop", "index": 2}),
+        _event(
+            "message_delta",
+            {
+                "type": "message_delta",
+                "delta": {"stop_reason": "tool_use", "stop_sequence": None},
+                "usage": {"output_tokens": 31},
+            },
+        ),
+        _event("message_stop", {"type": "message_stop"}),
+    ]
+    if error_after is not None:
+        events = events[:error_after] + [
+            _event(
+                "error",
+                {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}},
+            )
+        ]
+    return events
+
+
+CHAT_ANSWER = {
+    "id": "chatcmpl-up1",
+    "object": "chat.completion",
+    "created": 1,
+    "model": "gpt-4o-mini-2024-07-18",
+    "choices": [
+        {"index": 0, "message": {"role": "assistant", "content": "ok"}, "finish_reason": "stop"}
+    ],
+    "usage": {
+        "prompt_tokens": 2000,
+        "completion_tokens": 2,
+        "total_tokens": 2002,
+        "prompt_tokens_details": {"cached_tokens": 1024},
+    },
+    "service_tier": "default",
+}
+
+
+def chat_stream() -> list[bytes]:
+    head = {"id": "c1", "object": "chat.completion.chunk", "created": 1, "model": "gpt-4o-mini"}
+    chunks = [
+        {
+            **head,
+            "choices": [
+                {"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}
+            ],
+        },
+        {**head, "choices": [{"index": 0, "delta": {"content": "o"}, "finish_reason": None}]},
+        {**head, "choices": [{"index": 0, "delta": {"content": "k"}, "finish_reason": "stop"}]},
+        {
+            **head,
+            "choices": [],
+            "usage": {"prompt_tokens": 9, "completion_tokens": 2, "total_tokens": 11},
+        },
+    ]
+    return [b"data: " + orjson.dumps(c) + b"\n\n" for c in chunks] + [b"data: [DONE]\n\n"]
+
+
+class Upstream:
+    """A provider on loopback: keeps each request, answers in OpenAI's or Anthropic's format.
+
+    ``mode`` picks the Anthropic stream's ending: "ok" or "error" (an error event mid-stream)."""
+
+    def __init__(self) -> None:
+        self.requests: list[tuple[str, dict[str, str], dict[str, Any]]] = []
+        self.mode = "ok"
+        self.loop = asyncio.new_event_loop()
+        self.runner: web.AppRunner | None = None
+        self.port = 0
+
+    async def _messages(self, request: web.Request) -> web.StreamResponse:
+        body = await request.json()
+        self.requests.append((request.path, dict(request.headers), body))
+        if not body.get("stream"):
+            return web.Response(body=orjson.dumps(MESSAGE), content_type="application/json")
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        for event in anthropic_stream(error_after=5 if self.mode == "error" else None):
+            await resp.write(event)
+        return resp
+
+    async def _chat(self, request: web.Request) -> web.StreamResponse:
+        body = await request.json()
+        self.requests.append((request.path, dict(request.headers), body))
+        if not body.get("stream"):
+            return web.Response(body=orjson.dumps(CHAT_ANSWER), content_type="application/json")
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        for event in chat_stream():
+            await resp.write(event)
+        return resp
+
+    def start(self) -> Upstream:
+        app = web.Application()
+        app.router.add_post("/v1/messages", self._messages)
+        app.router.add_post("/v1/chat/completions", self._chat)
+        ready = threading.Event()
+
+        async def boot() -> None:
+            self.runner = web.AppRunner(app)
+            await self.runner.setup()
+            site = web.TCPSite(self.runner, "127.0.0.1", 0)
+            await site.start()
+            self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+            ready.set()
+
+        def run() -> None:
+            asyncio.set_event_loop(self.loop)
+            self.loop.run_until_complete(boot())
+            self.loop.run_forever()
+
+        threading.Thread(target=run, daemon=True).start()
+        ready.wait(10)
+        return self
+
+    def stop(self) -> None:
+        if self.runner is not None:
+            asyncio.run_coroutine_threadsafe(self.runner.cleanup(), self.loop).result(10)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+
+@pytest.fixture(scope="module")
+def upstream() -> Iterator[Upstream]:
+    up = Upstream().start()
+    yield up
+    up.stop()
+
+
+@pytest.fixture(scope="module")
+def gateway(upstream: Upstream) -> Iterator[GatewayThread]:
+    mp = pytest.MonkeyPatch()
+    mp.setenv(ANTHROPIC_KEY_ENV, "sk-ant-provider")
+    mp.setenv(OPENAI_KEY_ENV, "sk-openai-provider")
+    config = parse_config(
+        {
+            "backends": {
+                "anthropic": {
+                    "kind": "litellm",
+                    "model": "anthropic/claude-sonnet-4-5",
+                    "api_base": upstream.url,
+                    "api_key_env": ANTHROPIC_KEY_ENV,
+                },
+                "openai": {
+                    "kind": "litellm",
+                    "model": "openai/gpt-4o-mini",
+                    "api_base": upstream.url + "/v1",
+                    "api_key_env": OPENAI_KEY_ENV,
+                },
+            },
+            "routing": {
+                "default": "openai",
+                "aliases": {"claude-sonnet-4-5": "anthropic", "gpt-4o-mini": "openai"},
+            },
+            "store": {"enabled": False},
+            "auth": {"required": False},
+        }
+    )
+    gw = GatewayThread(config).start()
+    yield gw
+    gw.stop()
+    mp.undo()
+
+
+CLAUDE_CODE_BODY: dict[str, Any] = {
+    "model": "claude-sonnet-4-5",
+    "max_tokens": 32000,
+    "system": [
+        {"type": "text", "text": "You are Claude Code.", "cache_control": {"type": "ephemeral"}}
+    ],
+    "messages": [
+        {"role": "user", "content": [{"type": "text", "text": "Fix a.py"}]},
+        {
+            "role": "assistant",
+            "content": [
+                {"type": "thinking", "thinking": "Read it first.", "signature": "EqQBCkgIARAB=="},
+                {"type": "redacted_thinking", "data": "EmwKAhgBEgy3va3pzix/LafPsn4a"},
+                {"type": "tool_use", "id": "toolu_0", "name": "Read", "input": {"path": "a.py"}},
+            ],
+        },
+        {
+            "role": "user",
+            "content": [
+                {
+                    "type": "tool_result",
+                    "tool_use_id": "toolu_0",
+                    "content": "print(1)",
+                    "is_error": False,
+                    "cache_control": {"type": "ephemeral"},
+                }
+            ],
+        },
+    ],
+    "tools": [
+        {
+            "name": "Read",
+            "description": "Read a file",
+            "input_schema": {"type": "object", "properties": {"path": {"type": "string"}}},
+        },
+        {"type": "web_search_20250305", "name": "web_search", "max_uses": 5},
+    ],
+    "thinking": {"type": "enabled", "budget_tokens": 16000},
+    "metadata": {"user_id": "user_abc_account__session_123"},
+    "context_management": {"edits": [{"type": "clear_tool_uses_20250919"}]},  # unknown here
+    "temperature": 1,
+}
+CLIENT_HEADERS = {
+    "x-api-key": "gateway-key-of-the-client",
+    "anthropic-version": "2023-06-01",
+    "anthropic-beta": "interleaved-thinking-2025-05-14,context-management-2025-06-27",
+}
+
+
+def test_messages_door_passes_the_clients_body_to_anthropic_unchanged(
+    gateway: GatewayThread, upstream: Upstream
+) -> None:
+    resp = httpx.post(
+        gateway.base_url + "/v1/messages", json=CLAUDE_CODE_BODY, headers=CLIENT_HEADERS
+    )
+    assert resp.status_code == 200
+    assert resp.content == orjson.dumps(MESSAGE)  # the provider's answer, byte for byte
+    path, headers, sent = upstream.requests[-1]
+    assert path == "/v1/messages"
+    assert sent == {**CLAUDE_CODE_BODY, "model": "claude-sonnet-4-5"}
+    assert headers["anthropic-beta"] == CLIENT_HEADERS["anthropic-beta"]
+    assert headers["anthropic-version"] == "2023-06-01"
+    assert headers["x-api-key"] == "sk-ant-provider"  # the provider's key, never the client's
+    record = gateway.sink.wait_for(resp.headers["x-request-id"])
+    assert record.response == MESSAGE
+    assert record.request == CLAUDE_CODE_BODY
+    assert (record.prompt_tokens, record.cached_tokens) == (12 + 2048 + 4096, 4096)
+    assert record.completion_tokens == 31
+    assert not any(k.startswith("note.") for k in record.tags)  # nothing was translated
+
+
+def test_messages_stream_is_relayed_as_the_provider_sent_it(
+    gateway: GatewayThread, upstream: Upstream
+) -> None:
+    body = {**CLAUDE_CODE_BODY, "stream": True}
+    with httpx.stream(
+        "POST", gateway.base_url + "/v1/messages", json=body, headers=CLIENT_HEADERS
+    ) as resp:
+        assert resp.status_code == 200
+        got = resp.read()
+        rid = resp.headers["x-request-id"]
+    assert got == b"".join(anthropic_stream())
+    assert upstream.requests[-1][2] == body
+    record = gateway.sink.wait_for(rid)
+    assert record.status == 200 and record.stream
+    assert record.response is not None
+    assert record.response["content"] == MESSAGE["content"]
+    assert record.response["stop_reason"] == "tool_use"
+    assert (record.prompt_tokens, record.cached_tokens, record.completion_tokens) == (
+        12 + 2048 + 4096,
+        4096,
+        31,
+    )
+
+
+def test_an_error_event_mid_stream_reaches_the_client_in_anthropics_shape(
+    gateway: GatewayThread, upstream: Upstream
+) -> None:
+    upstream.mode = "error"
+    try:
+        with httpx.stream(
+            "POST",
+            gateway.base_url + "/v1/messages",
+            json={**CLAUDE_CODE_BODY, "stream": True},
+            headers=CLIENT_HEADERS,
+        ) as resp:
+            text = resp.read().decode()
+            rid = resp.headers["x-request-id"]
+    finally:
+        upstream.mode = "ok"
+    assert text.startswith("event: message_start")
+    assert "event: message_stop" not in text
+    last = text.strip().split("\n\n")[-1]
+    assert last.startswith("event: error")
+    error = orjson.loads(last.split("data: ", 1)[1])
+    assert error["type"] == "error" and "Overloaded" in error["error"]["message"]
+    record = gateway.sink.wait_for(rid)
+    assert record.status == 502 and "Overloaded" in (record.error or "")
+
+
+def test_chat_door_fields_the_gateway_does_not_know_reach_openai(
+    gateway: GatewayThread, upstream: Upstream
+) -> None:
+    body = {
+        "model": "gpt-4o-mini",
+        "messages": [{"role": "user", "content": "hi"}],
+        "store": True,
+        "prediction": {"type": "content", "content": "ok"},
+        "x_vendor_option": {"keep": [1, 2]},
+    }
+    resp = httpx.post(
+        gateway.base_url + "/v1/chat/completions", json=body, headers={"OpenAI-Beta": "x=v1"}
+    )
+    assert resp.status_code == 200
+    assert resp.content == orjson.dumps(CHAT_ANSWER)
+    path, headers, sent = upstream.requests[-1]
+    assert path == "/v1/chat/completions"
+    assert sent == body
+    assert headers["Authorization"] == "Bearer sk-openai-provider"
+    assert headers["openai-beta"] == "x=v1"
+    record = gateway.sink.wait_for(resp.headers["x-request-id"])
+    assert (record.prompt_tokens, record.cached_tokens) == (2000, 1024)
+
+
+def test_chat_stream_gets_usage_only_when_asked(gateway: GatewayThread, upstream: Upstream) -> None:
+    body = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "hi"}], "stream": True}
+    resp = httpx.post(gateway.base_url + "/v1/chat/completions", json=body)
+    sent = upstream.requests[-1][2]
+    assert sent["stream_options"] == {"include_usage": True}  # asked upstream for the record
+    assert b'"usage"' not in resp.content and resp.content.endswith(b"data: [DONE]\n\n")
+    record = gateway.sink.wait_for(resp.headers["x-request-id"])
+    assert (record.prompt_tokens, record.completion_tokens) == (9, 2)
+    asked = {**body, "stream_options": {"include_usage": True}}
+    resp = httpx.post(gateway.base_url + "/v1/chat/completions", json=asked)
+    assert resp.content == b"".join(chat_stream())
+
+
+def test_messages_door_to_an_openai_provider_sends_only_openai_fields(
+    gateway: GatewayThread, upstream: Upstream
+) -> None:
+    body = {
+        "model": "gpt-4o-mini",
+        "max_tokens": 50,
+        "top_k": 5,
+        "messages": [
+            {"role": "user", "content": "Complete this"},
+            {"role": "assistant", "content": "def f("},  # prefill: vLLM's continue_final_message
+        ],
+    }
+    resp = httpx.post(gateway.base_url + "/v1/messages", json=body, headers=CLIENT_HEADERS)
+    assert resp.status_code == 200
+    assert resp.json()["type"] == "message"  # translated back into Anthropic's shape
+    path, headers, sent = upstream.requests[-1]
+    assert path == "/v1/chat/completions"
+    assert "continue_final_message" not in sent and "top_k" not in sent
+    assert "anthropic-beta" not in headers  # an Anthropic header means nothing to OpenAI
+
+
+def test_chat_door_to_anthropic_is_translated_by_litellm(
+    gateway: GatewayThread, upstream: Upstream
+) -> None:
+    body = {"model": "claude-sonnet-4-5", "messages": [{"role": "user", "content": "hi"}]}
+    resp = httpx.post(gateway.base_url + "/v1/chat/completions", json=body, timeout=60)
+    assert resp.status_code == 200
+    answer = resp.json()
+    assert answer["object"] == "chat.completion"
+    assert answer["choices"][0]["message"]["tool_calls"][0]["function"]["name"] == "Read"
+    path, headers, sent = upstream.requests[-1]
+    assert path == "/v1/messages"
+    assert sent["messages"] == [{"role": "user", "content": [{"type": "text", "text": "hi"}]}]
+    assert headers["x-api-key"] == "sk-ant-provider"
