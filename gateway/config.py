@@ -40,7 +40,12 @@ class LimitsConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     max_body_bytes: int = Field(default=8 * 1024 * 1024, gt=0, description="413 above this.")
-    request_timeout_s: float = Field(default=120.0, gt=0, description="Whole request, all tries.")
+    request_timeout_s: float = Field(
+        default=120.0,
+        gt=0,
+        description="Whole request, all tries: until the answer or a stream's first byte "
+        "(a stream's body is bounded by its back-end's `timeout_s`).",
+    )
     drain_timeout_s: float = Field(default=30.0, ge=0, description="Grace period on SIGTERM.")
     max_json_depth: int = Field(
         default=64,
@@ -99,9 +104,27 @@ class BackendConfig(BaseModel):
     replicas: list[str] = Field(default_factory=list, description="vllm: replica base URLs.")
     api_base: str | None = Field(default=None, description="litellm: provider base URL.")
     api_key_env: str | None = Field(default=None, description="litellm: env var with the key.")
-    input_usd_per_mtok: float | None = Field(default=None, ge=0)
-    output_usd_per_mtok: float | None = Field(default=None, ge=0)
-    cached_input_usd_per_mtok: float | None = Field(default=None, ge=0)
+    # Prices (USD per million tokens). Setting input or output prices this back-end from these
+    # fields alone; otherwise litellm's price map prices `kind: litellm` back-ends and the cost
+    # of a `kind: vllm` one is unknown. See gateway/backends/pricing.py.
+    input_usd_per_mtok: float | None = Field(
+        default=None, ge=0, description="Uncached input tokens (unset: 0 when a price is set)."
+    )
+    output_usd_per_mtok: float | None = Field(
+        default=None, ge=0, description="Completion tokens (unset: 0 when a price is set)."
+    )
+    cached_input_usd_per_mtok: float | None = Field(
+        default=None,
+        ge=0,
+        description="Cache reads. Unset: the provider's rule (Anthropic bills them at a tenth "
+        "of the input price; other providers: the input price).",
+    )
+    cache_write_usd_per_mtok: float | None = Field(
+        default=None,
+        ge=0,
+        description="Cache writes. Unset: the provider's rule (Anthropic bills 5-minute cache "
+        "writes at 1.25x the input price; OpenAI has no write charge: the input price).",
+    )
     timeout_s: float = Field(default=60.0, gt=0, description="Per attempt, until the last byte.")
     connect_timeout_s: float = Field(default=5.0, gt=0)
     first_byte_timeout_s: float = Field(default=30.0, gt=0)

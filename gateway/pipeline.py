@@ -5,6 +5,8 @@
           complete() / open_stream()   -> success: answer the client, stop
           UpstreamError retriable       -> breaker.failure, next target
           UpstreamError not retriable   -> answer with it (the input was refused)
+          limits.request_timeout_s past -> 504, no further target (the deadline spans all tries,
+                                           until the answer or a stream's first byte)
       none left -> AllBackendsFailedError (every attempt's error, last one's status)
     finally: metrics, trace span, one InferenceRecord to the async writer
 
@@ -39,6 +41,7 @@ from gateway.errors import (
     GatewayError,
     ShuttingDownError,
     UpstreamError,
+    UpstreamTimeoutError,
     UpstreamUnavailableError,
     error_body,
     error_response_parts,
@@ -173,11 +176,17 @@ async def _with_failover(
 ) -> T:
     assert ex.decision is not None
     max_attempts = routing.config.gateway.retry.max_attempts
+    deadline_s = routing.config.gateway.limits.request_timeout_s
+    deadline = ex.started + deadline_s
     errors: list[UpstreamError] = []
     state.retry_budget.record_request()
     tried = 0
     for target in ex.decision.targets:
         if tried >= max_attempts:
+            break
+        remaining = deadline - time.perf_counter()
+        if remaining <= 0:
+            errors.append(_deadline_error(deadline_s))
             break
         breaker = state.breakers[target]
         if not breaker.allow():
@@ -192,8 +201,21 @@ async def _with_failover(
         tried += 1
         ex.target = target
         t0 = time.perf_counter()
+        limit = asyncio.timeout(remaining)
         try:
-            result = await attempt(routing.backends[target])
+            async with limit:
+                result = await attempt(routing.backends[target])
+        except TimeoutError as exc:
+            if not limit.expired():
+                raise
+            # The whole request's deadline passed on this try: no other target is tried.
+            ms = (time.perf_counter() - t0) * 1000
+            err = _deadline_error(deadline_s)
+            ex.attempts.append(
+                {"target": target, "status": err.status, "error": err.message, "latency_ms": ms}
+            )
+            breaker.release()
+            raise err from exc
         except UpstreamError as exc:
             ms = (time.perf_counter() - t0) * 1000
             ex.attempts.append(
@@ -219,6 +241,13 @@ async def _with_failover(
     if len(errors) == 1:
         raise errors[0]
     raise AllBackendsFailedError(errors)
+
+
+def _deadline_error(deadline_s: float) -> UpstreamTimeoutError:
+    return UpstreamTimeoutError(
+        f"the request did not get an answer within limits.request_timeout_s ({deadline_s:g} s)",
+        backend="none",
+    )
 
 
 def error_response(state: GatewayState, ex: Exchange, exc: Exception) -> Response:
