@@ -142,11 +142,12 @@ def anthropic_stream(*, error_after: int | None = None) -> list[bytes]:
         _event("message_stop", {"type": "message_stop"}),
     ]
     if error_after is not None:
-        events = events[:error_after] + [
+        events = [
+            *events[:error_after],
             _event(
                 "error",
                 {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}},
-            )
+            ),
         ]
     return events
 
