@@ -27,6 +27,7 @@ from gateway.auth.budget import BudgetGuard
 from gateway.auth.keys import Authenticator
 from gateway.auth.ratelimit import build_rate_limiter
 from gateway.backends.litellm_loader import LitellmLoader
+from gateway.backends.pricing import PriceBook
 from gateway.config import SwitchyardConfig
 from gateway.metrics import GatewayMetrics
 from gateway.recording import RecorderHandle, open_recorder
@@ -114,6 +115,7 @@ def create_app(
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         litellm = LitellmLoader()  # imported in the background once a frontier target needs it
+        prices = await asyncio.to_thread(PriceBook.load)  # litellm's price map, read as data
         connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300, enable_cleanup_closed=True)
         session = aiohttp.ClientSession(connector=connector, auto_decompress=False)
         handle: RecorderHandle | None = None
@@ -123,6 +125,7 @@ def create_app(
             sink = handle
         metrics = GatewayMetrics()
         state = new_state(config, config_path, session, litellm, sink, metrics)
+        state.prices = prices
         state.tracer_provider, state.tracer = build_tracer(config.telemetry, span_exporter)
         if handle is not None:  # keys live in the store
             state.budget = BudgetGuard(

@@ -35,7 +35,6 @@ from starlette.responses import Response, StreamingResponse
 
 from gateway.auth.keys import ANONYMOUS, Principal
 from gateway.backends.base import Backend, UpstreamCall, UpstreamResult, UpstreamStream, Usage
-from gateway.backends.frontier import cost_usd
 from gateway.errors import (
     AllBackendsFailedError,
     GatewayError,
@@ -413,8 +412,10 @@ def finish(
         m.tokens.labels(target, "completion").inc(usage.completion_tokens or 0)
         if usage.cached_tokens:
             m.tokens.labels(target, "cached").inc(usage.cached_tokens)
+        if usage.cache_creation_tokens:
+            m.tokens.labels(target, "cache_write").inc(usage.cache_creation_tokens)
         if backend_cfg is not None:
-            cost = cost_usd(backend_cfg, usage, state.litellm.module)
+            cost = state.prices.cost_usd(backend_cfg, usage)
             if cost:
                 m.cost.labels(target).inc(cost)
     _account(state, ex, usage, cost)
@@ -447,6 +448,7 @@ def finish(
             prompt_tokens=usage.prompt_tokens,
             completion_tokens=usage.completion_tokens,
             cached_tokens=usage.cached_tokens,
+            cache_creation_tokens=usage.cache_creation_tokens,
             cost_usd=cost,
             tags=_tags(f, ex),
             attempts=ex.attempts,

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 from collections.abc import Coroutine, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import ModuleType
 from typing import Any, Protocol
 
 import aiohttp
@@ -23,10 +23,14 @@ from gateway.auth.keys import ANONYMOUS, Authenticator, Principal, presented_key
 from gateway.auth.ratelimit import RateLimiter
 from gateway.backends.base import Backend
 from gateway.backends.frontier import LitellmBackend
+from gateway.backends.litellm_loader import LitellmLoader
+from gateway.backends.passthrough import PassThroughBackend
+from gateway.backends.pricing import PriceBook
+from gateway.backends.provider_routes import openai_like_registry, resolve_route
 from gateway.backends.replica_pool import ReplicaPool
 from gateway.backends.vllm import VllmBackend
 from gateway.backends.worker_loop import WorkerLoop
-from gateway.config import SwitchyardConfig, load_config
+from gateway.config import BackendConfig, SwitchyardConfig, load_config
 from gateway.local_targets import LocalTarget, load_tokenizers
 from gateway.metrics import GatewayMetrics
 from gateway.prompt_tokens import PromptTokenizer
@@ -99,7 +103,7 @@ class GatewayState:
     retry_budget: RetryBudget
     metrics: GatewayMetrics
     session: aiohttp.ClientSession
-    litellm: ModuleType
+    litellm: LitellmLoader  # imported in the background after start-up
     worker: WorkerLoop  # where litellm's calls run (see gateway.backends.worker_loop)
     recorder: RecordSink | None
     tracer: Tracer | None = None
@@ -114,6 +118,8 @@ class GatewayState:
     authenticator: Authenticator | None = None
     rate_limiter: RateLimiter | None = None
     budget: BudgetGuard | None = None
+    openai_like: dict[str, str] = field(default_factory=dict)  # litellm's provider registry
+    prices: PriceBook = field(default_factory=PriceBook.empty)  # set at start-up (gateway.app)
 
     @property
     def in_flight(self) -> int:
@@ -170,12 +176,22 @@ class GatewayState:
                     name, bc, self.session, local.selector, local.pool, local.tokenizer
                 )
             else:
-                backends[name] = LitellmBackend(name, bc, self.litellm, self.worker)
+                backends[name] = self._frontier_backend(name, bc)
             if name not in self.breakers:
                 b = config.gateway.breaker
                 self.breakers[name] = CircuitBreaker(b.failure_threshold, b.cooldown_s)
         policy = build_policy(config, config.routing, self.learned_state)
         return Routing(policy, backends, config)
+
+    def _frontier_backend(self, name: str, bc: BackendConfig) -> Backend:
+        """A direct route where the provider speaks a door's format, litellm for the rest."""
+        self.litellm.start()  # every frontier target has calls only litellm can translate
+        slow = LitellmBackend(name, bc, self.litellm, self.worker)
+        api_key = os.environ.get(bc.api_key_env) if bc.api_key_env else None
+        route = resolve_route(bc, api_key, self.openai_like)
+        if route is None:
+            return slow
+        return PassThroughBackend(name, bc, route, self.session, slow)
 
     def apply_config(self, config: SwitchyardConfig, learned: LearnedState | None) -> None:
         self.learned_state = learned
@@ -193,7 +209,9 @@ class GatewayState:
             else:
                 config = await asyncio.to_thread(load_config, self.config_path)
             learned = await asyncio.to_thread(load_learned_state, config)
-            self.tokenizers = await asyncio.to_thread(load_tokenizers, config, self.tokenizers)
+            self.tokenizers = load_tokenizers(config, self.tokenizers)
+            for tokenizer in self.tokenizers.values():  # a target it adds hashes from the start
+                await tokenizer.await_load()
             self.apply_config(config, learned)
         return self.routing
 
@@ -225,7 +243,7 @@ def new_state(
     config: SwitchyardConfig,
     config_path: Path | None,
     session: aiohttp.ClientSession,
-    litellm: ModuleType,
+    litellm: LitellmLoader,
     recorder: RecordSink | None,
     metrics: GatewayMetrics,
 ) -> GatewayState:
@@ -241,6 +259,7 @@ def new_state(
         worker=WorkerLoop(),
         recorder=recorder,
     )
+    state.openai_like = openai_like_registry()
     state.learned_state = load_learned_state(config)
     state.tokenizers = load_tokenizers(config, {})
     state.routing = state.build_routing(config)

@@ -47,11 +47,20 @@ class Usage:
     def from_openai(cls, usage: dict[str, Any] | None) -> Usage:
         if not usage:
             return cls()
-        details = usage.get("prompt_tokens_details") or {}
+        details = usage.get("prompt_tokens_details")
+        details = details if isinstance(details, dict) else {}
+        # Cache writes: litellm's OpenAI-format answer for Anthropic carries them under one of
+        # these names (OpenAI itself has none).
+        written = details.get("cache_creation_tokens")
+        if written is None:
+            written = details.get("cache_write_tokens")
+        if written is None:
+            written = usage.get("cache_creation_input_tokens")
         return cls(
             usage.get("prompt_tokens"),
             usage.get("completion_tokens"),
-            details.get("cached_tokens") if isinstance(details, dict) else None,
+            details.get("cached_tokens"),
+            written,
         )
 
 

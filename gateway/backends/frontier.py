@@ -384,25 +384,3 @@ class LitellmBackend:
 
     async def aclose(self) -> None:
         return None
-
-
-def cost_usd(config: BackendConfig, usage: Usage, litellm: ModuleType | None) -> float | None:
-    """Cost of one call: our configured prices first, litellm's local price map otherwise."""
-    pt, ct = usage.prompt_tokens or 0, usage.completion_tokens or 0
-    if config.input_usd_per_mtok is not None or config.output_usd_per_mtok is not None:
-        cached = usage.cached_tokens or 0
-        cached_price = config.cached_input_usd_per_mtok
-        if cached_price is None:
-            cached_price = config.input_usd_per_mtok or 0.0
-        return (
-            (pt - cached) * (config.input_usd_per_mtok or 0.0)
-            + cached * cached_price
-            + ct * (config.output_usd_per_mtok or 0.0)
-        ) / 1e6
-    if litellm is None or config.kind != "litellm":
-        return None
-    try:
-        p, c = litellm.cost_per_token(model=config.model, prompt_tokens=pt, completion_tokens=ct)
-    except Exception:  # unknown model in the price map: cost unknown, not an error
-        return None
-    return float(p) + float(c)

@@ -74,7 +74,8 @@ class InferenceRecord:
     ttft_ms: float | None = None
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
-    cached_tokens: int | None = None
+    cached_tokens: int | None = None  # prompt tokens read from the provider's cache
+    cache_creation_tokens: int | None = None  # prompt tokens written to it (None: unknown)
     cost_usd: float | None = None
     tags: dict[str, str] = field(default_factory=dict)
     # Provider calls made to serve this request: {"target", "status", "error", "latency_ms", ...}.

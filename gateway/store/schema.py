@@ -120,8 +120,8 @@ def _req(name: str, ctype: ColumnType) -> Column:
     return Column(name, ctype, nullable=False)
 
 
-def _opt(name: str, ctype: ColumnType) -> Column:
-    return Column(name, ctype)
+def _opt(name: str, ctype: ColumnType, since: int = 1) -> Column:
+    return Column(name, ctype, since=since)
 
 
 _T = ColumnType
@@ -150,6 +150,7 @@ INFERENCE: Final = Table(
         _opt("prompt_tokens", _T.INT),
         _opt("completion_tokens", _T.INT),
         _opt("cached_tokens", _T.INT),
+        _opt("cache_creation_tokens", _T.INT, since=2),
         _opt("cost_usd", _T.FLOAT),
         _req("tags", _T.JSON),
         _req("attempts", _T.JSON),

@@ -3,13 +3,18 @@
 Shapes follow https://docs.anthropic.com/en/api/messages and its streaming page: events are
 ``event: <type>\\ndata: {json}\\n\\n`` in the order message_start, content_block_start, ping,
 content_block_delta..., content_block_stop, message_delta, message_stop.
+
+Prompt caching follows ``cache_control`` markers as Anthropic does (see ``prompt_cache.py``): the
+usage (the body's, or message_start's when streamed) reports ``cache_read_input_tokens`` and
+``cache_creation_input_tokens``, and ``input_tokens`` counts only the prompt tokens that were
+neither read from the cache nor written to it.
 """
 
 from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import orjson
@@ -22,6 +27,13 @@ from loadtests.frontier_sim.answers import (
     ToolMode,
     ToolSpec,
     estimate_tokens,
+)
+from loadtests.frontier_sim.prompt_cache import (
+    NO_CACHE,
+    CacheablePrompt,
+    CacheUse,
+    MarkedBlocks,
+    PromptBlock,
 )
 
 _STOP_REASONS = {"natural": "end_turn", "length": "max_tokens", "stop": "stop_sequence"}
@@ -39,10 +51,18 @@ _ERROR_TYPES = {
 
 @dataclass(frozen=True, slots=True)
 class ParsedMessages:
-    """A Messages request: the answer's view and whether to stream."""
+    """A Messages request: the answer's view and whether to stream.
+
+    ``cacheable`` is the prompt's blocks when some carry ``cache_control`` (None: nothing to
+    cache); ``cache`` is what the simulator's prompt cache made of them (:meth:`with_cache`)."""
 
     view: RequestView
     stream: bool
+    cacheable: CacheablePrompt | None = None
+    cache: CacheUse = NO_CACHE
+
+    def with_cache(self, cache: CacheUse) -> ParsedMessages:
+        return replace(self, cache=cache)
 
     @property
     def views(self) -> tuple[RequestView, ...]:
@@ -127,7 +147,48 @@ def parse_messages_request(body: Any) -> ParsedMessages:
         max_tokens=max_tokens,
         stop=tuple(stop),
     )
-    return ParsedMessages(view, bool(body.get("stream")))
+    return ParsedMessages(view, bool(body.get("stream")), _marked_blocks(model, body, messages))
+
+
+def _marked_blocks(
+    model: str, body: dict[str, Any], messages: list[dict[str, Any]]
+) -> MarkedBlocks | None:
+    """The prompt's blocks in Anthropic's order (tools, system, messages), if any is marked."""
+    parts: list[tuple[str, Any, int]] = [
+        ("tool", tool, len(orjson.dumps(tool))) for tool in body.get("tools") or []
+    ]
+    system = body.get("system")
+    for block in system if isinstance(system, list) else [system] if system else []:
+        parts.append(("system", block, _block_chars(block)))
+    for m in messages:
+        content = m.get("content")
+        for block in content if isinstance(content, list) else [content]:
+            parts.append((m["role"], block, _block_chars(block)))
+    if not any(isinstance(b, dict) and b.get("cache_control") for _, b, _ in parts):
+        return None  # the common case: nothing to digest
+    return MarkedBlocks(model, tuple(_prompt_block(*part) for part in parts))
+
+
+def _block_chars(block: Any) -> int:
+    """Characters of a block's text (what the prompt token estimate counts); 0 for others."""
+    if isinstance(block, str):
+        return len(block)
+    if not isinstance(block, dict):
+        return 0
+    if block.get("type") == "tool_result":
+        inner = block.get("content") or ""
+        return len(inner) if isinstance(inner, str) else sum(_block_chars(b) for b in inner)
+    text = block.get("text")
+    return len(text) if block.get("type") == "text" and isinstance(text, str) else 0
+
+
+def _prompt_block(where: str, block: Any, chars: int) -> PromptBlock:
+    # The marker is no part of the content: moving it keeps the prefix the same.
+    marked = isinstance(block, dict) and bool(block.get("cache_control"))
+    if isinstance(block, dict):
+        block = {k: v for k, v in block.items() if k != "cache_control"}
+    content = orjson.dumps(block, option=orjson.OPT_SORT_KEYS)
+    return PromptBlock(where.encode() + b":" + content, chars, marked)
 
 
 def _stop_reason(answer: Answer) -> str:
@@ -138,11 +199,13 @@ def _stop_sequence(answer: Answer) -> str | None:
     return None if isinstance(answer, ToolCall) else answer.stop_sequence
 
 
-def _usage(input_tokens: int, output_tokens: int) -> dict[str, int]:
+def _usage(request: ParsedMessages, output_tokens: int) -> dict[str, int]:
+    """Anthropic's usage: ``input_tokens`` excludes the cache reads and writes."""
+    cache = request.cache
     return {
-        "input_tokens": input_tokens,
-        "cache_creation_input_tokens": 0,
-        "cache_read_input_tokens": 0,
+        "input_tokens": request.view.prompt_tokens - cache.read - cache.written,
+        "cache_creation_input_tokens": cache.written,
+        "cache_read_input_tokens": cache.read,
         "output_tokens": output_tokens,
     }
 
@@ -174,7 +237,7 @@ def message(request: ParsedMessages, answer: Answer) -> bytes:
             "content": [block],
             "stop_reason": _stop_reason(answer),
             "stop_sequence": _stop_sequence(answer),
-            "usage": _usage(request.view.prompt_tokens, answer.tokens),
+            "usage": _usage(request, answer.tokens),
         }
     )
 
@@ -186,7 +249,7 @@ def message_stream(request: ParsedMessages, answer: Answer) -> Iterator[bytes]:
         "content": [],
         "stop_reason": None,
         "stop_sequence": None,
-        "usage": _usage(request.view.prompt_tokens, 1),
+        "usage": _usage(request, 1),
     }
     yield _event("message_start", {"type": "message_start", "message": start})
     block: dict[str, Any]

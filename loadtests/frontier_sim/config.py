@@ -64,6 +64,14 @@ class SimulatorConfig(BaseModel):
         "default; the loop-lag benchmark raises it to accept the gateway's largest request).",
     )
 
+    prompt_cache_size: int = Field(
+        default=10_000,
+        ge=0,
+        description="Prompt prefixes the simulated providers keep cached, least recently used "
+        "forgotten first (OpenAI: one per 128 tokens of a prompt; Anthropic: one per "
+        "cache_control marker; see prompt_cache.py); 0 turns prompt caching off.",
+    )
+
     # Oracle for IDE task prompts (see oracle.py)
     oracle: bool = Field(
         default=True,
@@ -110,7 +118,8 @@ class SimulatorConfig(BaseModel):
     )
 
     def cost_usd(self, prompt_tokens: int, completion_tokens: int) -> float:
-        """Price of one answer under this configuration."""
+        """Price of one answer under this configuration: every prompt token at the input
+        price (the simulator reports prompt caching in its usage but does not discount it)."""
         return (
             prompt_tokens * self.input_usd_per_mtok + completion_tokens * self.output_usd_per_mtok
         ) / 1_000_000

@@ -2,6 +2,8 @@
 
 Shapes follow https://platform.openai.com/docs/api-reference (chat completions, legacy
 completions, models). Streams are ``data: {json}\\n\\n`` lines closed by ``data: [DONE]\\n\\n``.
+Chat prompts are cached automatically, as OpenAI does (see ``prompt_cache.py``):
+``usage.prompt_tokens_details.cached_tokens`` says how many prompt tokens were read from it.
 """
 
 from __future__ import annotations
@@ -24,6 +26,12 @@ from loadtests.frontier_sim.answers import (
     ToolSpec,
     estimate_tokens,
 )
+from loadtests.frontier_sim.prompt_cache import (
+    NO_CACHE,
+    AutomaticPrefix,
+    CacheablePrompt,
+    CacheUse,
+)
 
 DONE_EVENT = b"data: [DONE]\n\n"
 _FINISH_REASONS = {"natural": "stop", "length": "length", "stop": "stop"}
@@ -31,13 +39,21 @@ _FINISH_REASONS = {"natural": "stop", "length": "length", "stop": "stop"}
 
 @dataclass(frozen=True, slots=True)
 class ParsedRequest:
-    """A chat or legacy completion request: one view per choice, and stream options."""
+    """A chat or legacy completion request: one view per choice, and stream options.
+
+    ``cacheable`` is the prompt as the provider caches it (None: not cached); ``cache`` is what
+    the simulator's prompt cache made of it (:meth:`with_cache`)."""
 
     views: tuple[RequestView, ...]
     stream: bool
     include_usage: bool
     echo_prompts: tuple[str, ...] = ()
     suffix: str = ""
+    cacheable: CacheablePrompt | None = None
+    cache: CacheUse = NO_CACHE
+
+    def with_cache(self, cache: CacheUse) -> ParsedRequest:
+        return replace(self, cache=cache)
 
     @property
     def model(self) -> str:
@@ -136,12 +152,13 @@ def parse_chat_request(body: Any) -> ParsedRequest:
     user_texts = [t for m, t in zip(messages, texts, strict=True) if m.get("role") == "user"]
     tools, tool_mode, forced_tool = _tools_param(body)
     tools_text = orjson.dumps(body["tools"]).decode() if tools else ""
+    prompt_text = " ".join(texts)
     n = _int_param(body, "n", 1, 1) or 1
     max_tokens = _int_param(body, "max_completion_tokens", None, 1)
     seed = body.get("seed")
     view = RequestView(
         model=model,
-        prompt_tokens=estimate_tokens(" ".join(texts) + tools_text),
+        prompt_tokens=estimate_tokens(prompt_text + tools_text),
         last_user_text=user_texts[-1] if user_texts else "",
         tool_result=texts[-1] if messages[-1].get("role") == "tool" else None,
         tools=tools,
@@ -153,7 +170,9 @@ def parse_chat_request(body: Any) -> ParsedRequest:
     )
     stream, include_usage = _stream_params(body)
     views = tuple(replace(view, choice_index=i) for i in range(n))
-    return ParsedRequest(views, stream, include_usage)
+    # The provider's prompt puts the tool definitions first.
+    cacheable = AutomaticPrefix(model, tools_text + prompt_text)
+    return ParsedRequest(views, stream, include_usage, cacheable=cacheable)
 
 
 def parse_completion_request(body: Any) -> ParsedRequest:
@@ -191,13 +210,14 @@ def parse_completion_request(body: Any) -> ParsedRequest:
     return ParsedRequest(views, stream, include_usage, echo, suffix)
 
 
-def usage(prompt_tokens: int, answers: Sequence[Answer]) -> dict[str, Any]:
+def usage(request: ParsedRequest, answers: Sequence[Answer]) -> dict[str, Any]:
+    """OpenAI's usage: ``prompt_tokens`` counts every prompt token, the cached ones included."""
     completion = sum(a.tokens for a in answers)
     return {
-        "prompt_tokens": prompt_tokens,
+        "prompt_tokens": request.prompt_tokens,
         "completion_tokens": completion,
-        "total_tokens": prompt_tokens + completion,
-        "prompt_tokens_details": {"cached_tokens": 0},
+        "total_tokens": request.prompt_tokens + completion,
+        "prompt_tokens_details": {"cached_tokens": request.cache.read},
     }
 
 
@@ -236,7 +256,7 @@ def chat_completion(request: ParsedRequest, answers: Sequence[Answer]) -> bytes:
             "model": request.model,
             "system_fingerprint": "fp_sim",
             "choices": choices,
-            "usage": usage(request.prompt_tokens, answers),
+            "usage": usage(request, answers),
         }
     )
 
@@ -276,7 +296,7 @@ def chat_stream(request: ParsedRequest, answers: Sequence[Answer]) -> Iterator[b
                 yield chunk(index, {"content": piece})
         yield chunk(index, {}, _finish_reason(answer))
     if request.include_usage:
-        yield _sse({**head, "choices": [], "usage": usage(request.prompt_tokens, answers)})
+        yield _sse({**head, "choices": [], "usage": usage(request, answers)})
     yield DONE_EVENT
 
 
@@ -307,7 +327,7 @@ def text_completion(request: ParsedRequest, answers: Sequence[Answer]) -> bytes:
             "created": int(time.time()),
             "model": request.model,
             "choices": choices,
-            "usage": usage(request.prompt_tokens, answers),
+            "usage": usage(request, answers),
         }
     )
 
@@ -332,7 +352,7 @@ def text_completion_stream(request: ParsedRequest, answers: Sequence[Answer]) ->
             yield chunk(index, piece)
         yield chunk(index, request.suffix, _finish_reason(answer))
     if request.include_usage:
-        yield _sse({**head, "choices": [], "usage": usage(request.prompt_tokens, answers)})
+        yield _sse({**head, "choices": [], "usage": usage(request, answers)})
     yield DONE_EVENT
 
 

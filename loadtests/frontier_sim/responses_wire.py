@@ -9,7 +9,9 @@ endpoint's: the request is read into a :class:`RequestView`:
 - a trailing ``function_call_output`` is the tool result the text answer quotes;
 - ``tools`` of type ``function`` are offered (others are accepted and ignored);
 - ``tool_choice`` ``auto`` / ``none`` / ``required`` / ``{"type": "function", "name"}``;
-- ``max_output_tokens`` caps the answer (status ``incomplete``, reason ``max_output_tokens``).
+- ``max_output_tokens`` caps the answer (status ``incomplete``, reason ``max_output_tokens``);
+- the prompt is cached automatically, as OpenAI does (see ``prompt_cache.py``):
+  ``usage.input_tokens_details.cached_tokens`` says how many input tokens were read from it.
 
 Streams are ``event: <type>\\ndata: {json}\\n\\n`` events numbered by ``sequence_number``:
 response.created, response.in_progress, response.output_item.added, then for text
@@ -23,7 +25,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import orjson
@@ -37,17 +39,30 @@ from loadtests.frontier_sim.answers import (
     ToolSpec,
     estimate_tokens,
 )
+from loadtests.frontier_sim.prompt_cache import (
+    NO_CACHE,
+    AutomaticPrefix,
+    CacheablePrompt,
+    CacheUse,
+)
 
 _TEXT_PARTS = ("input_text", "output_text", "text")
 
 
 @dataclass(frozen=True, slots=True)
 class ParsedResponses:
-    """A Responses request: the answer's view, whether to stream, and fields to echo."""
+    """A Responses request: the answer's view, whether to stream, and fields to echo.
+
+    ``cacheable`` and ``cache``: as in :class:`openai_wire.ParsedRequest`."""
 
     view: RequestView
     stream: bool
     echo: dict[str, Any]
+    cacheable: CacheablePrompt | None = None
+    cache: CacheUse = NO_CACHE
+
+    def with_cache(self, cache: CacheUse) -> ParsedResponses:
+        return replace(self, cache=cache)
 
     @property
     def views(self) -> tuple[RequestView, ...]:
@@ -124,9 +139,10 @@ def parse_responses_request(body: Any) -> ParsedResponses:
         raise BadRequest("max_output_tokens must be an integer >= 1", "max_output_tokens")
     tools, tool_mode, forced = _tools(body)
     tools_text = orjson.dumps(body["tools"]).decode() if tools else ""
+    prompt_text = " ".join(texts)
     view = RequestView(
         model=model,
-        prompt_tokens=estimate_tokens(" ".join(texts) + tools_text),
+        prompt_tokens=estimate_tokens(prompt_text + tools_text),
         last_user_text=user_texts[-1] if user_texts else "",
         tool_result=tool_result,
         tools=tools,
@@ -143,7 +159,9 @@ def parse_responses_request(body: Any) -> ParsedResponses:
         "tool_choice": body.get("tool_choice", "auto"),
         "tools": body.get("tools") or [],
     }
-    return ParsedResponses(view, bool(body.get("stream")), echo)
+    # The provider's prompt puts the tool definitions first.
+    cacheable = AutomaticPrefix(model, tools_text + prompt_text)
+    return ParsedResponses(view, bool(body.get("stream")), echo, cacheable)
 
 
 def _id(prefix: str) -> str:
@@ -154,7 +172,7 @@ def _usage(request: ParsedResponses, answer: Answer) -> dict[str, Any]:
     prompt = request.view.prompt_tokens
     return {
         "input_tokens": prompt,
-        "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
+        "input_tokens_details": {"cached_tokens": request.cache.read, "cache_write_tokens": 0},
         "output_tokens": answer.tokens,
         "output_tokens_details": {"reasoning_tokens": 0},
         "total_tokens": prompt + answer.tokens,

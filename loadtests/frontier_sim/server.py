@@ -6,13 +6,14 @@ Every answering endpoint runs the same pipeline (:func:`_serve`):
 3. fail on purpose if asked to: model name containing "error" (500), "ratelimit" (429 with
    Retry-After), an unknown model when ``reject_unknown_models``, or a draw under ``error_rate``
    (``error_status``; the ``x-sim-error: <status>`` header forces one);
-4. compute the answers, wait ``ttft_ms`` (+ ``slow_model_ttft_ms`` for "slow" model names);
+4. compute the answers and what the prompt read from and wrote to the provider's prompt cache
+   (``prompt_cache.py``), wait ``ttft_ms`` (+ ``slow_model_ttft_ms`` for "slow" model names);
 5. answer JSON, or stream SSE events paced at ``tokens_per_s`` and cut off after
    ``cut_stream_after_chunks`` events by closing the connection.
-State (config, seeded RNG, counters, the oracle's registered task prompts) lives on the app under
-:data:`STATE`. ``POST /sim/oracle`` is the oracle channel the gateway never sees (see
-``oracle.py``): the IDE client registers ``{"prompt_hash", "task_id"}`` (or an array of them)
-there before it sends the task through the gateway.
+State (config, seeded RNG, counters, the oracle's registered task prompts, the prompt cache)
+lives on the app under :data:`STATE`. ``POST /sim/oracle`` is the oracle channel the gateway never
+sees (see ``oracle.py``): the IDE client registers ``{"prompt_hash", "task_id"}`` (or an array of
+them) there before it sends the task through the gateway.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from loadtests.frontier_sim import anthropic_wire, openai_wire, responses_wire
 from loadtests.frontier_sim.answers import Answer, BadRequest, RequestView, answer_request
 from loadtests.frontier_sim.config import KnobHeaderError, SimulatorConfig, apply_header_overrides
 from loadtests.frontier_sim.oracle import OracleBook, RegistrationError
+from loadtests.frontier_sim.prompt_cache import CacheablePrompt, CacheUse, PromptCache
 
 JSON_TYPE = "application/json"
 SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
@@ -60,12 +62,13 @@ class SimulatorStats:
 
 @dataclass(slots=True)
 class SimulatorState:
-    """Per-app state: the configured knobs, the seeded failure RNG, the counters and the
-    oracle's registered task prompts."""
+    """Per-app state: the configured knobs, the seeded failure RNG, the counters, the
+    oracle's registered task prompts and the prompt prefixes the provider has cached."""
 
     config: SimulatorConfig
     rng: random.Random
     oracle_book: OracleBook
+    prompt_cache: PromptCache
     stats: SimulatorStats = field(default_factory=SimulatorStats)
 
 
@@ -78,6 +81,11 @@ class _Parsed(Protocol):
 
     @property
     def stream(self) -> bool: ...
+
+    @property
+    def cacheable(self) -> CacheablePrompt | None: ...
+
+    def with_cache(self, cache: CacheUse) -> Any: ...
 
 
 P = TypeVar("P", bound=_Parsed)
@@ -178,6 +186,10 @@ async def _serve(request: web.Request, wire: _Wire[Any]) -> web.StreamResponse:
         state.stats.models[model] += 1
         _check_failure(state, knobs, model)
         answers = [answer_request(view, knobs, state.oracle_book) for view in parsed.views]
+        # Only answered requests reach the provider's cache, failures never do.
+        parsed = parsed.with_cache(
+            state.prompt_cache.use(parsed.cacheable, parsed.views[0].prompt_tokens)
+        )
     except (BadRequest, KnobHeaderError) as exc:
         param = exc.param if isinstance(exc, BadRequest) else None
         return _error_response(wire, state, _Failure(400, str(exc)), param)
@@ -309,8 +321,12 @@ def build_app(config: SimulatorConfig | None = None) -> web.Application:
     """
     config = config or SimulatorConfig()
     app = web.Application(client_max_size=config.max_body_bytes)
-    book = OracleBook(config.oracle_capacity)
-    app[STATE] = SimulatorState(config=config, rng=random.Random(config.seed), oracle_book=book)
+    app[STATE] = SimulatorState(
+        config=config,
+        rng=random.Random(config.seed),
+        oracle_book=OracleBook(config.oracle_capacity),
+        prompt_cache=PromptCache(config.prompt_cache_size),
+    )
     app.router.add_post("/v1/chat/completions", _chat_completions)
     app.router.add_post("/v1/completions", _completions)
     app.router.add_post("/v1/responses", _responses)

@@ -41,6 +41,7 @@ async def test_round_trip_with_feedback_and_shadows(store_backend):
         prompt_tokens=12,
         completion_tokens=5,
         cached_tokens=8,
+        cache_creation_tokens=3,
         cost_usd=0.0012,
         tags={"team": "ide", "lang": "py"},
         attempts=[{"target": "frontier", "status": 503, "error": "busy", "latency_ms": 4.0}],

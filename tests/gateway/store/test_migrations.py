@@ -12,6 +12,8 @@ from gateway.store import (
     ModelVersionRecord,
     PolicyVersionRecord,
     ShadowRecord,
+    StoreConfig,
+    open_store,
 )
 from gateway.store.migrations import (
     MIGRATIONS,
@@ -20,6 +22,7 @@ from gateway.store.migrations import (
     migrate_postgres,
     migrate_sqlite,
 )
+from gateway.store.queries import Codec, encode_rows, insert_sql
 from gateway.store.schema import (
     API_KEY,
     FEEDBACK,
@@ -34,6 +37,7 @@ from gateway.store.schema import (
 )
 
 from .conftest import PG_URL, pg_dsn
+from .scenario import inference
 
 RECORD_OF = {
     INFERENCE: InferenceRecord,
@@ -108,3 +112,57 @@ async def test_backend_reports_schema_version(store_backend):
     assert await store_backend.schema_version() == MIGRATIONS[-1].version
     await store_backend.connect()  # idempotent: a second connect changes nothing
     assert await store_backend.schema_version() == MIGRATIONS[-1].version
+
+
+def _as_of(version: int, table: Table = INFERENCE) -> Table:
+    """``table`` as migration ``version`` left it."""
+    return dataclasses.replace(table, columns=tuple(c for c in table.columns if c.since <= version))
+
+
+async def _v1_database(url: str, schema: str | None, record: InferenceRecord) -> None:
+    """A database migrated to version 1 only, holding ``record`` (written by version-1 code)."""
+    old = _as_of(1)
+    if schema is None:
+        codec = Codec("sqlite")
+        conn = sqlite3.connect(url.removeprefix("sqlite:///"), isolation_level=None)
+        assert migrate_sqlite(conn, MIGRATIONS[:1]) == [1]
+        conn.execute(insert_sql(old, codec), encode_rows(old, [record], codec)[0])
+        conn.close()
+        return
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as pg:
+        assert await migrate_postgres(pg, MIGRATIONS[:1]) == [1]
+        codec = Codec("postgres")
+        await pg.execute(insert_sql(old, codec), encode_rows(old, [record], codec)[0])
+
+
+@pytest.mark.parametrize(
+    "dialect", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
+)
+async def test_migration_2_adds_cache_writes_and_old_rows_read_none(request, tmp_path, dialect):
+    old_row = inference(prompt_tokens=2000, cached_tokens=1024, cost_usd=0.01)
+    new_row = inference(prompt_tokens=3000, cached_tokens=1024, cache_creation_tokens=900)
+    schema = None
+    url = f"sqlite:///{tmp_path / 'v1.db'}"
+    if dialect == "postgres":
+        schema = f"{request.getfixturevalue('pg_schema')}_v1"
+        url = pg_dsn(schema)
+        with psycopg.connect(PG_URL, autocommit=True) as admin:
+            admin.execute(f"CREATE SCHEMA {schema}")
+    try:
+        await _v1_database(url, schema, old_row)
+        backend = open_store(StoreConfig(url=url))
+        await backend.connect()  # migrates 1 -> 2
+        try:
+            assert await backend.schema_version() == 2
+            await backend.insert_inferences([new_row])
+            rows = {r.inference.id: r.inference async for r in backend.iter_inferences()}
+        finally:
+            await backend.close()
+    finally:
+        if schema is not None:
+            with psycopg.connect(PG_URL, autocommit=True) as admin:
+                admin.execute(f"DROP SCHEMA {schema} CASCADE")
+    assert rows[old_row.id] == old_row  # cache_creation_tokens None: not recorded, not zero
+    assert rows[old_row.id].cache_creation_tokens is None
+    assert rows[new_row.id] == new_row
+    assert rows[new_row.id].cache_creation_tokens == 900

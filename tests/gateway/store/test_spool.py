@@ -1,8 +1,16 @@
+import dataclasses
 import json
 import math
 
-from gateway.store import FeedbackRecord
-from gateway.store.spool import DEAD_LETTER_FILE, SKETCH_CHARS, Spool, SpoolRecord
+from gateway.store import FeedbackRecord, InferenceRecord
+from gateway.store.spool import (
+    DEAD_LETTER_FILE,
+    SKETCH_CHARS,
+    Spool,
+    SpoolRecord,
+    decode_line,
+    encode_line,
+)
 
 from .scenario import inference
 
@@ -144,3 +152,13 @@ def test_a_spool_line_nested_too_deep_is_set_aside_not_raised(tmp_path):
     assert claim.records == [plain]
     assert len(claim.bad_lines) == 1 and "RecursionError" in claim.bad_lines[0][1]
     claim.release()
+
+
+def test_a_line_spooled_before_cache_writes_were_recorded_reads_them_as_unknown():
+    record = inference(prompt_tokens=2000, cached_tokens=1024, cache_creation_tokens=512)
+    line = json.loads(encode_line(record))
+    del line["record"]["cache_creation_tokens"]  # what the code before migration 2 wrote
+    old = decode_line(json.dumps(line).encode())
+    assert isinstance(old, InferenceRecord) and old.cache_creation_tokens is None
+    assert old == dataclasses.replace(record, cache_creation_tokens=None)
+    assert decode_line(encode_line(record)) == record
