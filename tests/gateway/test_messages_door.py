@@ -7,6 +7,7 @@ simulator, ``gpt-4o-mini`` and ``claude-3-5-haiku`` are litellm targets pointed 
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 import anthropic
@@ -330,6 +331,10 @@ def test_stream_broken_mid_answer_raises_in_the_sdk(cut_gateway: GatewayThread) 
         ) as stream:
             for _ in stream:
                 pass
+    # The record is submitted as the relay ends, which may be just after the client saw the end.
+    deadline = time.monotonic() + 5
+    while not cut_gateway.sink.records and time.monotonic() < deadline:
+        time.sleep(0.01)
     record = cut_gateway.sink.records[-1]
     assert record.status == 502 and record.endpoint == "messages"
     assert record.response is not None and record.response["stop_reason"] is None
