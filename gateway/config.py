@@ -18,6 +18,7 @@ from gateway.auth.config import AuthConfig
 from gateway.store.config import StoreConfig
 from router.config import RoutingConfig
 from router.selector_config import CacheAwareConfig, RoundRobinConfig, SelectorConfig
+from serving.names import ADMIN_TOKEN_ENV
 
 
 class ListenConfig(BaseModel):
@@ -189,7 +190,7 @@ class GatewaySection(BaseModel):
     breaker: BreakerConfig = Field(default_factory=BreakerConfig)
     retry: RetryConfig = Field(default_factory=RetryConfig)
     admin_token_env: str = Field(
-        default="SWITCHYARD_ADMIN_TOKEN", description="Env var holding the admin credential."
+        default=ADMIN_TOKEN_ENV, description="Env var holding the admin credential."
     )
 
 

@@ -17,6 +17,8 @@ import random
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
+from serving.names import LOCAL_MODEL_NAME
+
 Door = Literal["chat", "completions", "responses", "messages", "count_tokens", "feedback", "admin"]
 Credential = Literal["key", "other_key", "none", "bad_key", "admin", "bad_admin"]
 Expect = Literal["2xx", "4xx", "not5xx"]
@@ -55,10 +57,10 @@ class Targets:
     ``completion_models``; the landmark cases go to each of ``landmark_models`` and
     ``landmark_completion_models`` (by default a vLLM-kind target and a litellm one)."""
 
-    models: tuple[str, ...] = ("auto", "switchyard-local", "gpt-4o-mini", "claude-3-5-haiku")
-    completion_models: tuple[str, ...] = ("auto", "switchyard-local", "instruct")
-    landmark_models: tuple[str, ...] = ("switchyard-local", "gpt-4o-mini")
-    landmark_completion_models: tuple[str, ...] = ("switchyard-local", "instruct")
+    models: tuple[str, ...] = ("auto", LOCAL_MODEL_NAME, "gpt-4o-mini", "claude-3-5-haiku")
+    completion_models: tuple[str, ...] = ("auto", LOCAL_MODEL_NAME, "instruct")
+    landmark_models: tuple[str, ...] = (LOCAL_MODEL_NAME, "gpt-4o-mini")
+    landmark_completion_models: tuple[str, ...] = (LOCAL_MODEL_NAME, "instruct")
 
 
 @dataclass(frozen=True, slots=True)
@@ -312,7 +314,7 @@ NUMBERS: Final = (
 NOT_JSON_NUMBERS: Final = (b"NaN", b"Infinity", b"0x10", b"01", b"+1", b".5", b"1e400", b"-1e400")
 UNKNOWN_MODELS: Final = (
     "no-such-model", " ", "auto ", "AUTO", "../../etc/passwd", "a" * 10_000, "gpt-4o-mini\u0000",
-    "🦀", "switchyard-local/../x", "error", "slow",
+    "🦀", f"{LOCAL_MODEL_NAME}/../x", "error", "slow",
 )
 BAD_AUTH: Final[tuple[tuple[str, str], ...]] = (
     ("authorization", "Basic dXNlcjpwYXNz"), ("authorization", "Bearer"),

@@ -51,8 +51,8 @@ from loadtests.hostile_fire import (
     status_histogram,
     store_stats,
 )
+from serving.names import ADMIN_TOKEN_ENV, LOCAL_MODEL_NAME
 
-ADMIN_ENV = "SWITCHYARD_ADMIN_TOKEN"
 VLLM_ALIAS = "vllm-local"
 READY_TIMEOUT_S = 120.0
 VLLM_READY_TIMEOUT_S = 400.0
@@ -64,10 +64,10 @@ def gateway_config(sim_url: str, db: Path, spool: Path, vllm_url: str | None) ->
     backends = simulator_backends(sim_url)
     aliases = simulator_aliases()
     if vllm_url is not None:
-        backends["vllm"] = {"kind": "vllm", "model": "switchyard-local", "replicas": [vllm_url]}
+        backends["vllm"] = {"kind": "vllm", "model": LOCAL_MODEL_NAME, "replicas": [vllm_url]}
         aliases[VLLM_ALIAS] = "vllm"  # no fallback: what vLLM answers is what the client gets
     return {
-        "gateway": {"limits": {"drain_timeout_s": 2}, "admin_token_env": ADMIN_ENV},
+        "gateway": {"limits": {"drain_timeout_s": 2}, "admin_token_env": ADMIN_TOKEN_ENV},
         "backends": backends,
         "routing": {
             "default": "local",
@@ -226,7 +226,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             config.write_text(yaml.safe_dump(gateway_config(sim.base_url, db, spool, vllm_url)))
             port = free_port()
             argv = [sys.executable, "-m", "gateway", "--config", str(config), "--port", str(port)]
-            env = {ADMIN_ENV: token, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+            env = {ADMIN_TOKEN_ENV: token, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
             gw = fleet.spawn("gateway", argv, port, "/health", env=env)
             fleet.wait_ready(gw, READY_TIMEOUT_S)
             creds = create_keys(gw.base_url, token)

@@ -40,9 +40,8 @@ import yaml
 from loadtests.bench.servers import Server, ServerFleet
 from loadtests.kv_workload import KvRequest, SegmentTokens
 from router.selector_config import CacheAwareConfig, RoundRobinConfig, SelectorConfig
+from serving.names import ADMIN_TOKEN_ENV, LOCAL_MODEL_NAME
 
-MODEL = "switchyard-local"
-ADMIN_TOKEN_ENV = "SWITCHYARD_ADMIN_TOKEN"
 EPISODE_HEADER = "x-switchyard-episode"
 REPLICA_HEADER = "x-switchyard-replica"
 _COUNTERS = {"vllm:prefix_cache_hits_total": "hits", "vllm:prefix_cache_queries_total": "queries"}
@@ -100,7 +99,7 @@ def gateway_config(
         "backends": {
             "local": {
                 "kind": "vllm",
-                "model": MODEL,
+                "model": LOCAL_MODEL_NAME,
                 "replicas": [r.url for r in replicas],
                 "tokenizer_dir": str(tokenizer_dir),
                 "replica_selector": selector.model_dump(mode="json"),
@@ -108,7 +107,7 @@ def gateway_config(
                 "first_byte_timeout_s": 300.0,
             }
         },
-        "routing": {"default": "local", "aliases": {MODEL: "local"}},
+        "routing": {"default": "local", "aliases": {LOCAL_MODEL_NAME: "local"}},
         "gateway": {"limits": {"request_timeout_s": 600.0}},
         "store": {"enabled": False},
         "auth": {"required": False},
@@ -206,7 +205,7 @@ async def _send(
     session: aiohttp.ClientSession, gateway: str, request: KvRequest, ids: list[int]
 ) -> _Outcome:
     body = {
-        "model": MODEL,
+        "model": LOCAL_MODEL_NAME,
         "prompt": ids,
         "max_tokens": request.max_tokens,
         "stream": True,

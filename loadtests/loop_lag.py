@@ -37,6 +37,7 @@ import yaml
 
 from loadtests.bench.servers import ServerFleet, free_port
 from loadtests.bench.sim_gateway import simulator_aliases, simulator_backends
+from serving.names import LOCAL_MODEL_NAME
 
 PROBE_EVERY_S = 0.01
 TARGET_LAG_MS = 100.0
@@ -130,7 +131,7 @@ def _body(door: str, turns: list[Any], tools: list[tuple[str, Any]]) -> tuple[st
         if tools:
             body["tools"] = [{"type": "function", "name": n, "parameters": s} for n, s in tools]
         return "/v1/responses", body
-    model = "switchyard-local" if door == "chat-local" else "gpt-4o-mini"
+    model = LOCAL_MODEL_NAME if door == "chat-local" else "gpt-4o-mini"
     body = {"model": model, "max_tokens": 16, "messages": turns}
     if tools:
         body["tools"] = [

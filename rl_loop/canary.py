@@ -35,7 +35,8 @@ import httpx
 import yaml
 
 from router.config import RoutingConfig
-from serving.hotswap import ADMIN_TOKEN_ENV, HotSwapConfig, publish_weights
+from serving.hotswap import HotSwapConfig, publish_weights
+from serving.names import ADMIN_TOKEN_ENV
 
 
 def routing_section(path: Path) -> dict[str, Any]:

@@ -1,4 +1,6 @@
-"""Configuration of the RL loop: every knob, documented and defined once (STYLE.md #1, #4).
+"""Configuration of the RL loop: every knob, documented and defined once, apart from the code
+that uses it (`rl_loop/train.py` and the rest read these values; presets and YAML override them,
+never restate them).
 
 Groups, in the loop's order: ``data`` (which recorded traffic becomes which dataset), ``sft``
 (supervised fine-tuning / distillation on accepted answers), ``rl`` (on-policy RL on the served
@@ -15,7 +17,8 @@ from typing import Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from serving.train_base import DEFAULT_EXPERTS_IMPLEMENTATION, ExpertsImplementation
+from serving.names import LOCAL_MODEL_NAME
+from serving.training import DEFAULT_EXPERTS_IMPLEMENTATION, ExpertsImplementation
 
 
 class _Strict(BaseModel):
@@ -33,11 +36,6 @@ class DataConfig(_Strict):
     )
     frontier_prefix: str = Field(
         default="frontier", description="Route targets starting with this are frontier answers."
-    )
-    local_target: str = Field(default="local", description="Route target of the local model.")
-    include_local_accepted: bool = Field(
-        default=True,
-        description="Also train on the local model's own accepted answers (self-distillation).",
     )
     near_dedup: bool = Field(
         default=False, description="MinHash near-duplicate removal (exact dedup is always on)."
@@ -210,7 +208,7 @@ class LoopConfig(_Strict):
     threads: int | None = Field(default=None, ge=1, description="torch CPU threads (None: all).")
     seed: int = 0
     served_model_name: str = Field(
-        default="switchyard-local", description="Model name the replicas serve."
+        default=LOCAL_MODEL_NAME, description="Model name the replicas serve."
     )
     checkpoint_kind: Literal["ft"] = Field(
         default="ft", description="Version id prefix of the checkpoints the loop writes."

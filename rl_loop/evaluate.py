@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -34,7 +34,7 @@ from rl_loop.modeling import Policy, code_windows, generate
 from rl_loop.rewards import Verify, hack_flags
 from router.chat_text import request_text
 from router.request_text import RequestText
-from serving.train_base import held_out_loss
+from serving.training import held_out_loss
 
 
 @dataclass(frozen=True, slots=True)
@@ -292,7 +292,3 @@ def gate(current: ModelEval, candidate: ModelEval, config: GateConfig) -> GateRe
 
 
 Generate = Callable[[Sequence[EvalItem]], list[str]]
-
-
-def class_rates_of(evaluation: ModelEval | None) -> Mapping[str, float]:
-    return {} if evaluation is None else evaluation.class_rates()

@@ -1,7 +1,8 @@
 """One turn of the flywheel after traffic was recorded: datasets -> train -> gate -> swap -> refit.
 
-``run_round`` is the whole loop in order (the driver, ``scripts/flywheel.py``, starts the
-services, sends traffic and calls it once per round):
+``prepare_candidate`` (steps 1-4) then ``ship_candidate`` (steps 5-6) are the whole loop in
+order; the driver, ``scripts/flywheel.py``, starts the services, sends traffic and calls them
+once per round (a trickle of traffic keeps flowing during the swap):
 
 1. Datasets from the record (``rl_loop.datasets``: SFT on accepted answers, RL prompts, time
    split).
@@ -371,33 +372,6 @@ async def ship_candidate(
     out = config.work_dir / f"round-{result.round}"
     (out / "round.json").write_text(json.dumps(result.to_json(), indent=2, default=str))
     return now_served
-
-
-async def run_round(
-    round_index: int,
-    served_dir: Path,
-    services: Services,
-    config: LoopConfig,
-    *,
-    verify: Verify,
-    strict_verify: Verify | None,
-    heldout: Sequence[EvalItem],
-    cache: VerdictCache,
-    answers: AnswerCache | None = None,
-) -> tuple[RoundResult, Path]:
-    """Steps 1-6 of the module docstring; returns the result and the checkpoint served after."""
-    candidate = await prepare_candidate(
-        round_index,
-        served_dir,
-        services,
-        config,
-        verify=verify,
-        strict_verify=strict_verify,
-        heldout=heldout,
-        answers=answers,
-    )
-    served = await ship_candidate(candidate, services, config, verify=verify, cache=cache)
-    return candidate.result, served
 
 
 def gate_outcomes(evaluation: ModelEval, class_tags: Sequence[str]) -> list[Outcome]:

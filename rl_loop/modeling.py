@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 from pydantic import JsonValue
-from transformers import AutoModelForCausalLM, PreTrainedModel, PreTrainedTokenizerFast
+from transformers import PreTrainedModel, PreTrainedTokenizerFast
 
 from serving.build import (
     copy_tokenizer_files,
@@ -36,15 +36,8 @@ from serving.build import (
     staging_dir,
 )
 from serving.tokenizer import ENDOFTEXT, IM_END, load_tokenizer
-from serving.train_base import (
-    DEFAULT_EXPERTS_IMPLEMENTATION,
-    CorpusSpec,
-    ExpertsImplementation,
-    load_float32,
-    probe_reference,
-    split_files,
-    token_windows,
-)
+from serving.train_base import CorpusSpec, probe_reference, split_files, token_windows
+from serving.training import DEFAULT_EXPERTS_IMPLEMENTATION, ExpertsImplementation, load_float32
 
 Message = Mapping[str, Any]
 
@@ -323,12 +316,3 @@ def save_checkpoint(
             eval=eval_figures,
             probe=probe,
         )
-
-
-def load_model_only(checkpoint_dir: Path, device: str = "cpu") -> PreTrainedModel:
-    """The weights alone (float32), e.g. for a perplexity check."""
-    model = AutoModelForCausalLM.from_pretrained(str(checkpoint_dir), dtype=torch.float32)
-    assert isinstance(model, PreTrainedModel)
-    model.to(device)  # type: ignore[arg-type]
-    model.train(False)
-    return model

@@ -31,7 +31,8 @@ from pathlib import Path
 from gateway.store import ModelVersionRecord, StoreBackend, StoreConfig, open_store
 from rl_loop.model_registry import list_checkpoints, record_checkpoint
 from serving.build import read_version
-from serving.hotswap import ADMIN_TOKEN_ENV, HotSwapConfig, SwapReport, publish_weights
+from serving.hotswap import HotSwapConfig, SwapReport, publish_weights
+from serving.names import ADMIN_TOKEN_ENV
 
 
 class PromotionError(Exception):

@@ -30,8 +30,7 @@ from rl_loop.labels import load_labels, with_labels
 from rl_loop.outcomes import VerdictCache
 from rl_loop.refit import RefitReport, refit_policy
 from rl_loop.replay import VERDICTS_FILE, load_routing
-
-ADMIN_TOKEN_ENV = "SWITCHYARD_ADMIN_TOKEN"
+from serving.names import ADMIN_TOKEN_ENV
 
 
 async def refit_once(args: argparse.Namespace) -> RefitReport:

@@ -38,9 +38,9 @@ per example, then over the batch (``sft.per_example_mean``), so one-word answers
 long code answers. Replay: each step also trains ``sft.replay_windows`` windows of the base
 training's code corpus with the plain LM loss; answers alone make a small model forget how to
 model code within a few hundred steps (held-out perplexity x400 in our first runs).
-AdamW (betas 0.9/0.95), linear warm-up then cosine decay to
-``min_lr_ratio * lr``, gradient-norm clipping; examples drawn from a seeded permutation, a new
-one each epoch.
+AdamW (betas 0.9/0.95, weight decay on matrices only), linear warm-up then cosine decay to
+``min_lr_ratio * lr`` (``serving.training``, shared with base training), gradient-norm clipping;
+examples drawn from a seeded permutation, a new one each epoch.
 
 The result is saved as a new checkpoint (bf16, probe included) whose parent is the served one;
 the gate (``rl_loop.evaluate``) decides whether it is promoted.
@@ -69,6 +69,7 @@ from rl_loop.modeling import (
     make_batch,
     prompt_nll,
 )
+from serving.training import adamw, set_lr, warmup_cosine_lr
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,22 +105,6 @@ class PhaseStats:
     @property
     def last_loss(self) -> float | None:
         return self.losses[-1] if self.losses else None
-
-
-def lr_at(step: int, steps: int, lr: float, warmup: int, min_ratio: float) -> float:
-    """Linear warm-up, then cosine decay to ``min_ratio * lr``."""
-    if step < warmup:
-        return lr * (step + 1) / warmup
-    progress = min(1.0, (step - warmup) / max(1, steps - warmup))
-    return lr * (min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * progress)))
-
-
-def _optimizer(policy: Policy, lr: float, weight_decay: float) -> torch.optim.AdamW:
-    params = [p for p in policy.model.parameters() if p.requires_grad]
-    decay = [p for p in params if p.ndim >= 2]
-    rest = [p for p in params if p.ndim < 2]
-    groups = [{"params": decay, "weight_decay": weight_decay}, {"params": rest, "weight_decay": 0}]
-    return torch.optim.AdamW(groups, lr=lr, betas=(0.9, 0.95), eps=1e-8)
 
 
 def sft_loss(
@@ -187,7 +172,7 @@ def train_sft(
     use_replay = replay is not None and len(replay) > 0 and config.replay_windows > 0
     replay_losses: list[float] = []
     started = time.perf_counter()
-    optimizer = _optimizer(policy, config.lr, config.weight_decay)
+    optimizer = adamw(policy.model, config.lr, config.weight_decay)
     rng = random.Random(seed)
     batches: list[list[int]] = []
     policy.model.train()
@@ -195,9 +180,14 @@ def train_sft(
         if not batches:
             batches = length_buckets(examples, config.batch_size, rng)
         picked = [examples[i] for i in batches.pop()]
-        lr = lr_at(step, steps, config.lr, config.warmup_steps, config.min_lr_ratio)
-        for group in optimizer.param_groups:
-            group["lr"] = lr
+        lr = warmup_cosine_lr(
+            step,
+            steps=steps,
+            peak=config.lr,
+            warmup_steps=config.warmup_steps,
+            min_lr_ratio=config.min_lr_ratio,
+        )
+        set_lr(optimizer, lr)
         loss = sft_loss(policy, picked, config.per_example_mean, config.prompt_loss_weight)
         stats.losses.append(float(loss.item()))
         if use_replay:
@@ -313,7 +303,7 @@ def train_rl(
         return stats
     hint_losses: list[float] = []
     started = time.perf_counter()
-    optimizer = _optimizer(policy, config.lr, 0.0)
+    optimizer = adamw(policy.model, config.lr, 0.0)
     rng = random.Random(seed)
     order: list[int] = []
     kls: list[float] = []

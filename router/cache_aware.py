@@ -80,7 +80,7 @@ Why the defaults (``router/selector_config.py``; swept with ``loadtests/replica_
   counting noise (1/sqrt(128), 9%) is well inside the 20% margin. ``share_noise_sd = 1.5``
   covers the windows that are not full yet: the guard then allows ``1 + 1.5 / sqrt(mean)``
   times the mean, which stays within 1.25 once a replica's share of the window holds 36
-  requests. At 2 (session 3's value) it needed 64, more than a 64-replica fleet's window held
+  requests. At 2 (an earlier default) it needed 64, more than a 64-replica fleet's window held
   in the simulation (~52 requests per replica): max/mean requests reached 1.26-1.30 there,
   1.19-1.20 at 1.5, for 0.7-0.9 points of hit rate (72.1-72.4% against 72.8-73.2%; session
   affinity 70.1%); at 8 replicas 1.09-1.20 (was 1.20-1.25), two replicas unchanged.

@@ -1,5 +1,5 @@
 """The request as the router sees it: one frozen struct, so adding an input never changes a
-signature (SGLang's policy interface, see STYLE.md #2).
+signature (as in SGLang's router, whose policies get everything they need in one struct).
 
 The gateway builds it from the parsed request body and headers without tokenizing: the prompt
 size is an estimate (characters / 4, the usual rule of thumb for BPE on English and code), which is

@@ -8,7 +8,7 @@
 5. Print a curl line and an `openai` SDK snippet, check that both paths answer, and wait.
 
 This script is the one place that starts every part; the parts import nothing of each other
-(see ARCHITECTURE.md). SIGTERM or SIGINT (Ctrl-C), at any step, stops every process it started
+(README, "Architecture"). SIGTERM or SIGINT (Ctrl-C), at any step, stops every process it started
 (vLLM with its engine core, the simulator, the gateway: `serving.processes.ProcessFleet`); so
 does one of them exiting. `DEMO_SMOKE=1` exits after the check.
 """
@@ -26,6 +26,7 @@ import httpx
 import yaml
 
 from serving.build import ensure_demo_model
+from serving.names import ADMIN_TOKEN_ENV, LOCAL_MODEL_NAME
 from serving.processes import ChildStartError, Interrupted, ProcessFleet
 from serving.replica import VllmReplica
 from serving.vllm_config import VllmLaunchConfig
@@ -36,7 +37,6 @@ DEMO_DIR = Path(os.environ.get("SWITCHYARD_DEMO_DIR", CACHE / "demo"))
 GATEWAY_PORT = int(os.environ.get("SWITCHYARD_PORT", "8080"))
 VLLM_PORT = int(os.environ.get("SWITCHYARD_VLLM_PORT", "8000"))
 SIM_PORT = int(os.environ.get("SWITCHYARD_SIM_PORT", "8901"))
-LOCAL_MODEL = "switchyard-local"
 
 
 def frontier_backends(sim_url: str) -> dict[str, Any]:
@@ -61,7 +61,7 @@ def demo_config(vllm_url: str, sim_url: str) -> dict[str, Any]:
     return {
         "gateway": {"listen": {"host": "127.0.0.1", "port": GATEWAY_PORT}},
         "backends": {
-            "local": {"kind": "vllm", "model": LOCAL_MODEL, "replicas": [vllm_url]},
+            "local": {"kind": "vllm", "model": LOCAL_MODEL_NAME, "replicas": [vllm_url]},
             **frontier_backends(sim_url),
         },
         "routing": {
@@ -74,7 +74,7 @@ def demo_config(vllm_url: str, sim_url: str) -> dict[str, Any]:
             "default": "frontier-openai",
             "aliases": {
                 "auto": None,
-                LOCAL_MODEL: "local",
+                LOCAL_MODEL_NAME: "local",
                 "gpt-4o-mini": "frontier-openai",
                 "claude-3-5-haiku": "frontier-anthropic",
             },
@@ -106,19 +106,12 @@ def demo_config(vllm_url: str, sim_url: str) -> dict[str, Any]:
     }
 
 
-ADMIN_TOKEN = os.environ.get("SWITCHYARD_ADMIN_TOKEN") or secrets.token_urlsafe(24)
+ADMIN_TOKEN = os.environ.get(ADMIN_TOKEN_ENV) or secrets.token_urlsafe(24)
 CHILD_ENV = {
     **os.environ,
     "LITELLM_LOCAL_MODEL_COST_MAP": "True",
-    "SWITCHYARD_ADMIN_TOKEN": ADMIN_TOKEN,
+    ADMIN_TOKEN_ENV: ADMIN_TOKEN,
 }
-
-
-def spawn(fleet: ProcessFleet, name: str, args: list[str], url: str, log_name: str) -> None:
-    """Start `python args...` and wait until `url` answers 200."""
-    argv = [sys.executable, *args]
-    child = fleet.spawn(argv, name=name, log_path=DEMO_DIR / log_name, env=CHILD_ENV, cwd=REPO)
-    fleet.wait_http(child, url, timeout_s=120)
 
 
 def create_key(base: str) -> str:
@@ -148,7 +141,7 @@ def check(base: str, key: str) -> None:
         resp.raise_for_status()
         return resp
 
-    auto, local, frontier = ask("auto"), ask(LOCAL_MODEL), ask("gpt-4o-mini")
+    auto, local, frontier = ask("auto"), ask(LOCAL_MODEL_NAME), ask("gpt-4o-mini")
     print(
         f"  auto          -> {auto.headers['x-switchyard-target']} "
         f"({auto.headers['x-switchyard-route-reason']}), 200"
@@ -178,7 +171,7 @@ print(r.headers["x-switchyard-target"], r.parse().choices[0].message.content)
 PY
 
 Models: auto (the learned router decides: the frontier until the RL loop has fitted a scorer;
-the local model answers a quarter of them as shadows, off your path), {LOCAL_MODEL} (vLLM),
+the local model answers a quarter of them as shadows, off your path), {LOCAL_MODEL_NAME} (vLLM),
 gpt-4o-mini, claude-3-5-haiku.
 Metrics: {base}/metrics   Traffic store: {DEMO_DIR / "traffic.db"}   Logs: {DEMO_DIR}/*.log
 Ctrl-C (or SIGTERM) stops everything.""")
@@ -193,7 +186,7 @@ def start(fleet: ProcessFleet) -> None:
         VllmLaunchConfig(
             model_dir=model_dir,
             cache_dir=CACHE,
-            served_model_name=LOCAL_MODEL,
+            served_model_name=LOCAL_MODEL_NAME,
             port=VLLM_PORT,
             enforce_eager=True,
         ),
@@ -205,15 +198,25 @@ def start(fleet: ProcessFleet) -> None:
     sim_url = f"http://127.0.0.1:{SIM_PORT}"
     if not (os.environ.get("OPENAI_API_KEY") and os.environ.get("ANTHROPIC_API_KEY")):
         print("[3/4] frontier simulator (no API keys set) ...", flush=True)
-        sim_args = ["-m", "loadtests.frontier_sim", "--port", str(SIM_PORT)]
-        spawn(fleet, "frontier simulator", sim_args, sim_url + "/health", "sim.log")
+        sim_argv = [sys.executable, "-m", "loadtests.frontier_sim", "--port", str(SIM_PORT)]
+        sim = fleet.spawn(
+            sim_argv,
+            name="frontier simulator",
+            log_path=DEMO_DIR / "sim.log",
+            env=CHILD_ENV,
+            cwd=REPO,
+        )
+        fleet.wait_http(sim, sim_url + "/health", timeout_s=120)
     asyncio.run(replica.wait_ready(timeout=600))
     cfg_path = DEMO_DIR / "switchyard.yaml"
     cfg_path.write_text(yaml.safe_dump(demo_config(replica.base_url, sim_url), sort_keys=False))
     print(f"[4/4] gateway with {cfg_path} ...", flush=True)
     base = f"http://127.0.0.1:{GATEWAY_PORT}"
-    gateway_args = ["-m", "gateway", "--config", str(cfg_path)]
-    spawn(fleet, "gateway", gateway_args, base + "/ready", "gateway.log")
+    gateway_argv = [sys.executable, "-m", "gateway", "--config", str(cfg_path)]
+    gateway = fleet.spawn(
+        gateway_argv, name="gateway", log_path=DEMO_DIR / "gateway.log", env=CHILD_ENV, cwd=REPO
+    )
+    fleet.wait_http(gateway, base + "/ready", timeout_s=120)
     key = create_key(base)
     check(base, key)
     banner(base, key)

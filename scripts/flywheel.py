@@ -26,7 +26,6 @@ import logging
 import os
 import secrets
 import sys
-import threading
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -37,9 +36,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from transformers.utils import logging as transformers_logging
 
 from gateway.store import StoreBackend, StoreConfig, open_store
-from loadtests import ide_client
 from loadtests.ide_client import IdeClientConfig, RunStats, run_ide_client
-from loadtests.tasks import FAMILIES, MIX, Verdict, task_from_id, verify_reply
+from loadtests.tasks import FAMILIES, MIX, task_from_id, verify_reply
 from loadtests.tasks.mix import OLD_MIX
 from loadtests.tasks.task import HELDOUT_SEED_START, Task, TaskIdError, extract_answer
 from rl_loop.config import LoopConfig
@@ -58,6 +56,7 @@ from rl_loop.report import (
 )
 from serving.build import ensure_demo_model, read_version
 from serving.hotswap import RELOAD_WORKER_EXTENSION
+from serving.names import ADMIN_TOKEN_ENV, LOCAL_MODEL_NAME
 from serving.processes import Child, Interrupted, ProcessFleet
 from serving.replica import VllmReplica, find_free_port
 from serving.train_base import TrainBaseConfig, ensure_trained, find_trained
@@ -66,7 +65,6 @@ from serving.vllm_config import VllmLaunchConfig
 REPO = Path(__file__).resolve().parents[1]
 CACHE = Path(os.environ.get("SWITCHYARD_CACHE", REPO / ".cache"))
 OUT = Path(os.environ.get("FLYWHEEL_DIR", CACHE / "flywheel"))
-LOCAL_MODEL = "switchyard-local"
 
 
 class Settings(BaseModel):
@@ -142,26 +140,12 @@ def _task(task_id: str) -> Task | None:
         return None
 
 
-# CPython 3.11's `ast.parse` is not thread-safe ("AST constructor recursion depth mismatch"
-# when two threads parse at once), and the verifiers parse answers while the IDE client verifies
-# in worker threads: every verification in this process goes through one lock.
-_VERIFY_LOCK = threading.Lock()
-
-
-def locked_verify_reply(task: Task, reply: str) -> Verdict:
-    with _VERIFY_LOCK:
-        return verify_reply(task, reply)
-
-
-setattr(ide_client, "verify_reply", locked_verify_reply)  # noqa: B010 (the IDE client too)
-
-
 @functools.lru_cache(maxsize=65536)
 def _verdict(task_id: str, answer: str) -> tuple[bool, str]:
     task = _task(task_id)
     if task is None:
         return False, f"unknown task {task_id!r}"
-    verdict = locked_verify_reply(task, answer)
+    verdict = verify_reply(task, answer)
     return verdict.passed, verdict.feedback
 
 
@@ -217,7 +201,7 @@ def gateway_config(run: Path, replicas: list[str], sim_url: str, s: Settings) ->
         "backends": {
             "local": {
                 "kind": "vllm",
-                "model": LOCAL_MODEL,
+                "model": LOCAL_MODEL_NAME,
                 "replicas": replicas,
                 "input_usd_per_mtok": s.local_prices[0],
                 "output_usd_per_mtok": s.local_prices[1],
@@ -251,7 +235,7 @@ def gateway_config(run: Path, replicas: list[str], sim_url: str, s: Settings) ->
 
 
 def start_python(fleet: ProcessFleet, name: str, args: list[str], log: Path, token: str) -> Child:
-    env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True", "SWITCHYARD_ADMIN_TOKEN": token}
+    env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True", ADMIN_TOKEN_ENV: token}
     return fleet.spawn([sys.executable, *args], name=name, log_path=log, env=env, cwd=REPO)
 
 
@@ -329,7 +313,7 @@ async def run(s: Settings, preset: str, fleet: ProcessFleet) -> dict[str, Any]:
             VllmLaunchConfig(
                 model_dir=served,
                 cache_dir=CACHE,
-                served_model_name=LOCAL_MODEL,
+                served_model_name=LOCAL_MODEL_NAME,
                 port=find_free_port(),
                 enforce_eager=True,
                 max_num_seqs=16,

@@ -46,14 +46,13 @@ import yaml
 
 from serving.build import ensure_demo_model, read_version
 from serving.fp8 import export_fp8
-from serving.hotswap import ADMIN_TOKEN_ENV, HotSwapConfig, publish_weights
+from serving.hotswap import HotSwapConfig, publish_weights
 from serving.launch import launch_config
+from serving.names import ADMIN_TOKEN_ENV, LOCAL_MODEL_NAME
 from serving.processes import Child, Interrupted, ProcessFleet
 from serving.replica import find_free_port
 from serving.supervisor import ReplicaSupervisor, SupervisorConfig, vllm_replica_factory
 from serving.train_base import PROBE_TEXT, QUICK_TRAINING, ensure_trained
-
-MODEL = "switchyard-local"
 
 
 @dataclass(frozen=True)
@@ -91,7 +90,7 @@ async def stream_completion(
 ) -> StreamResult:
     """One streamed completion; TTFT is the first chunk carrying text."""
     body = {
-        "model": MODEL,
+        "model": LOCAL_MODEL_NAME,
         "prompt": prompt,
         "max_tokens": max_tokens,
         "temperature": 0,
@@ -156,12 +155,12 @@ class GatewayProcess:
             "backends": {
                 "local": {
                     "kind": "vllm",
-                    "model": MODEL,
+                    "model": LOCAL_MODEL_NAME,
                     "replicas": list(replicas),
                     "weights_version": weights_version,
                 }
             },
-            "routing": {"default": "local", "aliases": {MODEL: "local"}},
+            "routing": {"default": "local", "aliases": {LOCAL_MODEL_NAME: "local"}},
             "store": {"enabled": False},
             "auth": {"required": False},
         }
@@ -206,7 +205,7 @@ async def chat_load(url: str, stop: asyncio.Event, streams: int) -> list[bool]:
         n = 0
         while not stop.is_set():
             body = {
-                "model": MODEL,
+                "model": LOCAL_MODEL_NAME,
                 "messages": [{"role": "user", "content": f"def f_{index}_{n}():"}],
                 "max_tokens": 16,
                 "stream": True,
@@ -275,7 +274,9 @@ async def run(quick: bool, cache: Path, fleet: ProcessFleet) -> dict[str, Any]:
     figures.update({f"fp8_{k}": v for k, v in export.figures().items()})
 
     log("booting 2 vLLM CPU replicas")
-    template = launch_config("cpu-dev", model_dir=base, cache_dir=cache, served_model_name=MODEL)
+    template = launch_config(
+        "cpu-dev", model_dir=base, cache_dir=cache, served_model_name=LOCAL_MODEL_NAME
+    )
     factory = functools.partial(vllm_replica_factory, fleet=fleet)
     supervisor = ReplicaSupervisor(template, SupervisorConfig(replicas=2), factory=factory)
     t0 = time.perf_counter()

@@ -55,13 +55,8 @@ from transformers import PreTrainedModel
 
 from serving.build import copy_tokenizer_files, finalize_checkpoint, read_version, staging_dir
 from serving.tokenizer import load_tokenizer
-from serving.train_base import (
-    CorpusSpec,
-    load_float32,
-    probe_reference,
-    split_files,
-    token_windows,
-)
+from serving.train_base import CorpusSpec, probe_reference, split_files, token_windows
+from serving.training import load_float32
 
 logger = logging.getLogger(__name__)
 

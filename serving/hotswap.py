@@ -59,6 +59,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from serving.build import checkpoint_digest, make_version_id, read_version
 from serving.model_config import CheckpointVersion, ProbeReference
+from serving.names import ADMIN_TOKEN_ENV, LOCAL_MODEL_NAME
 from serving.tokenizer import TOKENIZER_FILES
 from serving.train_base import checkpoint_probe
 
@@ -67,7 +68,6 @@ logger = logging.getLogger(__name__)
 #: `VllmLaunchConfig.worker_extension_cls` value that gives a replica the reload method.
 RELOAD_WORKER_EXTENSION = "serving.hotswap.ReloadWorkerExtension"
 RELOAD_METHOD = "switchyard_reload"
-ADMIN_TOKEN_ENV = "SWITCHYARD_ADMIN_TOKEN"
 
 
 class _VllmWorker(Protocol):
@@ -120,7 +120,7 @@ class HotSwapConfig(BaseModel):
     gateway_url: str = Field(description="Gateway base URL (admin API).")
     admin_token: str = Field(min_length=1, repr=False, description="Gateway admin credential.")
     target: str = Field(default="local", description="Gateway backend holding the replicas.")
-    served_model_name: str = "switchyard-local"
+    served_model_name: str = LOCAL_MODEL_NAME
     drain_timeout_s: float = Field(default=60.0, gt=0)
     request_timeout_s: float = Field(default=120.0, gt=0, description="Per replica/admin call.")
     reset_attempts: int = Field(default=50, ge=1, description="Tries of reset_prefix_cache.")

@@ -46,7 +46,7 @@ from typing import Any
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 STOP_GRACE_S = 20.0
-_READY_POLL_S = 0.25
+READY_POLL_S = 0.25  # children here take seconds to minutes to start: no need to ask more often
 _REAP_S = 5.0
 
 Child = subprocess.Popen[bytes]
@@ -215,6 +215,7 @@ class ProcessFleet:
         self._children: list[Child] = []
         self._names: dict[int, str] = {}
         self._logs: dict[int, Path] = {}
+        self._spawned_at: dict[int, float] = {}
 
     def __enter__(self) -> ProcessFleet:
         if self._handle_signals:
@@ -245,9 +246,11 @@ class ProcessFleet:
         """`start_group(argv, ...)`, registered under `name` before any signal can interrupt."""
         with _SIGNALS.held():
             self._children = [c for c in self._children if not _group_gone(c)]
+            spawned_at = time.monotonic()  # before the fork: time to ready counts from here
             child = start_group(argv, log_path=log_path, env=env, cwd=cwd)
             self._children.append(child)
             self._names[child.pid] = name
+            self._spawned_at[child.pid] = spawned_at
             if log_path is not None:
                 self._logs[child.pid] = log_path
         return child
@@ -270,18 +273,21 @@ class ProcessFleet:
         url: str,
         timeout_s: float,
         headers: Mapping[str, str] | None = None,
+        poll_s: float = READY_POLL_S,
     ) -> float:
-        """Seconds until GET `url` answered 200. ChildStartError, with the log tail, if the
-        child exits first or `timeout_s` passes (the child is left to the fleet)."""
+        """Seconds from the child's spawn until GET `url` answered 200, asked every `poll_s`.
+        ChildStartError, with the log tail, if the child exits first or `timeout_s` (counted
+        from this call) passes; the child is left to the fleet."""
         started = time.monotonic()
+        spawned_at = self._spawned_at.get(child.pid, started)
         while time.monotonic() - started < timeout_s:
             if child.poll() is not None:
                 raise ChildStartError(
                     f"{self.name(child)} exited with {child.returncode}:\n{self.log_tail(child)}"
                 )
             if http_ok(url, headers):
-                return time.monotonic() - started
-            time.sleep(_READY_POLL_S)
+                return time.monotonic() - spawned_at
+            time.sleep(poll_s)
         raise ChildStartError(
             f"{self.name(child)} not ready after {timeout_s:.0f}s at {url}:\n{self.log_tail(child)}"
         )

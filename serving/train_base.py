@@ -15,7 +15,8 @@ The algorithm
    `seq_len + 1` tokens (input = window[:-1], target = window[1:]).
 3. Optimisation. The model is trained in float32 (upcast from the bf16 checkpoint) with AdamW
    (betas 0.9/0.95, decoupled weight decay on matrices only), a linear warm-up over
-   `warmup_steps` then a cosine decay to `min_lr_ratio * lr`, gradient-norm clipping, and the
+   `warmup_steps` then a cosine decay to `min_lr_ratio * lr` (all three in `serving.training`,
+   shared with the RL loop), gradient-norm clipping, and the
    MoE load-balancing loss (`router_aux_loss_coef` times Switch-Transformer's auxiliary loss)
    added to the cross-entropy so experts stay in use. Batches are drawn from a permutation of
    the training windows made by a `torch.Generator` seeded with `seed` (a new permutation each
@@ -49,12 +50,12 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final, Literal, get_args
+from typing import Final, get_args
 
 import torch
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
 from tqdm import tqdm
-from transformers import AutoModelForCausalLM, PreTrainedModel, PreTrainedTokenizerFast
+from transformers import PreTrainedModel, PreTrainedTokenizerFast
 
 from serving.build import (
     copy_tokenizer_files,
@@ -66,6 +67,15 @@ from serving.build import (
 )
 from serving.model_config import VERSION_FILE, PresetName, ProbeReference
 from serving.tokenizer import ENDOFTEXT, load_tokenizer, stdlib_sources
+from serving.training import (
+    DEFAULT_EXPERTS_IMPLEMENTATION,
+    ExpertsImplementation,
+    adamw,
+    held_out_loss,
+    load_float32,
+    set_lr,
+    warmup_cosine_lr,
+)
 
 LOSS_CURVE_FILE = "loss_curve.png"
 CHECKPOINT_KIND = "pretrain"
@@ -91,16 +101,6 @@ class CorpusSpec(BaseModel):
     train_bytes: int = Field(default=1_000_000, ge=10_000, description="Training text bound.")
     held_out_bytes: int = Field(default=100_000, ge=5_000, description="Held-out text bound.")
 
-
-#: How transformers computes the MoE experts (its ``experts_implementation``; the values its
-#: ``from_pretrained`` documents): ``eager`` loops over the experts, ``batched_mm`` uses
-#: ``torch.bmm``, ``grouped_mm`` ``torch.nn.functional.grouped_mm``. Same maths, other kernels.
-ExpertsImplementation = Literal["eager", "batched_mm", "grouped_mm"]
-
-#: transformers' own default is ``grouped_mm``; on the CPU its backward pass is about twice as
-#: slow as the per-expert loop (measured: 0.95 vs 0.48 s for a forward+backward of 16 x 180
-#: tokens through the tiny preset, one thread). A GPU run sets ``grouped_mm`` in its config.
-DEFAULT_EXPERTS_IMPLEMENTATION: Final[ExpertsImplementation] = "eager"
 
 #: Config fields that choose how a run computes, not what: left out of a checkpoint's identity
 #: (`find_trained`), so a run on other kernels, or one saved before the field existed, matches.
@@ -207,34 +207,6 @@ def token_windows(
     return torch.tensor(stream[: n * (seq_len + 1)], dtype=torch.long).view(n, seq_len + 1)
 
 
-def lr_at(step: int, config: TrainBaseConfig) -> float:
-    """Step 3's schedule: linear warm-up, then cosine decay to `min_lr_ratio * lr`."""
-    if step < config.warmup_steps:
-        return config.lr * (step + 1) / config.warmup_steps
-    span = max(1, config.steps - config.warmup_steps)
-    progress = min(1.0, (step - config.warmup_steps) / span)
-    floor = config.min_lr_ratio
-    return config.lr * (floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * progress)))
-
-
-@torch.no_grad()
-def held_out_loss(model: PreTrainedModel, windows: torch.Tensor, batch_size: int) -> float:
-    """Step 4: mean token cross-entropy (nats) over `windows`."""
-    was_training = model.training
-    model.train(False)
-    total, count = 0.0, 0
-    for start in range(0, len(windows), batch_size):
-        batch = windows[start : start + batch_size]
-        logits = model(input_ids=batch[:, :-1]).logits.float()
-        loss = torch.nn.functional.cross_entropy(
-            logits.reshape(-1, logits.shape[-1]), batch[:, 1:].reshape(-1), reduction="sum"
-        )
-        total += loss.item()
-        count += batch[:, 1:].numel()
-    model.train(was_training)
-    return total / count
-
-
 @torch.no_grad()
 def token_logprobs(model: PreTrainedModel, token_ids: Sequence[int]) -> list[float]:
     """log p(token_ids[i + 1] | token_ids[: i + 1]) for every i, in float32 math."""
@@ -242,19 +214,6 @@ def token_logprobs(model: PreTrainedModel, token_ids: Sequence[int]) -> list[flo
     logits = model(input_ids=ids).logits[0, :-1].float()
     picked = torch.log_softmax(logits, dim=-1).gather(1, ids[0, 1:, None])
     return [float(v) for v in picked[:, 0]]
-
-
-def load_float32(
-    checkpoint_dir: Path,
-    experts_implementation: ExpertsImplementation = DEFAULT_EXPERTS_IMPLEMENTATION,
-) -> PreTrainedModel:
-    """A checkpoint's model in float32, in eval mode, its MoE experts computed as asked."""
-    model = AutoModelForCausalLM.from_pretrained(
-        str(checkpoint_dir), dtype=torch.float32, experts_implementation=experts_implementation
-    )
-    assert isinstance(model, PreTrainedModel)
-    model.train(False)
-    return model
 
 
 def probe_reference(model: PreTrainedModel, tokenizer: PreTrainedTokenizerFast) -> ProbeReference:
@@ -269,16 +228,6 @@ def checkpoint_probe(checkpoint_dir: Path) -> ProbeReference:
     if stored is not None:
         return stored
     return probe_reference(load_float32(checkpoint_dir), load_tokenizer(checkpoint_dir))
-
-
-def _optimizer(model: PreTrainedModel, config: TrainBaseConfig) -> torch.optim.AdamW:
-    decay = [p for p in model.parameters() if p.ndim >= 2]
-    no_decay = [p for p in model.parameters() if p.ndim < 2]
-    groups = [
-        {"params": decay, "weight_decay": config.weight_decay},
-        {"params": no_decay, "weight_decay": 0.0},
-    ]
-    return torch.optim.AdamW(groups, lr=config.lr, betas=(0.9, 0.95), eps=1e-8)
 
 
 def plot_loss_curve(
@@ -357,7 +306,7 @@ def _optimise(
     """Steps 3-4: (train loss per step, held-out loss per eval step); updates `model`."""
     model.config.output_router_logits = config.router_aux_loss_coef > 0
     model.config.router_aux_loss_coef = config.router_aux_loss_coef
-    optimizer = _optimizer(model, config)
+    optimizer = adamw(model, config.lr, config.weight_decay)
     order = torch.Generator().manual_seed(config.seed)
     evals = [(0, held_out_loss(model, corpus.held_out, config.batch_size))]
     train_losses: list[float] = []
@@ -369,8 +318,14 @@ def _optimise(
             permutation, cursor = torch.randperm(len(corpus.train), generator=order), 0
         batch = corpus.train[permutation[cursor : cursor + config.batch_size]]
         cursor += config.batch_size
-        for group in optimizer.param_groups:
-            group["lr"] = lr_at(step, config)
+        lr = warmup_cosine_lr(
+            step,
+            steps=config.steps,
+            peak=config.lr,
+            warmup_steps=config.warmup_steps,
+            min_lr_ratio=config.min_lr_ratio,
+        )
+        set_lr(optimizer, lr)
         # transformers shifts `labels` itself: the window's seq_len + 1 tokens give seq_len
         # next-token targets, the same ones `held_out_loss` scores.
         output = model(input_ids=batch, labels=batch)
@@ -380,7 +335,7 @@ def _optimise(
         optimizer.step()
         aux = output.aux_loss.item() if output.aux_loss is not None else 0.0
         train_losses.append(output.loss.item() - config.router_aux_loss_coef * aux)
-        bar.set_postfix(loss=f"{train_losses[-1]:.3f}", lr=f"{lr_at(step, config):.2e}")
+        bar.set_postfix(loss=f"{train_losses[-1]:.3f}", lr=f"{lr:.2e}")
         if (step + 1) % config.eval_every == 0 or step + 1 == config.steps:
             evals.append((step + 1, held_out_loss(model, corpus.held_out, config.batch_size)))
     bar.close()

@@ -50,6 +50,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from serving.names import LOCAL_MODEL_NAME
+
 Device = Literal["cpu", "gpu"]
 ENTRYPOINT_MODULE = "vllm.entrypoints.openai.api_server"
 CPU_BLOCK_SIZE_MULTIPLE = 32
@@ -169,7 +171,7 @@ class VllmLaunchConfig(BaseModel):
 
     model_dir: Path = Field(description="Checkpoint directory (weights, config, tokenizer).")
     cache_dir: Path = Field(description="Project cache folder; vLLM/HF/torch caches go inside.")
-    served_model_name: str = Field(default="switchyard-local", min_length=1)
+    served_model_name: str = Field(default=LOCAL_MODEL_NAME, min_length=1)
     host: str = "127.0.0.1"
     port: int = Field(default=8000, ge=1, le=65535)
     device: Device = "cpu"

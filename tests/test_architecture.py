@@ -1,4 +1,4 @@
-"""The import direction of ../shared/design/ARCHITECTURE.md, enforced on the source tree.
+"""The import direction of the README's "Architecture" section, enforced on the source tree.
 
 router   -> (nothing of the project)
 serving  -> (nothing of the project)
@@ -7,6 +7,9 @@ rl_loop  -> gateway.store (read API), gateway.export, serving, router
 loadtests-> router (its pure selectors and scorer, driven by simulations) and
             serving.processes (starting and stopping child processes only); the gateway, serving
             and the store are reached over HTTP or a command line
+
+Every package may also import ``serving.names``: the strings processes agree on (the local
+model's name, the admin token's environment variable), which imports nothing itself.
 """
 
 from __future__ import annotations
@@ -19,12 +22,13 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("gateway", "router", "serving", "rl_loop", "loadtests")
 
+SHARED_NAMES = "serving.names"
 ALLOWED: dict[str, tuple[str, ...]] = {
-    "router": ("router",),
+    "router": ("router", SHARED_NAMES),
     "serving": ("serving",),
-    "gateway": ("gateway", "router"),
+    "gateway": ("gateway", "router", SHARED_NAMES),
     "rl_loop": ("rl_loop", "gateway.store", "gateway.export", "serving", "router"),
-    "loadtests": ("loadtests", "router", "serving.processes"),
+    "loadtests": ("loadtests", "router", "serving.processes", SHARED_NAMES),
 }
 
 
@@ -69,3 +73,7 @@ def test_the_rule_catches_a_violation(tmp_path: Path) -> None:
     bad.write_text("from gateway.app import create_app\nimport router.policy\n")
     modules = [m for _, m in _project_imports(bad)]
     assert not all(_allowed(m, ALLOWED["router"]) for m in modules)
+
+
+def test_the_shared_names_import_nothing_of_the_project() -> None:
+    assert _project_imports(ROOT / "serving" / "names.py") == []

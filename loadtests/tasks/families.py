@@ -10,6 +10,7 @@ tiny model trained for minutes on a few thousand examples reaches high accuracy 
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Mapping
 from typing import Protocol
 
@@ -85,9 +86,18 @@ def task_from_id(task_id: str) -> Task:
     return get_family(family).generate(seed)
 
 
+# CPython 3.11's `ast.parse` is not thread-safe ("AST constructor recursion depth mismatch" when
+# two threads parse at once), and the verifiers parse answers while callers verify in worker
+# threads (the IDE client's `asyncio.to_thread`; the RL loop's gate and refit, beside it in the
+# flywheel's process). The hazard is the interpreter's, so the lock is the process's.
+_VERIFY_LOCK = threading.Lock()
+
+
 def verify_reply(task: Task, reply: str) -> Verdict:
-    """Judge a model's full reply to ``task``: extract the answer, then run the family's check."""
+    """Judge a model's full reply to ``task``: extract the answer, then run the family's check.
+    Safe to call from several threads: verifications run one at a time."""
     answer = extract_answer(reply, task.answer_format)
     if answer is None:
         return Verdict(False, _MALFORMED[task.answer_format])
-    return get_family(task.family).verify(task, answer)
+    with _VERIFY_LOCK:
+        return get_family(task.family).verify(task, answer)

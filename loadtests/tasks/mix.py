@@ -84,8 +84,3 @@ def sample_tasks(
         get_family(rng.choices(names, weights)[0]).generate(rng.randrange(low, high))
         for _ in range(n)
     ]
-
-
-def learnable_families() -> list[str]:
-    """Names of the families we expect the tiny model to learn."""
-    return sorted(name for name, family in FAMILIES.items() if family.learnable)

@@ -24,7 +24,7 @@ from rl_loop.modeling import (
 )
 from rl_loop.train import Rollout, group_advantages, rl_loss, train_rl, train_sft
 from serving.build import read_version
-from serving.train_base import ExpertsImplementation
+from serving.training import ExpertsImplementation
 
 MESSAGES = [
     [{"role": "system", "content": "Answer with the name."}, {"role": "user", "content": q}]

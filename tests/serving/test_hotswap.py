@@ -34,6 +34,7 @@ from serving.hotswap import (
     compare_probe,
     publish_weights,
 )
+from serving.names import ADMIN_TOKEN_ENV, LOCAL_MODEL_NAME
 from serving.supervisor import ReplicaSupervisor, SupervisorConfig
 from serving.train_base import QUICK_TRAINING, checkpoint_probe, ensure_trained
 from serving.vllm_config import VllmLaunchConfig
@@ -43,7 +44,6 @@ from tests.fixtures.vllm_fixture import cache_dir
 pytestmark = pytest.mark.slow
 
 ADMIN_TOKEN = "hotswap-test-admin"
-MODEL = "switchyard-local"
 
 
 @dataclass(frozen=True)
@@ -58,13 +58,13 @@ class Outcome:
 
 @pytest.fixture(scope="module")
 def admin_token() -> Iterator[str]:
-    previous = os.environ.get("SWITCHYARD_ADMIN_TOKEN")
-    os.environ["SWITCHYARD_ADMIN_TOKEN"] = ADMIN_TOKEN
+    previous = os.environ.get(ADMIN_TOKEN_ENV)
+    os.environ[ADMIN_TOKEN_ENV] = ADMIN_TOKEN
     yield ADMIN_TOKEN
     if previous is None:
-        os.environ.pop("SWITCHYARD_ADMIN_TOKEN", None)
+        os.environ.pop(ADMIN_TOKEN_ENV, None)
     else:
-        os.environ["SWITCHYARD_ADMIN_TOKEN"] = previous
+        os.environ[ADMIN_TOKEN_ENV] = previous
 
 
 @pytest.fixture(scope="module")
@@ -82,7 +82,7 @@ async def pool(base_dir: Path) -> AsyncIterator[ReplicaSupervisor]:
     template = VllmLaunchConfig(
         model_dir=base_dir,
         cache_dir=cache_dir(),
-        served_model_name=MODEL,
+        served_model_name=LOCAL_MODEL_NAME,
         enforce_eager=True,
         max_num_seqs=16,
         dev_mode=True,
@@ -105,12 +105,12 @@ def gateway(pool: ReplicaSupervisor, base_dir: Path, admin_token: str) -> Iterat
             "backends": {
                 "local": {
                     "kind": "vllm",
-                    "model": MODEL,
+                    "model": LOCAL_MODEL_NAME,
                     "replicas": pool.urls,
                     "weights_version": read_version(base_dir).version_id,
                 }
             },
-            "routing": {"default": "local", "aliases": {MODEL: "local"}},
+            "routing": {"default": "local", "aliases": {LOCAL_MODEL_NAME: "local"}},
             "store": {"enabled": False},
             "auth": {"required": False},
         }
@@ -127,7 +127,7 @@ def swap_config(gateway: GatewayThread) -> HotSwapConfig:
 async def stream_once(client: httpx.AsyncClient, n: int) -> Outcome:
     started = time.monotonic()
     body = {
-        "model": MODEL,
+        "model": LOCAL_MODEL_NAME,
         "messages": [{"role": "user", "content": f"def task_{n}(x):"}],
         "max_tokens": 24,
         "temperature": 0,
@@ -240,7 +240,7 @@ async def test_failed_probe_rolls_back_to_the_previous_weights(
             response = await client.post(
                 f"{url}/v1/completions",
                 json={
-                    "model": MODEL,
+                    "model": LOCAL_MODEL_NAME,
                     "prompt": list(probe.prompt_token_ids),
                     "max_tokens": 1,
                     "prompt_logprobs": 0,

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from serving.processes import ChildStartError, Interrupted, ProcessFleet, http_ok
+from serving.replica import find_free_port
 from tests.serving.process_tree import Proc, ProcessWatch, descendants, still_running_after
 
 SIGNALS = [signal.SIGTERM, signal.SIGINT]
@@ -90,6 +91,21 @@ def test_wait_http_fails_fast_with_the_childs_log_when_it_exits(tmp_path: Path) 
             fleet.wait_http(child, "http://127.0.0.1:9/health", timeout_s=60)
         assert time.monotonic() - started < 10
     assert not http_ok("http://127.0.0.1:9/health")
+
+
+def test_wait_http_counts_the_time_to_ready_from_the_spawn(tmp_path: Path) -> None:
+    port = find_free_port()
+    with ProcessFleet(handle_signals=False) as fleet:
+        before = time.monotonic()
+        child = fleet.spawn(
+            [sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1"],
+            name="server",
+            log_path=tmp_path / "server.log",
+            cwd=tmp_path,
+        )
+        time.sleep(0.5)  # counts: a benchmark's time to ready starts at the spawn
+        took = fleet.wait_http(child, f"http://127.0.0.1:{port}/", timeout_s=30, poll_s=0.01)
+        assert 0.5 <= took <= time.monotonic() - before
 
 
 def test_a_fleet_outside_the_main_thread_must_leave_signals_alone() -> None:

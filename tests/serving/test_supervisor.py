@@ -20,6 +20,7 @@ import httpx
 import pytest
 
 from gateway.config import parse_config
+from serving.names import LOCAL_MODEL_NAME
 from serving.replica import VllmReplica
 from serving.supervisor import (
     ReplicaProcess,
@@ -32,7 +33,6 @@ from serving.supervisor import (
 from serving.vllm_config import VllmLaunchConfig
 from tests.fixtures.gateway_fixture import GatewayThread
 
-MODEL = "switchyard-local"
 FAST = SupervisorConfig(
     replicas=2,
     ready_timeout_s=30,
@@ -44,7 +44,7 @@ FAST = SupervisorConfig(
 
 
 class SimReplica(VllmReplica):
-    """A VllmReplica whose process is the frontier simulator serving `MODEL`."""
+    """A VllmReplica whose process is the frontier simulator serving `LOCAL_MODEL_NAME`."""
 
     command: list[str] | None = None
 
@@ -59,7 +59,7 @@ class SimReplica(VllmReplica):
             "--port",
             str(self.config.port),
             "--models",
-            MODEL,
+            LOCAL_MODEL_NAME,
         ]
         with self.log_path.open("ab") as log:
             self._process = subprocess.Popen(
@@ -79,7 +79,7 @@ def crashing_factory(config: VllmLaunchConfig, log: Path, env: Mapping[str, str]
 
 def template(tmp_path: Path) -> VllmLaunchConfig:
     return VllmLaunchConfig(
-        model_dir=tmp_path / "model", cache_dir=tmp_path, served_model_name=MODEL
+        model_dir=tmp_path / "model", cache_dir=tmp_path, served_model_name=LOCAL_MODEL_NAME
     )
 
 
@@ -181,8 +181,10 @@ async def test_gateway_stops_routing_to_a_killed_replica_within_a_second(
     await supervisor.start()
     config = parse_config(
         {
-            "backends": {"local": {"kind": "vllm", "model": MODEL, "replicas": supervisor.urls}},
-            "routing": {"default": "local", "aliases": {MODEL: "local"}},
+            "backends": {
+                "local": {"kind": "vllm", "model": LOCAL_MODEL_NAME, "replicas": supervisor.urls}
+            },
+            "routing": {"default": "local", "aliases": {LOCAL_MODEL_NAME: "local"}},
             "store": {"enabled": False},
             "auth": {"required": False},
         }
@@ -200,7 +202,10 @@ async def test_gateway_stops_routing_to_a_killed_replica_within_a_second(
             for n in range(10):
                 response = await client.post(
                     "/v1/chat/completions",
-                    json={"model": MODEL, "messages": [{"role": "user", "content": f"q{n}"}]},
+                    json={
+                        "model": LOCAL_MODEL_NAME,
+                        "messages": [{"role": "user", "content": f"q{n}"}],
+                    },
                 )
                 assert response.status_code == 200, response.text
                 served.append(response.headers["x-switchyard-replica"])

@@ -21,12 +21,10 @@ from serving.train_base import (
     LOSS_CURVE_FILE,
     QUICK_TRAINING,
     CorpusSpec,
-    ExpertsImplementation,
     TrainBaseConfig,
     ensure_trained,
     find_trained,
     is_held_out,
-    lr_at,
     split_files,
     token_logprobs,
     token_windows,
@@ -34,6 +32,7 @@ from serving.train_base import (
 from serving.train_base import (
     train_base as run_training,
 )
+from serving.training import ExpertsImplementation
 from tests.fixtures.vllm_fixture import cache_dir
 
 TINY_RUN = QUICK_TRAINING.model_copy(update={"steps": 3, "eval_every": 3})
@@ -62,16 +61,6 @@ def test_split_files_is_disjoint_stable_and_order_free() -> None:
     assert len(train) + len(held_out) == len(files)
     assert split_files(spec, list(reversed(files))) == (train, held_out)
     assert held_out
-
-
-def test_learning_rate_warms_up_then_decays_to_the_floor() -> None:
-    config = TrainBaseConfig(steps=100, warmup_steps=10, lr=1e-3, min_lr_ratio=0.1)
-    assert lr_at(0, config) == pytest.approx(1e-4)
-    assert lr_at(9, config) == pytest.approx(1e-3)
-    assert lr_at(10, config) == pytest.approx(1e-3)
-    assert lr_at(55, config) == pytest.approx(0.55e-3)
-    assert lr_at(100, config) == pytest.approx(1e-4)
-    assert all(lr_at(s, config) >= lr_at(s + 1, config) for s in range(10, 100))
 
 
 def test_token_windows_are_fixed_length_and_separated_by_endoftext(init_dir: Path) -> None:
