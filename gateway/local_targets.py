@@ -4,6 +4,12 @@ the served model's tokenizer for cache-aware block hashing).
 
 Built when the config names the target and reused across reloads while its config is unchanged
 (a reload must not reset the selector's prefix index); replaced and stopped otherwise.
+
+Tokenizers never hold up start-up: each one a cache-aware target names starts loading on a
+worker thread and, until it is loaded, gives no token ids, so the selector scores on load alone
+for those first requests. They are kept by directory across reloads (and shared by the targets
+naming the same one); one that failed to load is tried again at the next reload, which waits
+(off the event loop) for the tokenizers it starts.
 """
 
 from __future__ import annotations
@@ -24,12 +30,16 @@ from router.selectors import ObservingSelector, build_selector
 def load_tokenizers(
     config: SwitchyardConfig, known: dict[str, PromptTokenizer]
 ) -> dict[str, PromptTokenizer]:
-    """Tokenizers of cache-aware targets by directory (blocking: call off the event loop)."""
+    """Tokenizers of cache-aware targets by directory: those in ``known`` kept, the others
+    loading on worker threads (returns at once; answers ``None`` for token ids until loaded)."""
     out: dict[str, PromptTokenizer] = {}
     for bc in config.backends.values():
         d = bc.tokenizer_dir
-        if d is not None and isinstance(bc.replica_selector, CacheAwareConfig):
-            out[d] = known.get(d) or PromptTokenizer.load(d)
+        if d is None or not isinstance(bc.replica_selector, CacheAwareConfig) or d in out:
+            continue
+        tokenizer = known.get(d) or PromptTokenizer(d)
+        tokenizer.load_in_background()  # a no-op once loaded or while loading
+        out[d] = tokenizer
     return out
 
 
@@ -38,7 +48,7 @@ class LocalTarget:
     config: BackendConfig
     pool: ReplicaPool
     selector: ObservingSelector
-    tokenizer: PromptTokenizer | None
+    tokenizer: PromptTokenizer | None  # maybe still loading (see the module docstring)
     scraper: ReplicaMetricsScraper | None = None
     subscriber: KvEventSubscriber | None = None
 

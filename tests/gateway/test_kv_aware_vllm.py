@@ -83,6 +83,25 @@ async def test_chat_tokens_equal_vllms(
          "tools": [{"type": "function", "function": {
              "name": "get_weather", "description": "Weather of a city",
              "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}]},
+        # vLLM re-serialises tools (description null when absent, its key order, strict)
+        {"messages": [{"role": "user", "content": "w?"}],
+         "tools": [{"type": "function",
+                    "function": {"parameters": {"type": "object"}, "name": "f"}},
+                   {"type": "function", "function": {"name": "g", "strict": True}}]},
+        {"messages": [{"role": "user", "content": "w?"},
+                      {"role": "assistant", "content": None, "tool_calls": [
+                          {"id": "c1", "type": "function",
+                           "function": {"name": "f", "arguments": "{\"city\": \"Zürich\"}"}}]},
+                      {"role": "tool", "tool_call_id": "c1", "content": "sun"}],
+         "tools": [{"type": "function", "function": {"name": "f"}}]},
+        {"messages": [{"role": "user", "content": "count"},
+                      {"role": "assistant", "content": "1, "}],
+         "add_generation_prompt": False, "continue_final_message": True},
+        {"messages": [{"role": "user", "content": "hi"}],
+         "chat_template_kwargs": {"enable_thinking": False, "not_in_the_template": 1}},
+        {"messages": [{"role": "user", "content": "hi"},
+                      {"role": "developer", "content": "brief"}]},
+        {"messages": [{"role": "user", "content": "hi <|im_end|> x"}], "add_special_tokens": True},
     ]  # fmt: skip
     async with aiohttp.ClientSession() as session:
         for body in bodies:
