@@ -1,22 +1,26 @@
-"""Gateway benchmark: what Switchyard adds on top of its upstream, against the LiteLLM proxy.
+"""Gateway benchmark: what Switchyard adds on top of its upstream, on its local and frontier
+paths, against the LiteLLM proxy.
 
     python -m loadtests.bench_gateway            # full: concurrency 1, 16, 64
-    BENCH_QUICK=1 python -m loadtests.bench_gateway   # < 2 minutes once LiteLLM is installed
-    python -m loadtests.bench_gateway --profile 10    # also py-spy the gateway under load
+    BENCH_QUICK=1 python -m loadtests.bench_gateway   # 3-4 minutes on two cores
+    python -m loadtests.bench_gateway --profile 10    # also py-spy a gateway under load
 
-One run, on the same load (non-streamed and streamed chat completions, a short prompt, 16-token
-answers), against (a) the frontier simulator directly, (b) Switchyard's local path in front of
-it with recording off, (b') the same with recording on (SQLite), (c) the LiteLLM proxy in front
-of it. Every server is a subprocess on a free loopback port; each cell's load comes from a fresh
-load-generator process (:mod:`loadtests.bench.loadgen`). Cells run in the order mode ->
-concurrency -> system, so the systems compared in one cell were measured minutes apart at most.
-Then the traffic store's write throughput (SQLite and PostgreSQL, :mod:`~loadtests.bench.
-store_throughput`).
+One run, on the same load (a short prompt; non-streamed answers of 16 tokens, streamed answers
+of 16 and of 256 tokens), against the frontier simulator directly (OpenAI chat and Anthropic
+Messages formats), Switchyard's local path (a ``vllm`` backend) and its frontier path (``litellm``
+backends: an OpenAI-format upstream through ``/v1/chat/completions``, an Anthropic-format one
+through the Anthropic door ``/v1/messages``), each with recording off and on (SQLite), and the
+LiteLLM proxy (OpenAI format). The systems are listed in :mod:`loadtests.bench.settings`; the
+servers start one at a time (:mod:`loadtests.bench.systems`), so each gateway's time to ready is
+its own; each cell's load comes from a fresh load-generator process (:mod:`loadtests.bench.
+cells`). After the load: each server's resident memory, then the traffic store's write
+throughput (SQLite and PostgreSQL, :mod:`~loadtests.bench.store_throughput`).
 
-Output: a table on stdout; under ``.cache/bench/gateway/``: ``report.json``, ``cells.csv``,
-``chart.png``, the servers' logs and, with ``--profile``, ``profile.raw.txt`` (py-spy's
-samples); and as the LAST line of stdout one JSON object: the headline
-figures (see :mod:`loadtests.bench.report`) and every cell. Progress goes to stderr.
+Output: a table of cells and one of targets on stdout; under ``.cache/bench/gateway/``:
+``report.json``, ``cells.csv``, ``chart.png``, the servers' configs and logs and, with
+``--profile``, ``profile.raw.txt`` (py-spy's samples); and as the LAST line of stdout one JSON
+object: the headline figures and their targets (see :mod:`loadtests.bench.figures`) and every
+cell. Progress goes to stderr.
 """
 
 from __future__ import annotations
@@ -25,8 +29,6 @@ import argparse
 import dataclasses
 import json
 import os
-import shutil
-import sqlite3
 import subprocess
 import sys
 import time
@@ -35,63 +37,56 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-import yaml
 from rich.console import Console
 
-from loadtests.bench import litellm_proxy, profile, report, store_throughput
-from loadtests.bench.loadgen import CellResult, CellSpec, result_from_json, tree_cpu_s
-from loadtests.bench.servers import Server, ServerFleet, ServerStartError, free_port
+from loadtests.bench import chart, figures, litellm_proxy, profile, report, store_throughput
+from loadtests.bench.cells import cell_spec, measure_cells
+from loadtests.bench.servers import ServerFleet
 from loadtests.bench.settings import (
     HEADLINE_CONCURRENCY,
     HEADLINE_MODE,
-    MODEL_NAME,
+    SYSTEM_SPECS,
     BenchSettings,
-    SystemName,
+    ServerName,
     quick_settings,
+)
+from loadtests.bench.systems import (
+    PROJECT_ROOT,
+    Systems,
+    idle_cpu_percent,
+    recorded_rows,
+    server_memory,
+    start_systems,
 )
 from serving.processes import Interrupted, stop_on_signals
 
-PROJECT_ROOT = Path(__file__).resolve().parents[1]
-CHAT_PATH = "/v1/chat/completions"
-BASE_ENV = {"LITELLM_LOCAL_MODEL_COST_MAP": "True", "PYTHONUNBUFFERED": "1"}
-IDLE_SAMPLE_S = 1.0
-
-
-@dataclasses.dataclass(slots=True)
-class Systems:
-    """The servers that started (by system), and why the others did not."""
-
-    simulator: Server
-    servers: dict[SystemName, Server] = dataclasses.field(default_factory=dict)
-    unavailable: dict[SystemName, str] = dataclasses.field(default_factory=dict)
-    startup_s: dict[str, float] = dataclasses.field(default_factory=dict)
-    recording_db: Path | None = None
-
-    def headers(self, system: SystemName) -> dict[str, str]:
-        return litellm_proxy.auth_headers() if system == "litellm" else {}
+__all__ = ["PROJECT_ROOT", "main", "parse_args", "run"]
 
 
 # -- settings ------------------------------------------------------------------------------
 def parse_args(argv: list[str] | None) -> BenchSettings:
     parser = argparse.ArgumentParser(prog="python -m loadtests.bench_gateway", description=__doc__)
     parser.add_argument("--quick", action="store_true", help="short run (also BENCH_QUICK=1)")
-    parser.add_argument("--concurrency", help="comma-separated, e.g. 1,16,64")
+    parser.add_argument("--concurrency", help="comma-separated, e.g. 1,16,64 (every mode)")
     parser.add_argument("--duration", type=float, help="measured seconds per cell")
     parser.add_argument("--warmup", type=int, help="uncounted requests per cell")
-    parser.add_argument(
-        "--systems", help="comma-separated: direct,switchyard,switchyard_rec,litellm"
-    )
-    parser.add_argument("--modes", help="comma-separated: unary,stream")
+    parser.add_argument("--systems", help=f"comma-separated: {','.join(SYSTEM_SPECS)}")
+    parser.add_argument("--modes", help="comma-separated: unary,stream,stream_long")
     parser.add_argument("--store-records", type=int, help="records per store backend (0: skip)")
     parser.add_argument("--store-backends", help="comma-separated: sqlite,postgres")
     parser.add_argument("--out-dir", type=Path, help="where reports go")
     parser.add_argument(
-        "--profile", type=float, metavar="SECONDS", help="py-spy the gateway under load (SECONDS)"
+        "--profile", type=float, metavar="SECONDS", help="py-spy a gateway under load (SECONDS)"
+    )
+    parser.add_argument("--profile-system", help="whose gateway --profile records (switchyard)")
+    parser.add_argument(
+        "--ready-samples", type=int, help="starts per gateway; its time to ready is the median"
     )
     args = parser.parse_args(argv)
     overrides: dict[str, object] = {}
     if args.concurrency:
         overrides["concurrencies"] = tuple(int(c) for c in args.concurrency.split(","))
+        overrides["long_stream_concurrencies"] = None
     if args.systems:
         overrides["systems"] = tuple(s.strip() for s in args.systems.split(","))
     if args.modes:
@@ -104,206 +99,41 @@ def parse_args(argv: list[str] | None) -> BenchSettings:
         ("store_records", args.store_records),
         ("out_dir", args.out_dir),
         ("profile_s", args.profile),
+        ("profile_system", args.profile_system),
+        ("ready_samples", args.ready_samples),
     ):
         if value is not None:
             overrides[name] = value
     quick = args.quick or os.environ.get("BENCH_QUICK", "") not in ("", "0")
-    if quick:
-        return quick_settings(**overrides)
-    return dataclasses.replace(BenchSettings(), **overrides)  # type: ignore[arg-type]
-
-
-# -- servers -------------------------------------------------------------------------------
-def gateway_config(sim_url: str, store: Mapping[str, Any]) -> dict[str, Any]:
-    """The local path only. API keys off: they need the store, and the recording-off system
-    has none; the load carries no key to any Switchyard system (LiteLLM checks its master key)."""
-    return {
-        "backends": {"local": {"kind": "vllm", "model": MODEL_NAME, "replicas": [sim_url]}},
-        "routing": {"default": "local", "aliases": {MODEL_NAME: "local"}},
-        "store": dict(store),
-        "auth": {"required": False},
-    }
-
-
-def _spawn_gateway(
-    fleet: ServerFleet, name: str, out_dir: Path, sim_url: str, store: Mapping[str, Any]
-) -> Server:
-    config_path = out_dir / f"{name}.yaml"
-    config_path.write_text(yaml.safe_dump(gateway_config(sim_url, store), sort_keys=False))
-    port = free_port()
-    argv = [sys.executable, "-m", "gateway", "--config", str(config_path), "--port", str(port)]
-    return fleet.spawn(name, argv, port, "/ready", env=BASE_ENV, cwd=PROJECT_ROOT)
-
-
-def start_systems(
-    fleet: ServerFleet, settings: BenchSettings, out_dir: Path, proxy_exe: Path | None, log: Console
-) -> Systems:
-    """The simulator first (the others probe it), then every other system in parallel."""
-    sim_port = free_port()
-    sim = fleet.spawn(
-        "simulator",
-        [
-            sys.executable,
-            "-m",
-            "loadtests.frontier_sim",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(sim_port),
-        ],
-        sim_port,
-        "/health",
-        env=BASE_ENV,
-        cwd=PROJECT_ROOT,
-    )
-    systems = Systems(simulator=sim)
-    systems.startup_s["simulator"] = fleet.wait_ready(sim, settings.startup_timeout_s)
-    pending: dict[SystemName, Server] = {}
-    if "direct" in settings.systems:
-        systems.servers["direct"] = sim
-    if "switchyard" in settings.systems:
-        pending["switchyard"] = _spawn_gateway(
-            fleet, "switchyard", out_dir, sim.base_url, {"enabled": False}
-        )
-    if "switchyard_rec" in settings.systems:
-        db = out_dir / "recording.db"
-        spool = out_dir / "spool-recording"
-        for suffix in ("", "-wal", "-shm"):
-            Path(f"{db}{suffix}").unlink(missing_ok=True)
-        shutil.rmtree(spool, ignore_errors=True)
-        systems.recording_db = db
-        store = {"enabled": True, "url": f"sqlite:///{db.resolve()}", "spool_dir": str(spool)}
-        pending["switchyard_rec"] = _spawn_gateway(
-            fleet, "switchyard_rec", out_dir, sim.base_url, store
-        )
-    if "litellm" in settings.systems:
-        if proxy_exe is None:
-            systems.unavailable["litellm"] = "LiteLLM proxy not installed (see the log above)"
-        else:
-            cfg = litellm_proxy.write_config(out_dir / "litellm.yaml", sim.base_url)
-            port = free_port()
-            pending["litellm"] = fleet.spawn(
-                "litellm",
-                litellm_proxy.command(proxy_exe, cfg, port),
-                port,
-                litellm_proxy.READY_PATH,
-                env={**BASE_ENV, **litellm_proxy.ENV},
-                cwd=out_dir,
-            )
-    for system, server in pending.items():
-        try:
-            systems.startup_s[system] = fleet.wait_ready(server, settings.startup_timeout_s)
-        except ServerStartError as exc:
-            log.print(f"[red]{system} did not start[/red]: {exc}")
-            systems.unavailable[system] = str(exc).splitlines()[0]
-            fleet.remove(server)
-            continue
-        systems.servers[system] = server
-        log.print(f"{system} ready in {systems.startup_s[system]:.1f}s on {server.base_url}")
-    return systems
-
-
-def idle_cpu_percent(servers: Mapping[SystemName, Server]) -> dict[str, float]:
-    """CPU each server burns while nobody calls it (background tasks would skew the cells)."""
-    before = {name: tree_cpu_s(s.pid) for name, s in servers.items()}
-    time.sleep(IDLE_SAMPLE_S)
-    return {
-        name: round(100 * (tree_cpu_s(s.pid) - before[name]) / IDLE_SAMPLE_S, 2)
-        for name, s in servers.items()
-    }
-
-
-# -- cells ---------------------------------------------------------------------------------
-def run_loadgen(spec: CellSpec, timeout_s: float) -> CellResult:
-    argv = [sys.executable, "-m", "loadtests.bench.loadgen", json.dumps(asdict(spec))]
-    done = subprocess.run(
-        argv, capture_output=True, text=True, timeout=timeout_s, cwd=PROJECT_ROOT, check=False
-    )
-    lines = done.stdout.strip().splitlines()
-    if done.returncode != 0 or not lines:
-        raise RuntimeError(f"load generator failed ({done.returncode}): {done.stderr[-2000:]}")
-    data: dict[str, object] = json.loads(lines[-1])
-    return result_from_json(data)
-
-
-def cell_spec(
-    settings: BenchSettings, systems: Systems, system: SystemName, stream: bool, concurrency: int
-) -> CellSpec:
-    server = systems.servers[system]
-    watch = {"server": server.pid}
-    if server is not systems.simulator:
-        watch["upstream"] = systems.simulator.pid
-    return CellSpec(
-        url=server.base_url + CHAT_PATH,
-        concurrency=concurrency,
-        duration_s=settings.duration_s,
-        warmup=settings.warmup_for(concurrency),
-        max_requests=settings.max_requests_per_cell,
-        stream=stream,
-        max_tokens=settings.max_tokens,
-        model=MODEL_NAME,
-        headers=systems.headers(system),
-        watch_pids=watch,
-    )
-
-
-def measure_cells(settings: BenchSettings, systems: Systems, log: Console) -> list[report.Cell]:
-    cells: list[report.Cell] = []
-    timeout = settings.duration_s + settings.cell_timeout_margin_s
-    for mode in settings.modes:
-        for conc in settings.concurrencies:
-            for system in settings.systems:
-                if system not in systems.servers:
-                    reason = systems.unavailable.get(system, "not started")
-                    cells.append(report.Cell(system, mode, conc, None, reason))
-                    continue
-                spec = cell_spec(settings, systems, system, mode == "stream", conc)
-                try:
-                    result = run_loadgen(spec, timeout)
-                except (RuntimeError, subprocess.TimeoutExpired, ValueError) as exc:
-                    log.print(f"[red]{system} {mode} c={conc} failed[/red]: {exc}")
-                    cells.append(report.Cell(system, mode, conc, None, str(exc)[:300]))
-                    continue
-                cells.append(report.Cell(system, mode, conc, result))
-                p50 = result.latency_ms.p50 if result.latency_ms else float("nan")
-                log.print(
-                    f"  {mode:6} c={conc:<3} {system:15} {result.rps:8.0f} req/s  "
-                    f"p50 {p50:7.2f} ms  errors {result.errors}"
-                )
-    return cells
-
-
-def recorded_rows(db: Path | None) -> int | None:
-    if db is None or not db.exists():
-        return None
     try:
-        with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as conn:
-            (count,) = conn.execute("SELECT count(*) FROM inference").fetchone()
-            return int(count)
-    except sqlite3.Error:
-        return 0
+        if quick:
+            return quick_settings(**overrides)
+        return dataclasses.replace(BenchSettings(), **overrides)  # type: ignore[arg-type]
+    except ValueError as exc:
+        parser.error(str(exc))
 
 
 # -- profile -------------------------------------------------------------------------------
 def profile_gateway(
     settings: BenchSettings, systems: Systems, out_dir: Path, log: Console
 ) -> tuple[dict[str, profile.ProfileSummary] | None, str | None]:
-    """py-spy the recording-off gateway under non-streamed load at the headline concurrency
-    (see :mod:`loadtests.bench.profile`); the raw samples go to ``profile.raw.txt``."""
+    """py-spy ``settings.profile_system``'s gateway under non-streamed load at the headline
+    concurrency (see :mod:`loadtests.bench.profile`); the raw samples go to ``profile.raw.txt``."""
     if settings.profile_s <= 0:
         return None, "not asked (--profile SECONDS)"
-    if "switchyard" not in systems.servers:
-        return None, "the switchyard gateway did not start"
+    system = settings.profile_system
+    gateway = systems.server_for(system)
+    if gateway is None:
+        return None, f"the {system} gateway did not start"
     if profile.pyspy_executable() is None:
         return None, "py-spy not installed (.venv/bin/pip install py-spy)"
-    gateway = systems.servers["switchyard"]
     spec = dataclasses.replace(
-        cell_spec(settings, systems, "switchyard", False, HEADLINE_CONCURRENCY),
+        cell_spec(settings, systems, system, "unary", HEADLINE_CONCURRENCY),
         duration_s=2 * (settings.profile_s + 2) + 4,  # room for the fallback recording
     )
     argv = [sys.executable, "-m", "loadtests.bench.loadgen", json.dumps(asdict(spec))]
     raw_path = out_dir / "profile.raw.txt"
-    log.print(f"profiling the gateway (pid {gateway.pid}) for {settings.profile_s:.0f}s ...")
+    log.print(f"profiling {system} (pid {gateway.pid}) for {settings.profile_s:.0f}s ...")
     load = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     error = ""
     try:
@@ -331,6 +161,38 @@ def profile_gateway(
 
 
 # -- main ----------------------------------------------------------------------------------
+def _notes(
+    rows: list[dict[str, Any]], systems: Systems, recorded: Mapping[ServerName, int | None]
+) -> list[str]:
+    notes: list[str] = []
+    failed = [r for r in rows if r.get("errors")]
+    if failed:
+        first = failed[0]
+        notes.append(
+            f"{len(failed)} cells had errors; first: {first['system']} {first['mode']} "
+            f"c={first['concurrency']}: {first['error_sample']}"
+        )
+    disturbed = figures.disturbed_cells(rows)
+    if disturbed:
+        notes.append(
+            f"{len(disturbed)} of {len(rows)} cells shared the machine with other processes "
+            f"(> {figures.SHARED_MACHINE_PERCENT:g}% of all cores; column `other CPU %`): their "
+            "req/s and the ratios built on them are not trustworthy (CPU per request holds "
+            f"better); rerun on a quiet machine. {', '.join(disturbed[:12])}"
+        )
+    for server, rows_written in recorded.items():
+        if server in systems.servers and not rows_written:
+            notes.append(
+                f"{server} (recording on) wrote no rows to its SQLite file, so its cells "
+                "measure no store work"
+            )
+    notes.append(
+        "the LiteLLM proxy is measured in the OpenAI format only; "
+        "frontier_stream_vs_litellm.anthropic compares across formats"
+    )
+    return notes
+
+
 def run(settings: BenchSettings, stdout: Console, log: Console) -> dict[str, Any]:
     out_dir = (PROJECT_ROOT / settings.out_dir).resolve()
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -346,13 +208,14 @@ def run(settings: BenchSettings, stdout: Console, log: Console) -> dict[str, Any
             log.print(f"[red]LiteLLM proxy unavailable[/red]: {exc}")
     started = time.monotonic()
     with ServerFleet(out_dir / "logs") as fleet:
-        systems = start_systems(fleet, settings, out_dir, proxy_exe, log)
+        systems = start_systems(fleet, settings, out_dir, proxy_exe, log.print)
         if install_error is not None:
             systems.unavailable["litellm"] = install_error.splitlines()[0]
         idle = idle_cpu_percent(systems.servers)
-        cells = measure_cells(settings, systems, log)
+        cells = measure_cells(settings, systems, log.print)
         prof, prof_reason = profile_gateway(settings, systems, out_dir, log)
-    rows_recorded = recorded_rows(systems.recording_db)
+        memory = server_memory(systems.servers)  # after every cell: the load's high-water mark
+    recorded = {name: recorded_rows(db) for name, db in systems.recording_dbs.items()}
     stores: dict[str, store_throughput.StoreFigure] = {}
     if settings.store_records > 0:
         log.print(f"store write throughput: {settings.store_records} records per backend ...")
@@ -360,49 +223,51 @@ def run(settings: BenchSettings, stdout: Console, log: Console) -> dict[str, Any
             settings.store_backends, settings.store_records, settings.postgres_url, out_dir
         )
     rows = report.build_rows(cells)
-    notes: list[str] = []
-    failed = [r for r in rows if r.get("errors")]
-    if failed:
-        first = failed[0]
-        notes.append(
-            f"{len(failed)} cells had errors; first: {first['system']} {first['mode']} "
-            f"c={first['concurrency']}: {first['error_sample']}"
-        )
-    if "switchyard_rec" in systems.servers and not rows_recorded:
-        notes.append(
-            "recording on wrote no rows to its SQLite file: the gateway's recorder is not wired "
-            "to the store yet (gateway/recording.py), so switchyard_rec measures no store work"
-        )
+    headline = figures.headline(rows, systems.startup_s, memory)
+    checked = figures.check_targets(headline)
     summary: dict[str, Any] = {
-        **report.headline(rows),
+        **headline,
+        "targets": checked,
+        "targets_summary": figures.targets_summary(checked),
+        "disturbed_cells": figures.disturbed_cells(rows),
         **report.store_section(stores),
         "headline_cell": {"mode": HEADLINE_MODE, "concurrency": HEADLINE_CONCURRENCY},
         "quick": settings.quick,
         "elapsed_s": round(time.monotonic() - started, 1),
         "settings": {
             "concurrencies": list(settings.concurrencies),
+            "long_stream_concurrencies": list(settings.concurrencies_for("stream_long")),
             "modes": list(settings.modes),
             "duration_s": settings.duration_s,
             "warmup_requests": settings.warmup_requests,
             "max_tokens": settings.max_tokens,
+            "long_stream_tokens": settings.long_stream_tokens,
             "store_records": settings.store_records,
         },
         "unavailable": dict(systems.unavailable),
-        "startup_s": {k: round(v, 1) for k, v in systems.startup_s.items()},
+        "startup_s": {k: round(v, 3) for k, v in systems.startup_s.items()},
+        "startup_samples_s": {
+            k: [round(t, 3) for t in v] for k, v in systems.startup_samples_s.items()
+        },
+        "memory_mb": {
+            k: {"rss_mb": round(v.rss_mb, 1), "peak_rss_mb": round(v.peak_rss_mb, 1)}
+            for k, v in memory.items()
+        },
         "idle_cpu_percent": idle,
-        "recording_rows": rows_recorded,
-        "notes": notes,
+        "recording_rows": recorded,
+        "notes": _notes(rows, systems, recorded),
         "cells": rows,
         **report.profile_section(prof, prof_reason),
     }
     files = {
         "json": report.write_json(out_dir / "report.json", summary),
         "csv": report.write_csv(out_dir / "cells.csv", rows),
-        "chart": report.write_chart(out_dir / "chart.png", rows),
+        "chart": chart.write_chart(out_dir / "chart.png", rows),
     }
     summary["report_files"] = {k: str(v) for k, v in files.items()}
     report.write_json(out_dir / "report.json", summary)
     report.print_table(stdout, rows)
+    report.print_targets(stdout, checked)
     if prof is not None:
         report.print_profile(stdout, prof)
     return summary
@@ -413,7 +278,7 @@ def main(argv: list[str] | None = None) -> None:
     # shell started us in the background with it ignored).
     with stop_on_signals():
         settings = parse_args(argv)
-        stdout = Console(width=160)
+        stdout = Console(width=180)
         log = Console(stderr=True, soft_wrap=True)
         try:
             summary = run(settings, stdout, log)

@@ -4,9 +4,11 @@ The project venv has litellm as an SDK only; the proxy's extras (and their pins)
 of their own under ``.cache/bench/litellm-proxy-venv``, made once with ``python3 -m venv`` and
 ``pip install 'litellm[proxy]==<LITELLM_VERSION>'``; a marker file makes the install idempotent.
 
-Configured like the gateway: one model, ``sim-local`` -> ``openai/sim-local`` at the simulator,
-retries off, one worker, a master key, no database, the local price map (no network), and
-uvicorn's access log off (``LITELLM_LOG=ERROR``), as the gateway runs without one.
+Configured like the gateway's frontier path: one model, ``gpt-4o-mini`` -> ``openai/gpt-4o-mini``
+at the simulator's ``/v1`` (the upstream call of the gateway's ``frontier_openai``), retries off,
+one worker, a master key, no database, the local price map (no network), and uvicorn's access
+log off (``LITELLM_LOG=ERROR``), as the gateway runs without one. OpenAI format only: it is the
+like-for-like comparison for the gateway's OpenAI-format frontier path.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from typing import Final
 
 import yaml
 
-from loadtests.bench.settings import LITELLM_VERSION, MODEL_NAME
+from loadtests.bench.settings import FRONTIER_OPENAI_MODEL, LITELLM_VERSION
 
 MASTER_KEY: Final = "sk-bench-master-key"
 READY_PATH: Final = "/health/liveliness"
@@ -72,9 +74,9 @@ def write_config(path: Path, simulator_url: str) -> Path:
     config = {
         "model_list": [
             {
-                "model_name": MODEL_NAME,
+                "model_name": FRONTIER_OPENAI_MODEL,
                 "litellm_params": {
-                    "model": f"openai/{MODEL_NAME}",
+                    "model": f"openai/{FRONTIER_OPENAI_MODEL}",
                     "api_base": f"{simulator_url}/v1",
                     "api_key": "sk-simulator",
                     "num_retries": 0,

@@ -1,15 +1,19 @@
-"""The run's figures: per-cell rows, the headline summary, and where they are written.
+"""The run's cells as rows, the tables printed, and the files written (JSON, CSV).
 
-Definitions (every ratio from figures of the same run):
+Definitions (every ratio from figures of the same run; the headline figures and their targets
+are in :mod:`loadtests.bench.figures`, the chart in :mod:`loadtests.bench.chart`):
 
 - ``rps``: requests completed in the window / window length;
 - ``p50_ms``/``p99_ms``: latency to the last byte; ``ttfb_*``: to the first body byte (streams);
-- ``added_p50_ms``: p50 of the system minus p50 of ``direct`` at the same mode and concurrency;
+- ``added_p50_ms``: p50 of the system minus p50 of the simulator direct in the same wire format
+  (``direct`` or ``direct_anthropic``) at the same mode and concurrency;
 - ``server_cpu_ms_per_request``: CPU of the system's process tree over the window / requests
-  (for ``direct`` that is the simulator; for the others, the simulator is not included and
-  appears as ``upstream_cpu_ms_per_request``);
-- ``gateway_cpu_ms_per_request``, ``added_p50_ms``, ``throughput_ratio_vs_litellm``,
-  ``recording_on_off_throughput_ratio``: read at the headline cell (non-streamed, conc 16).
+  (for the simulator direct that is the simulator; for the others, the simulator is not
+  included and appears as ``upstream_cpu_ms_per_request``);
+- ``events_per_answer``: SSE events of a complete streamed answer, as received;
+- ``other_cpu_percent``: CPU used by processes outside the cell (not the servers watched, not
+  the load generator) during its window, as a share of all cores: a cell with a large share
+  measured a shared machine, and its req/s is not comparable with its neighbours'.
 """
 
 from __future__ import annotations
@@ -26,13 +30,7 @@ from rich.table import Table
 
 from loadtests.bench.loadgen import CellResult
 from loadtests.bench.profile import ProfileSummary
-from loadtests.bench.settings import (
-    HEADLINE_CONCURRENCY,
-    HEADLINE_MODE,
-    SYSTEM_LABELS,
-    Mode,
-    SystemName,
-)
+from loadtests.bench.settings import SYSTEM_LABELS, SYSTEM_SPECS, Mode, SystemName
 from loadtests.bench.store_throughput import StoreFigure
 
 
@@ -43,6 +41,7 @@ class Cell:
     concurrency: int
     result: CellResult | None
     reason: str | None = None  # why result is None
+    max_tokens: int | None = None  # answer length asked for
 
 
 def _per_request(total_ms: float | None, requests: int) -> float | None:
@@ -59,6 +58,7 @@ def cell_row(cell: Cell, baseline: Cell | None) -> dict[str, Any]:
         "system": cell.system,
         "mode": cell.mode,
         "concurrency": cell.concurrency,
+        "max_tokens": cell.max_tokens,
     }
     r = cell.result
     if r is None:
@@ -83,6 +83,8 @@ def cell_row(cell: Cell, baseline: Cell | None) -> dict[str, Any]:
                 _per_request(r.cpu_ms.get("upstream"), r.requests)
             ),
             "client_cpu_ms_per_request": _round(_per_request(r.client_cpu_ms, r.requests)),
+            "events_per_answer": _round(r.events_per_answer, 2),
+            "other_cpu_percent": _round(r.other_cpu_percent, 1),
             "window_s": _round(r.elapsed_s),
             "error_sample": r.error_sample,
             "reason": cell.reason,
@@ -92,37 +94,12 @@ def cell_row(cell: Cell, baseline: Cell | None) -> dict[str, Any]:
 
 
 def build_rows(cells: Sequence[Cell]) -> list[dict[str, Any]]:
-    direct = {(c.mode, c.concurrency): c for c in cells if c.system == "direct"}
-    return [cell_row(c, direct.get((c.mode, c.concurrency))) for c in cells]
-
-
-def _find(
-    rows: Sequence[Mapping[str, Any]], system: str, mode: str = HEADLINE_MODE
-) -> Mapping[str, Any] | None:
-    for row in rows:
-        if (row["system"], row["mode"], row["concurrency"]) == (
-            system,
-            mode,
-            HEADLINE_CONCURRENCY,
-        ):
-            return row
-    return None
-
-
-def _ratio(num: Mapping[str, Any] | None, den: Mapping[str, Any] | None) -> float | None:
-    if num is None or den is None or not num.get("rps") or not den.get("rps"):
-        return None
-    return round(float(num["rps"]) / float(den["rps"]), 3)
-
-
-def headline(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    gw = _find(rows, "switchyard")
-    return {
-        "gateway_cpu_ms_per_request": gw.get("server_cpu_ms_per_request") if gw else None,
-        "added_p50_ms": gw.get("added_p50_ms") if gw else None,
-        "throughput_ratio_vs_litellm": _ratio(gw, _find(rows, "litellm")),
-        "recording_on_off_throughput_ratio": _ratio(_find(rows, "switchyard_rec"), gw),
-    }
+    """One row per cell; each compared with its format's simulator direct (``added_p50_ms``)."""
+    by_key = {(c.system, c.mode, c.concurrency): c for c in cells}
+    return [
+        cell_row(c, by_key.get((SYSTEM_SPECS[c.system].baseline, c.mode, c.concurrency)))
+        for c in cells
+    ]
 
 
 def store_section(figures: Mapping[str, StoreFigure]) -> dict[str, Any]:
@@ -185,8 +162,16 @@ def _fmt(value: Any, digits: int = 2) -> str:
     return str(value)
 
 
+def _mode_label(row: Mapping[str, Any]) -> str:
+    tokens = row.get("max_tokens")
+    return str(row["mode"]) if tokens is None else f"{row['mode']} {tokens}"
+
+
 def print_table(console: Console, rows: Sequence[Mapping[str, Any]]) -> None:
-    table = Table(title="Gateway benchmark (latency to last byte; CPU = server process tree)")
+    table = Table(
+        title="Gateway benchmark (latency to last byte; CPU = server process tree; "
+        "+rec = recording on, SQLite; mode and answer tokens)"
+    )
     for name, justify in (
         ("system", "left"),
         ("mode", "left"),
@@ -198,28 +183,47 @@ def print_table(console: Console, rows: Sequence[Mapping[str, Any]]) -> None:
         ("added p50", "right"),
         ("CPU ms/req", "right"),
         ("sim CPU ms/req", "right"),
+        ("events", "right"),
+        ("other CPU %", "right"),
         ("errors", "right"),
     ):
         table.add_column(name, justify=justify)  # type: ignore[arg-type]
     for row in rows:
+        label = SYSTEM_LABELS[row["system"]]
         if row.get("rps") is None:
-            label = SYSTEM_LABELS[row["system"]]
             reason = str(row.get("reason"))[:60]
-            table.add_row(label, row["mode"], str(row["concurrency"]), f"[red]{reason}[/red]")
+            table.add_row(label, _mode_label(row), str(row["concurrency"]), f"[red]{reason}[/red]")
             continue
+        errors = _fmt(row["errors"], 0)
         table.add_row(
-            SYSTEM_LABELS[row["system"]],
-            row["mode"],
+            label,
+            _mode_label(row),
             str(row["concurrency"]),
             _fmt(row["rps"], 0),
             _fmt(row["p50_ms"]),
             _fmt(row["p99_ms"]),
             _fmt(row["ttfb_p50_ms"]),
             _fmt(row["added_p50_ms"]),
-            _fmt(row["server_cpu_ms_per_request"]),
-            _fmt(row["upstream_cpu_ms_per_request"]),
-            _fmt(row["errors"], 0),
+            _fmt(row["server_cpu_ms_per_request"], 3),
+            _fmt(row["upstream_cpu_ms_per_request"], 3),
+            _fmt(row.get("events_per_answer"), 1),
+            _fmt(row.get("other_cpu_percent"), 0),
+            f"[red]{errors}[/red]" if row["errors"] else errors,
         )
+    console.print(table)
+
+
+def print_targets(console: Console, checked: Sequence[Mapping[str, Any]]) -> None:
+    """The headline figures beside their targets (:mod:`loadtests.bench.figures`)."""
+    table = Table(title="Targets (same-run figures; CPU/req at c=16)")
+    table.add_column("figure")
+    table.add_column("value", justify="right")
+    table.add_column("target", justify="right")
+    table.add_column("", justify="left")
+    verdicts = {True: "[green]pass[/green]", False: "[red]FAIL[/red]", None: "not measured"}
+    for target in checked:
+        value = target["value"]
+        table.add_row(target["figure"], _fmt(value, 3), target["target"], verdicts[target["pass"]])
     console.print(table)
 
 
@@ -236,42 +240,4 @@ def write_csv(path: Path, rows: Sequence[Mapping[str, Any]]) -> Path:
 
 def write_json(path: Path, summary: Mapping[str, Any]) -> Path:
     path.write_text(json.dumps(summary, indent=2) + "\n")
-    return path
-
-
-def write_chart(path: Path, rows: Sequence[Mapping[str, Any]]) -> Path:
-    """RPS and p50 by concurrency, one line per system, one row of plots per mode."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    modes = list(dict.fromkeys(str(r["mode"]) for r in rows))
-    concurrencies = sorted({int(r["concurrency"]) for r in rows})
-    fig, axes = plt.subplots(len(modes), 2, figsize=(11, 4 * len(modes)), squeeze=False)
-    for i, mode in enumerate(modes):
-        for system, label in SYSTEM_LABELS.items():
-            points = sorted(
-                (r["concurrency"], r["rps"], r["p50_ms"])
-                for r in rows
-                if r["system"] == system and r["mode"] == mode and r.get("rps") is not None
-            )
-            if not points:
-                continue
-            conc = [p[0] for p in points]
-            axes[i][0].plot(conc, [p[1] for p in points], marker="o", label=label)
-            axes[i][1].plot(conc, [p[2] for p in points], marker="o", label=label)
-        for j, (metric, scale) in enumerate((("requests/s", "log"), ("p50 latency (ms)", "log"))):
-            ax = axes[i][j]
-            ax.set_title(f"{mode}: {metric}")
-            ax.set_xlabel("concurrency")
-            ax.set_xscale("log", base=2)
-            ax.set_xticks(concurrencies, [str(c) for c in concurrencies])
-            ax.minorticks_off()
-            ax.set_yscale(scale)
-            ax.grid(True, which="both", alpha=0.3)
-        axes[i][0].legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
     return path

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -9,9 +10,19 @@ from pathlib import Path
 
 import pytest
 
-from loadtests.bench import profile, report
-from loadtests.bench.loadgen import CellResult, Percentiles, percentile
-from loadtests.bench.settings import HEADLINE_CONCURRENCY, BenchSettings
+from loadtests.bench import figures, profile, report
+from loadtests.bench.loadgen import (
+    WIRES,
+    CellResult,
+    CellSpec,
+    Percentiles,
+    StreamWatch,
+    percentile,
+    request_body,
+    request_headers,
+)
+from loadtests.bench.servers import Memory
+from loadtests.bench.settings import HEADLINE_CONCURRENCY, BenchSettings, Mode, SystemName
 from loadtests.bench_gateway import PROJECT_ROOT, parse_args
 
 HEADLINE_FIELDS = (
@@ -19,12 +30,23 @@ HEADLINE_FIELDS = (
     "added_p50_ms",
     "throughput_ratio_vs_litellm",
     "recording_on_off_throughput_ratio",
+    "frontier_cpu_ms_per_request",
+    "cpu_us_per_extra_chunk",
+    "frontier_stream_vs_litellm",
+    "recording_on_off",
+    "time_to_ready_s",
+    "rss_mb",
+    "peak_rss_mb",
+    "targets",
+    "targets_summary",
+    "disturbed_cells",
     "store_write_records_per_s",
 )
 CELL_FIELDS = (
     "system",
     "mode",
     "concurrency",
+    "max_tokens",
     "requests",
     "errors",
     "rps",
@@ -33,6 +55,8 @@ CELL_FIELDS = (
     "ttfb_p50_ms",
     "added_p50_ms",
     "server_cpu_ms_per_request",
+    "events_per_answer",
+    "other_cpu_percent",
 )
 
 
@@ -42,17 +66,83 @@ def test_percentile_interpolates_between_ranks():
     assert percentile([0.0, 10.0], 90) == pytest.approx(9.0)
 
 
-def test_quick_mode_keeps_every_system(monkeypatch):
+def test_quick_mode_keeps_every_system_and_mode(monkeypatch):
     monkeypatch.setenv("BENCH_QUICK", "1")
     settings = parse_args([])
     assert settings.quick
     assert set(settings.systems) == set(BenchSettings().systems)
+    assert set(settings.modes) == {"unary", "stream", "stream_long"}
     assert HEADLINE_CONCURRENCY in settings.concurrencies
+    assert settings.concurrencies_for("stream_long") == (HEADLINE_CONCURRENCY,)
     monkeypatch.delenv("BENCH_QUICK")
     assert parse_args(["--concurrency", "2,4"]).concurrencies == (2, 4)
+    assert parse_args(["--concurrency", "2,4"]).concurrencies_for("stream_long") == (2, 4)
 
 
-def _result(rps: float, p50: float, cpu_ms: float, requests: int = 100) -> CellResult:
+def test_a_system_needs_its_baseline_in_the_run():
+    with pytest.raises(ValueError, match="direct_anthropic"):
+        BenchSettings(systems=("direct", "frontier_anthropic"))
+    settings = BenchSettings(systems=("direct_anthropic", "frontier_anthropic"))
+    assert settings.servers() == ("simulator", "frontier")
+
+
+def test_anthropic_request_is_what_the_sdk_sends():
+    spec = CellSpec(
+        url="http://127.0.0.1:1/v1/messages",
+        concurrency=1,
+        duration_s=1.0,
+        warmup=0,
+        max_requests=1,
+        stream=False,
+        max_tokens=16,
+        model="claude-3-5-haiku-latest",
+        wire="anthropic",
+        headers={"x-api-key": "sk-ant"},
+    )
+    unary = json.loads(request_body(spec))
+    assert set(unary) == {"model", "max_tokens", "messages"}  # no `stream` unless streaming
+    assert unary["max_tokens"] == 16 and unary["messages"][0]["role"] == "user"
+    assert json.loads(request_body(dataclasses.replace(spec, stream=True)))["stream"] is True
+    headers = request_headers(spec)
+    assert headers["anthropic-version"] == "2023-06-01"
+    assert headers["x-api-key"] == "sk-ant"
+    assert not any(h.startswith("x-sim-") for h in headers)
+
+
+def _watch(wire: str, body: bytes, cut_every: int) -> StreamWatch:
+    watch = StreamWatch(WIRES[wire])
+    for i in range(0, len(body), cut_every):
+        watch.feed(body[i : i + cut_every])
+    return watch
+
+
+ANTHROPIC_STREAM = (
+    b'event: message_start\ndata: {"type":"message_start"}\n\n'
+    b'event: content_block_delta\ndata: {"type":"content_block_delta"}\n\n'
+    b'event: message_stop\ndata: {"type":"message_stop"}\n\n'
+)
+OPENAI_STREAM = b'data: {"id":"1"}\n\ndata: {"id":"2"}\n\ndata: [DONE]\n\n'
+
+
+@pytest.mark.parametrize("cut_every", [1, 3, 7, 4096])
+def test_stream_watch_counts_events_and_requires_the_end_marker(cut_every: int):
+    """Whatever the chunking: events counted, a missing end or an error event is a failure."""
+    watch = _watch("anthropic", ANTHROPIC_STREAM, cut_every)
+    assert (watch.events, watch.problem()) == (3, None)
+    cut = ANTHROPIC_STREAM[: ANTHROPIC_STREAM.index(b"event: message_stop")]
+    assert _watch("anthropic", cut, cut_every).problem() == "stream ended without message_stop"
+    failed = _watch("anthropic", b"event: error\ndata: {}\n\n" + ANTHROPIC_STREAM, cut_every)
+    assert failed.problem() == "stream carried an error event"
+    watch = _watch("openai", OPENAI_STREAM, cut_every)
+    assert (watch.events, watch.problem()) == (3, None)
+    errored = b'data: {"error":{"message":"x"}}\n\n' + OPENAI_STREAM
+    assert _watch("openai", errored, cut_every).problem() == "stream carried an error event"
+    assert _watch("openai", OPENAI_STREAM[:-14], cut_every).problem() is not None
+
+
+def _result(
+    rps: float, p50: float, cpu_ms: float, requests: int = 100, events: float | None = None
+) -> CellResult:
     lat = Percentiles(p50=p50, p90=p50, p99=p50 * 2, mean=p50, max=p50 * 3)
     return CellResult(
         requests=requests,
@@ -64,7 +154,16 @@ def _result(rps: float, p50: float, cpu_ms: float, requests: int = 100) -> CellR
         ttfb_ms=None,
         cpu_ms={"server": cpu_ms, "upstream": 10.0},
         client_cpu_ms=20.0,
+        events_per_answer=events,
     )
+
+
+def _cell(
+    system: SystemName, mode: Mode, rps: float, cpu_ms: float, events: float | None = None
+) -> report.Cell:
+    tokens = 256 if mode == "stream_long" else 16
+    result = _result(rps, 1000 / rps, cpu_ms, events=events)
+    return report.Cell(system, mode, HEADLINE_CONCURRENCY, result, None, tokens)
 
 
 def test_headline_figures_come_from_the_same_run():
@@ -77,12 +176,62 @@ def test_headline_figures_come_from_the_same_run():
         report.Cell("litellm", "stream", conc, None, "not started"),
     ]
     rows = report.build_rows(cells)
-    figures = report.headline(rows)
-    assert figures["gateway_cpu_ms_per_request"] == pytest.approx(0.5)
-    assert figures["added_p50_ms"] == pytest.approx(2.5)
-    assert figures["throughput_ratio_vs_litellm"] == pytest.approx(20.0)
-    assert figures["recording_on_off_throughput_ratio"] == pytest.approx(0.8)
+    found = figures.headline(rows)
+    assert found["gateway_cpu_ms_per_request"] == pytest.approx(0.5)
+    assert found["added_p50_ms"] == pytest.approx(2.5)
+    assert found["throughput_ratio_vs_litellm"] == pytest.approx(20.0)
+    assert found["recording_on_off_throughput_ratio"] == pytest.approx(0.8)
     assert rows[-1]["reason"] == "not started"
+
+
+def test_frontier_figures_and_targets_on_synthetic_cells():
+    """CPU per request and per extra chunk, ratios, readiness and memory against targets."""
+    cells = [
+        _cell("direct", "stream", 4000, 10.0, events=19),
+        _cell("direct_anthropic", "unary", 4000, 10.0),
+        _cell("frontier_openai", "unary", 1000, 80.0),  # 0.8 ms/req
+        _cell("frontier_openai", "stream", 1000, 120.0, events=19),  # 1.2 ms/req
+        # 1.2 + 240 events * 10 us = 3.6 ms/req
+        _cell("frontier_openai", "stream_long", 200, 360.0, events=259),
+        _cell("frontier_openai_rec", "unary", 950, 90.0),
+        _cell("frontier_openai_rec", "stream", 800, 130.0, events=19),
+        _cell("frontier_anthropic", "unary", 500, 200.0),  # 2.0 ms/req
+        _cell("frontier_anthropic_rec", "unary", 500, 210.0),
+        _cell("litellm", "stream", 40, 1500.0, events=19),
+    ]
+    rows = report.build_rows(cells)
+    anthropic_row = next(r for r in rows if r["system"] == "frontier_anthropic")
+    assert anthropic_row["added_p50_ms"] == pytest.approx(2.0 - 0.25)  # vs direct_anthropic
+    startup = {"simulator": 0.3, "switchyard": 1.2, "frontier": 2.5}
+    memory = {"frontier": Memory(rss_mb=280.0, peak_rss_mb=290.0)}
+    found = figures.headline(rows, startup, memory)
+    assert found["frontier_cpu_ms_per_request"]["openai"] == {"unary": 0.8, "stream": 1.2}
+    assert found["frontier_cpu_ms_per_request"]["anthropic"]["stream"] is None
+    assert found["cpu_us_per_extra_chunk"]["frontier_openai"] == pytest.approx(10.0)
+    assert found["cpu_us_per_extra_chunk"]["direct"] is None  # no long stream measured
+    assert found["frontier_stream_vs_litellm"]["openai"] == pytest.approx(25.0)
+    assert found["recording_on_off"]["frontier_openai"] == {"unary": 0.95, "stream": 0.8}
+    assert found["recording_on_off"]["frontier_anthropic"]["unary"] == pytest.approx(1.0)
+    assert found["recording_on_off_cpu"]["frontier_anthropic"]["unary"] == pytest.approx(
+        2 / 2.1, abs=1e-3
+    )
+    assert found["time_to_ready_s"]["frontier"] == pytest.approx(2.5)
+    assert found["time_to_ready_s"]["switchyard_rec"] is None
+    assert found["rss_mb"]["frontier"] == pytest.approx(280.0)
+    verdicts = {t["figure"]: t["pass"] for t in figures.check_targets(found)}
+    assert verdicts["frontier_cpu_ms_per_request.openai.unary"] is True
+    assert verdicts["frontier_cpu_ms_per_request.openai.stream"] is True
+    assert verdicts["frontier_cpu_ms_per_request.anthropic.unary"] is False
+    assert verdicts["frontier_cpu_ms_per_request.anthropic.stream"] is None
+    assert verdicts["cpu_us_per_extra_chunk.frontier_openai"] is True
+    assert verdicts["frontier_stream_vs_litellm.openai"] is True
+    assert verdicts["recording_on_off.frontier_openai.unary"] is True
+    assert verdicts["recording_on_off.frontier_openai.stream"] is False
+    assert verdicts["time_to_ready_s.switchyard"] is True
+    assert verdicts["time_to_ready_s.frontier"] is False
+    assert verdicts["rss_mb.frontier"] is True
+    summary = figures.targets_summary(figures.check_targets(found))
+    assert sum(summary.values()) == len(figures.TARGETS)
 
 
 def test_profile_summary_keeps_busy_main_thread_samples():
@@ -107,27 +256,15 @@ def test_profile_summary_keeps_busy_main_thread_samples():
 
 
 def test_benchmark_end_to_end_on_tiny_settings(tmp_path: Path):
-    """Simulator, gateway with recording on and off, SQLite store; the summary's shape only."""
+    """Simulator in both formats, the local path recording on and off, the frontier path to the
+    Anthropic-format upstream through the Anthropic door, SQLite store; the summary's shape
+    only."""
     out = tmp_path / "bench"
-    argv = [
-        sys.executable,
-        "-m",
-        "loadtests.bench_gateway",
-        "--systems",
-        "direct,switchyard,switchyard_rec",
-        "--concurrency",
-        f"1,{HEADLINE_CONCURRENCY}",
-        "--duration",
-        "0.3",
-        "--warmup",
-        "2",
-        "--store-records",
-        "50",
-        "--store-backends",
-        "sqlite",
-        "--out-dir",
-        str(out),
-    ]
+    systems = "direct,direct_anthropic,switchyard,switchyard_rec,frontier_anthropic"
+    argv = [sys.executable, "-m", "loadtests.bench_gateway", "--systems", systems]
+    argv += ["--concurrency", str(HEADLINE_CONCURRENCY), "--duration", "0.3", "--warmup", "2"]
+    argv += ["--store-records", "50", "--store-backends", "sqlite", "--out-dir", str(out)]
+    argv += ["--ready-samples", "2"]
     done = subprocess.run(
         argv, capture_output=True, text=True, timeout=300, cwd=PROJECT_ROOT, check=False
     )
@@ -138,15 +275,26 @@ def test_benchmark_end_to_end_on_tiny_settings(tmp_path: Path):
     assert summary["throughput_ratio_vs_litellm"] is None  # LiteLLM was not asked for
     assert summary["gateway_cpu_ms_per_request"] is not None
     assert summary["recording_on_off_throughput_ratio"] is not None
+    assert summary["frontier_cpu_ms_per_request"]["anthropic"]["stream"] is not None
+    assert summary["cpu_us_per_extra_chunk"]["frontier_anthropic"] is not None
+    for server in ("switchyard", "switchyard_rec", "frontier"):
+        assert summary["time_to_ready_s"][server] is not None
+        assert len(summary["startup_samples_s"][server]) == 2
+        assert summary["rss_mb"][server] is not None
+    assert summary["time_to_ready_s"]["frontier_rec"] is None  # not asked for
     assert summary["store_write_records_per_s"]["sqlite"] is not None
     cells = summary["cells"]
-    assert len(cells) == 3 * 2 * 2
+    assert len(cells) == 5 * 3
     for cell in cells:
         for name in CELL_FIELDS:
             assert name in cell, (name, cell)
         assert cell["requests"] > 0 and cell["errors"] == 0, cell
-    streamed = [c for c in cells if c["mode"] == "stream"]
+    streamed = [c for c in cells if c["mode"] != "unary"]
     assert all(c["ttfb_p50_ms"] is not None for c in streamed)
+    long_events = {c["system"]: c["events_per_answer"] for c in cells if c["mode"] == "stream_long"}
+    short_events = {c["system"]: c["events_per_answer"] for c in cells if c["mode"] == "stream"}
+    for system, events in long_events.items():
+        assert events - short_events[system] == 256 - 16, system  # one event per extra token
     for name in ("report.json", "cells.csv", "chart.png"):
         assert (out / name).stat().st_size > 0
     assert json.loads((out / "report.json").read_text())["cells"] == cells
