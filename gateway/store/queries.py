@@ -2,8 +2,9 @@
 
 A :class:`Codec` turns record values into driver parameters and back, per logical column type
 (see :mod:`gateway.store.schema` for the per-dialect storage). JSON is encoded as strict JSON text
-for both dialects (PostgreSQL casts the untyped text parameter to ``jsonb``); NaN and infinities
-are refused, as ``jsonb`` would refuse them; on PostgreSQL a NUL character (which neither
+for both dialects (PostgreSQL casts the untyped text parameter to ``jsonb``); NaN and infinities,
+which JSON cannot hold (client bodies never carry them: they are parsed strictly), are stored as
+``null`` rather than losing the record; on PostgreSQL a NUL character (which neither
 text nor jsonb can hold) is stored as U+FFFD. Encoding failures raise :class:`StoreDataError`, so a
 record that cannot be stored is told apart from a database that cannot be reached.
 
@@ -14,11 +15,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+import operator
 import re
 import uuid
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final, TypeVar
+
+import orjson
 
 from gateway.store.config import Dialect
 from gateway.store.errors import StoreDataError
@@ -40,7 +44,13 @@ _JSON_NUL: Final = re.compile(r"(?<!\\)((?:\\\\)*)\\u0000")
 
 
 def dumps_json(value: object) -> str:
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    """Compact JSON text. orjson (about 10x the standard library's speed on a record's request
+    and answer; NaN and infinities become null); what it will not encode (lone surrogates,
+    integers over 64 bits, non-string keys) goes to the standard library, which refuses NaN."""
+    try:
+        return orjson.dumps(value).decode()
+    except (orjson.JSONEncodeError, TypeError):
+        return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
 
 
 class Codec:
@@ -87,13 +97,31 @@ class Codec:
         return self.encode(ColumnType.ID, value)  # type: ignore[no-any-return]
 
 
+def _plain(value: Any) -> Any:
+    return value
+
+
+def _column_encoder(codec: Codec, ctype: ColumnType) -> Any:
+    """The encoder of one column type: the plain value where the codec would return it as is
+    (most columns), else the codec's own rule."""
+    if ctype is ColumnType.JSON or ctype is ColumnType.TS or ctype is ColumnType.BOOL:
+        return lambda v: codec.encode(ctype, v)
+    if codec.dialect == "postgres" or ctype is ColumnType.ID:
+        return lambda v: codec.encode(ctype, v)
+    return _plain
+
+
 def encode_rows(table: Table, records: Sequence[object], codec: Codec) -> list[Row]:
     """Parameters for inserting ``records`` (field names = column names) into ``table``."""
-    columns = table.columns
+    names = table.column_names
+    read = operator.attrgetter(*names) if len(names) > 1 else lambda r: (getattr(r, names[0]),)
+    encoders = [_column_encoder(codec, c.type) for c in table.columns]
     try:
         return [
-            tuple(codec.encode(c.type, getattr(record, c.name)) for c in columns)
-            for record in records
+            tuple(
+                None if v is None else enc(v) for enc, v in zip(encoders, read(r), strict=True)
+            )
+            for r in records
         ]
     except (TypeError, ValueError, AttributeError) as e:
         raise StoreDataError(f"cannot encode a {table.name} row: {e}") from e

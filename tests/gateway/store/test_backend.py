@@ -213,7 +213,14 @@ async def test_invalid_data_is_a_data_error(store_backend):
     with pytest.raises(StoreDataError):
         await store_backend.insert_feedback([FeedbackRecord(inference_id="bad", kind="accepted")])
     with pytest.raises(StoreDataError):
-        await store_backend.insert_inferences([inference(request={"x": float("nan")})])
+        await store_backend.insert_inferences([inference(request={"x": 2**70, "y": float("nan")})])
+
+
+async def test_nan_in_json_is_stored_as_null_rather_than_losing_the_record(store_backend):
+    rec = inference(request={"x": float("nan"), "y": [float("inf")]})
+    await store_backend.insert_inferences([rec])
+    (row,) = await read_all(store_backend)
+    assert row.inference.request == {"x": None, "y": [None]}
 
 
 def test_records_validate_on_construction():
