@@ -3,12 +3,15 @@ run and the loop-lag benchmark share.
 
 ``local`` is a ``vllm``-kind target pointed at the simulator (it speaks OpenAI's API, so the
 gateway's pass-through path is what runs); ``frontier-openai``, ``frontier-text`` and
-``frontier-anthropic`` go through litellm to the simulator's OpenAI and Anthropic routes.
+``frontier-anthropic`` are frontier targets on the simulator's OpenAI and Anthropic routes: posted
+directly where the door speaks the provider's format, through litellm where it does not.
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+from serving.names import LOCAL_MODEL_NAME
 
 
 def simulator_backends(sim_url: str) -> dict[str, Any]:
@@ -39,7 +42,7 @@ def simulator_aliases() -> dict[str, str | None]:
     """Model names a client may call: ``auto`` for the router, one name per target."""
     return {
         "auto": None,
-        "switchyard-local": "local",
+        LOCAL_MODEL_NAME: "local",
         "gpt-4o-mini": "frontier-openai",
         "claude-3-5-haiku": "frontier-anthropic",
         "instruct": "frontier-text",
