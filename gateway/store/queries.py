@@ -40,6 +40,7 @@ _MICROSECOND: Final = timedelta(microseconds=1)
 # PostgreSQL's text and jsonb cannot hold U+0000 and refuse the whole row; a client may send
 # it (a pasted binary, a hostile body). It is stored as U+FFFD instead of losing the record.
 # In JSON text, a NUL is the escape \u0000 behind an even run of backslashes.
+_CANONICAL_UUID: Final = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 _JSON_NUL: Final = re.compile(r"(?<!\\)((?:\\\\)*)\\u0000")
 
 
@@ -75,6 +76,8 @@ class Codec:
         if ctype is ColumnType.BOOL:
             return bool(value) if self.dialect == "postgres" else int(bool(value))
         if ctype is ColumnType.ID and self.dialect == "sqlite":
+            if isinstance(value, str) and _CANONICAL_UUID.fullmatch(value):
+                return value  # our own ids: already canonical (a regex is ~8x cheaper)
             return str(uuid.UUID(value))  # canonical lowercase, as PostgreSQL's uuid prints it
         return value
 
@@ -118,9 +121,7 @@ def encode_rows(table: Table, records: Sequence[object], codec: Codec) -> list[R
     encoders = [_column_encoder(codec, c.type) for c in table.columns]
     try:
         return [
-            tuple(
-                None if v is None else enc(v) for enc, v in zip(encoders, read(r), strict=True)
-            )
+            tuple(None if v is None else enc(v) for enc, v in zip(encoders, read(r), strict=True))
             for r in records
         ]
     except (TypeError, ValueError, AttributeError) as e:
