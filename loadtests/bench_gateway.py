@@ -40,7 +40,7 @@ from typing import Any
 from rich.console import Console
 
 from loadtests.bench import chart, figures, litellm_proxy, profile, report, store_throughput
-from loadtests.bench.cells import cell_spec, measure_cells
+from loadtests.bench.cells import cell_spec, measure_cells, measure_recording_rounds
 from loadtests.bench.servers import ServerFleet
 from loadtests.bench.settings import (
     HEADLINE_CONCURRENCY,
@@ -213,6 +213,7 @@ def run(settings: BenchSettings, stdout: Console, log: Console) -> dict[str, Any
             systems.unavailable["litellm"] = install_error.splitlines()[0]
         idle = idle_cpu_percent(systems.servers)
         cells = measure_cells(settings, systems, log.print)
+        rounds = measure_recording_rounds(settings, systems, log.print)
         prof, prof_reason = profile_gateway(settings, systems, out_dir, log)
         memory = server_memory(systems.servers)  # after every cell: the load's high-water mark
     recorded = {name: recorded_rows(db) for name, db in systems.recording_dbs.items()}
@@ -223,7 +224,7 @@ def run(settings: BenchSettings, stdout: Console, log: Console) -> dict[str, Any
             settings.store_backends, settings.store_records, settings.postgres_url, out_dir
         )
     rows = report.build_rows(cells)
-    headline = figures.headline(rows, systems.startup_s, memory)
+    headline = figures.headline(rows, systems.startup_s, memory, rounds)
     checked = figures.check_targets(headline)
     summary: dict[str, Any] = {
         **headline,

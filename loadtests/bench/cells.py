@@ -16,7 +16,13 @@ from dataclasses import asdict
 
 from loadtests.bench.loadgen import CellResult, CellSpec, result_from_json
 from loadtests.bench.report import Cell
-from loadtests.bench.settings import SYSTEM_SPECS, BenchSettings, Mode, SystemName
+from loadtests.bench.settings import (
+    HEADLINE_CONCURRENCY,
+    SYSTEM_SPECS,
+    BenchSettings,
+    Mode,
+    SystemName,
+)
 from loadtests.bench.systems import PROJECT_ROOT, Systems
 
 
@@ -84,3 +90,44 @@ def measure_cells(
                     f"p50 {p50:7.2f} ms  CPU {cpu:6.3f} ms/req  errors {result.errors}"
                 )
     return cells
+
+
+def measure_recording_rounds(
+    settings: BenchSettings, systems: Systems, say: Callable[[str], None]
+) -> dict[str, dict[str, list[float]]]:
+    """Recording on / off req/s ratios from ``settings.recording_rounds`` extra pairs per path
+    and mode at the headline concurrency, each pair run back to back (off, then on).
+
+    Why: one 3-5 s cell per system on a shared 2-core machine swings a ratio by +-30% when
+    another process wakes up; pairs taken seconds apart and their median hold it. The workload
+    is the cells' own (same requests, concurrency and window)."""
+    out: dict[str, dict[str, list[float]]] = {}
+    timeout = settings.duration_s + settings.cell_timeout_margin_s
+    for name, spec in SYSTEM_SPECS.items():
+        base = spec.recording_of
+        if base is None or name not in settings.systems or base not in settings.systems:
+            continue
+        if systems.server_for(name) is None or systems.server_for(base) is None:
+            continue
+        for mode in ("unary", "stream"):
+            if mode not in settings.modes:
+                continue
+            ratios = out.setdefault(base, {}).setdefault(mode, [])
+            for _ in range(settings.recording_rounds):
+                try:
+                    off = run_loadgen(
+                        cell_spec(settings, systems, base, mode, HEADLINE_CONCURRENCY), timeout
+                    )
+                    on = run_loadgen(
+                        cell_spec(settings, systems, name, mode, HEADLINE_CONCURRENCY), timeout
+                    )
+                except (RuntimeError, subprocess.TimeoutExpired, ValueError) as exc:
+                    say(f"[red]recording round {base} {mode} failed[/red]: {exc}")
+                    continue
+                if off.rps and on.rps and not off.errors and not on.errors:
+                    ratios.append(on.rps / off.rps)
+            say(
+                f"  recording on/off {base:20} {mode:7} rounds: "
+                + ", ".join(f"{r:.3f}" for r in ratios)
+            )
+    return out

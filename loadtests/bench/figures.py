@@ -15,9 +15,10 @@ Every figure is read at the headline concurrency (c=16), throughput and CPU per 
   proxy's (the proxy speaks OpenAI only, so ``anthropic`` compares across formats and is shown
   without a target);
 - ``recording_on_off.<system>.<mode>``: req/s with recording on / off, per path, unary and short
-  stream; ``recording_on_off_cpu.<system>.<mode>``: the same pair's gateway CPU per request,
-  off / on (the throughput ratio of a CPU-bound gateway; it holds where other processes disturb
-  the req/s, see ``other_cpu_percent``; no target);
+  stream: the median over the main cells' pair and ``recording_rounds`` more back-to-back pairs
+  (``recording_on_off_rounds`` lists them); ``recording_on_off_cpu.<system>.<mode>``: the main
+  pair's gateway CPU per request, off / on (the throughput ratio of a CPU-bound gateway; it
+  holds where other processes disturb the req/s, see ``other_cpu_percent``; no target);
 - ``time_to_ready_s.<server>``: spawn -> first 200 from ``/ready`` (asked every 10 ms), each
   gateway server started alone;
 - ``rss_mb.<server>``, ``peak_rss_mb.<server>``: ``VmRSS`` and ``VmHWM`` of each gateway process
@@ -101,6 +102,15 @@ def _ratio(num: Row | None, den: Row | None) -> float | None:
     return round(float(num["rps"]) / float(den["rps"]), 3)
 
 
+def _median_ratio(first: float | None, more: Sequence[float]) -> float | None:
+    values = sorted([first, *more] if first is not None else list(more))
+    if not values:
+        return None
+    mid = len(values) // 2
+    median = values[mid] if len(values) % 2 else (values[mid - 1] + values[mid]) / 2
+    return round(median, 3)
+
+
 def _cpu(row: Row | None) -> float | None:
     value = row.get("server_cpu_ms_per_request") if row is not None else None
     return None if value is None else float(value)
@@ -129,8 +139,12 @@ def headline(
     rows: Sequence[Row],
     startup_s: Mapping[ServerName, float] | None = None,
     memory: Mapping[str, Memory] | None = None,
+    rounds: Mapping[str, Mapping[str, Sequence[float]]] | None = None,
 ) -> dict[str, Any]:
-    """The headline figures (module docstring); a figure not measured is None."""
+    """The headline figures (module docstring); a figure not measured is None. ``rounds``: the
+    extra recording on/off ratios per path and mode (:func:`~loadtests.bench.cells.
+    measure_recording_rounds`)."""
+    rounds = rounds or {}
     gw = find(rows, "switchyard")
     litellm_stream = find(rows, "litellm", "stream")
     startup_s = startup_s or {}
@@ -152,11 +166,18 @@ def headline(
         },
         "recording_on_off": {
             spec.recording_of: {
-                mode: _ratio(find(rows, name, mode), find(rows, spec.recording_of, mode))
+                mode: _median_ratio(
+                    _ratio(find(rows, name, mode), find(rows, spec.recording_of, mode)),
+                    rounds.get(spec.recording_of, {}).get(mode, []),
+                )
                 for mode in RECORDING_MODES
             }
             for name, spec in SYSTEM_SPECS.items()
             if spec.recording_of is not None
+        },
+        "recording_on_off_rounds": {
+            base: {mode: [round(r, 3) for r in ratios] for mode, ratios in by_mode.items()}
+            for base, by_mode in rounds.items()
         },
         "recording_on_off_cpu": {
             spec.recording_of: {

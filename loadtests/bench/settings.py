@@ -173,6 +173,9 @@ class BenchSettings:
     systems: tuple[SystemName, ...] = SYSTEMS
     duration_s: float = 5.0  # measured window per cell
     warmup_requests: int = 50  # per cell, uncounted; at least 2 per connection
+    # Extra back-to-back (off, on) pairs per recording path and mode at c=16; the recording
+    # ratios are the median over the main cells' pair and these (see cells.measure_recording_rounds)
+    recording_rounds: int = 4
     max_requests_per_cell: int = 200_000  # a bound, should a window be long
     max_tokens: int = 16  # answer length asked for (unary and stream)
     long_stream_tokens: int = 256  # answer length of the long stream
@@ -243,6 +246,7 @@ def quick_settings(**overrides: object) -> BenchSettings:
         "long_stream_concurrencies": (HEADLINE_CONCURRENCY,),
         "duration_s": 3.0,
         "warmup_requests": 20,
+        "recording_rounds": 3,
         "store_records": 2_000,
         "quick": True,
     }

@@ -298,3 +298,11 @@ def test_benchmark_end_to_end_on_tiny_settings(tmp_path: Path):
     for name in ("report.json", "cells.csv", "chart.png"):
         assert (out / name).stat().st_size > 0
     assert json.loads((out / "report.json").read_text())["cells"] == cells
+
+
+def test_recording_ratio_is_the_median_of_the_main_pair_and_the_rounds() -> None:
+    from loadtests.bench import figures
+
+    assert figures._median_ratio(0.6, [0.95, 0.93, 0.97]) == 0.94
+    assert figures._median_ratio(None, [0.9, 1.0, 0.8]) == 0.9
+    assert figures._median_ratio(None, []) is None
