@@ -8,6 +8,11 @@ answers, stream events and errors go back in Anthropic's shapes (``{"type": "err
 accepted; the key may come as ``x-api-key`` or ``Authorization: Bearer`` (checked, when keys
 arrive, in the one shared place, not here). ``count_tokens`` answers an estimate (characters / 4,
 as the router estimates) without calling a back-end.
+
+The record keeps the translation (``canonical_request``) even when the body went natively to
+Anthropic, and the provider's message converted to a chat completion
+(:mod:`gateway.wire.anthropic_answer`, ``canonical_response``): training targets the local model,
+and that is what the local model is sent and would answer in.
 """
 
 from __future__ import annotations
@@ -41,13 +46,18 @@ from gateway.wire.anthropic import (
     render_message,
     translate_messages,
 )
+from gateway.wire.anthropic_answer import completion_of_message
 from gateway.wire.anthropic_stream import assemble_message
 from gateway.wire.blocks import prompt_chars
 from router.errors import RoutingError
 from router.features import RequestFeatures, estimate_tokens
 
 MESSAGES_DOOR = FrontDoor(
-    "messages", "anthropic.messages", error_body=error_body, assemble_native=assemble_message
+    "messages",
+    "anthropic.messages",
+    error_body=error_body,
+    assemble_native=assemble_message,
+    native_as_chat=completion_of_message,
 )
 _JSON = "application/json"
 

@@ -3,9 +3,10 @@
 A request is translated into the internal chat-completions body (:mod:`gateway.wire.responses`)
 and then served by :mod:`gateway.pipeline` exactly like ``/v1/chat/completions``: same routing
 rules, back-ends, failover, metrics and record. The answer goes back as a Responses object or as
-Responses stream events. The record keeps the client's own body and the Responses-format answer;
-what the translation left out (tools a back-end cannot serve, dropped input items) is in
-``Exchange.notes``.
+Responses stream events. The record keeps the client's own body and the Responses-format answer,
+and beside them the translated chat body and the chat answer (``canonical_request``,
+``canonical_response``: what the served model saw, what training reads); what the translation
+left out (tools a back-end cannot serve, dropped input items) is in ``Exchange.notes``.
 
 :func:`serve_translated` is the handler shape every translating door shares (the Anthropic door
 uses it too): read, translate, route, serve, and answer any failure in the door's error shape.
@@ -136,6 +137,9 @@ def _prepare(
             ],
             code="invalid_request_shape",
         ) from exc
+    # What the served model is sent, before any provider's changes: what training reads. Kept
+    # for a native pass-through too (it is what the local model would be sent).
+    ex.canonical_request = translated.body
     ex.translation_notes.update(translated.notes)
     ex.features = dataclasses.replace(
         translated.features, request_id=ex.id, api_key_id=ex.principal.key_id

@@ -14,6 +14,11 @@ A stream fails over only before its first byte. After that a failure is sent to 
 OpenAI error event (``data: {"error": ...}``) and no ``[DONE]``, so the SDK raises instead of
 returning a silently truncated answer; the record says what happened.
 
+A translating door's record also keeps what the served model saw (``canonical_request`` and
+``canonical_response``): the translated body, and the answer the door rendered, or the chunks its
+encoder consumed, or a native answer converted (``FrontDoor.native_as_chat``). The OpenAI doors'
+bodies already are that: they store neither and do no extra work.
+
 Shutdown: an exchange still in flight at the drain deadline is aborted (:meth:`Exchange.abort`
 cancels the task serving it); the cancellation is caught where the exchange is served and turned
 into a 503 ``server_shutting_down`` in the door's shape (a stream gets its error event), recorded
@@ -83,8 +88,9 @@ class FrontDoor:
     ``render``/``stream_encoder`` of ``None`` mean "pass the upstream bytes through" (the OpenAI
     doors: no re-encoding on the hot path). ``error_body`` reshapes an OpenAI error body.
     A back-end may answer natively in the door's own format (the Messages door to Anthropic):
-    those bytes go through as they are too, and ``assemble_native`` builds the record's answer
-    from the stream's events once it ended.
+    those bytes go through as they are too, ``assemble_native`` builds the record's answer
+    from the stream's events once it ended, and ``native_as_chat`` converts that answer into a
+    chat completion for the record's ``canonical_response`` (``ValueError`` when it cannot).
     """
 
     endpoint: str
@@ -93,6 +99,7 @@ class FrontDoor:
     stream_encoder: Callable[[Exchange], StreamEncoder] | None = None
     error_body: Callable[[int, dict[str, Any]], dict[str, Any]] | None = None
     assemble_native: Callable[[bytes], dict[str, Any] | None] | None = None
+    native_as_chat: Callable[[dict[str, Any]], dict[str, Any]] | None = None
 
 
 @dataclass(slots=True)
@@ -104,6 +111,8 @@ class Exchange:
     wire_format: str
     started: float
     request: dict[str, Any] | None = None
+    canonical_request: dict[str, Any] | None = None
+    canonical_response: dict[str, Any] | None = None
     features: RequestFeatures | None = None
     decision: RouteDecision | None = None
     target: str | None = None
@@ -273,13 +282,28 @@ async def serve_unary(
     door = ex.door
     _after_success(state, ex, call)
     if result.native or door is None or door.render is None:
+        if result.native:
+            ex.canonical_response = _native_as_chat(ex, result.parsed)
         cost = finish(state, ex, 200, result.parsed, result.usage, error=None, stream=False)
         return Response(result.body, 200, _with_cost(ex, cost), media_type="application/json")
     rendered = door.render(result.parsed, ex)
+    ex.canonical_response = result.parsed  # the internal answer the door rendered
     cost = finish(state, ex, 200, rendered, result.usage, error=None, stream=False)
     return Response(
         orjson.dumps(rendered), 200, _with_cost(ex, cost), media_type="application/json"
     )
+
+
+def _native_as_chat(ex: Exchange, native: dict[str, Any] | None) -> dict[str, Any] | None:
+    """A native answer as a chat completion; None without a converter or when the body is not an
+    answer (``response`` keeps it; a converter never costs a record)."""
+    convert = ex.door.native_as_chat if ex.door is not None else None
+    if convert is None or native is None:
+        return None
+    try:
+        return convert(native)
+    except (ValueError, TypeError):
+        return None
 
 
 def _with_cost(ex: Exchange, cost: float | None) -> dict[str, str]:
@@ -321,6 +345,8 @@ async def _relay(
     state: GatewayState, ex: Exchange, stream: UpstreamStream, call: UpstreamCall
 ) -> AsyncIterator[bytes]:
     encoder = ex.door.stream_encoder(ex) if ex.door and ex.door.stream_encoder else None
+    # The internal chunks the encoder consumed: the record's canonical answer (translating doors).
+    consumed: list[dict[str, Any]] = []
     status, error = 200, None
     ex.task = asyncio.current_task()  # the response's task now serves it (abort cancels it)
     try:
@@ -331,7 +357,9 @@ async def _relay(
                 yield block
         else:
             async for block in stream:
-                encoded = b"".join(encoder.encode(c) for c in parse_stream(block))
+                chunks = parse_stream(block)
+                consumed.extend(chunks)
+                encoded = b"".join(encoder.encode(c) for c in chunks)
                 if encoded:
                     yield encoded
             yield encoder.finish()
@@ -355,8 +383,10 @@ async def _relay(
         if stream.native:
             assemble_native = ex.door.assemble_native if ex.door is not None else None
             response = assemble_native(b"".join(out.raw)) if assemble_native else None
+            ex.canonical_response = _native_as_chat(ex, response)
         elif encoder is not None:
             response = encoder.final_response()
+            ex.canonical_response = assemble_chat(consumed) if consumed else None
         else:
             chunks = out.chunks or parse_stream(b"".join(out.raw))
             assemble = assemble_chat if ex.endpoint == "chat.completions" else assemble_completion
@@ -433,7 +463,9 @@ def finish(
             endpoint=ex.endpoint,
             wire_format=ex.wire_format,
             request=ex.request if ex.request is not None else {},
+            canonical_request=ex.canonical_request,
             response=response,
+            canonical_response=ex.canonical_response,
             route_target=ex.target or "",
             served_model=ex.served_model or "",
             weights_version=ex.weights_version,

@@ -84,7 +84,11 @@ def recorded_text(inf: InferenceRecord) -> RequestText:
     """What the scorer reads of a recorded request: the exporter's conversation (one shape for
     every wire format), read by the same reader as the gateway's (``router.chat_text``)."""
     request = inf.request or {}
-    row = {"request": request, "wire_format": inf.wire_format}
+    row = {
+        "request": request,
+        "wire_format": inf.wire_format,
+        "canonical_request": inf.canonical_request,
+    }
     try:
         body: Mapping[str, Any] = {"messages": to_messages(row), "tools": tools_of(row)}  # type: ignore[arg-type]
     except UnsupportedShape:

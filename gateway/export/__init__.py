@@ -1,7 +1,8 @@
 """Dataset exporters: recorded traffic in, trainer-ready SFT / preference / RL-prompt files out.
 
 Modules, in pipeline order: ``rows`` (input shape), ``conversation`` (any wire format to OpenAI
-chat messages; its types live in ``turns``, its per-format parsers in ``wire_formats``),
+chat messages; its types live in ``turns``; ``wire_formats`` puts each record in the internal
+format, the conversation the served model saw, and ``chat_format`` parses that format),
 ``labels`` (feedback summary), ``pii`` (scrubbing), ``builders`` (record formats; shared
 pieces in ``records``, pairs in ``preference``), ``dedup`` (exact and MinHash-LSH), ``split``
 (time-based, episode-preserving), ``writers`` (all file output) and ``export`` (the pipeline);

@@ -8,32 +8,52 @@ Every exporter works on OpenAI chat messages, whatever format the client spoke:
   with each call ``{"id", "type": "function", "function": {"name", "arguments": str}}``
 - ``{"role": "tool", "tool_call_id": str, "content": str}``
 
-Mapping rules:
+Where it comes from: the conversation the served model saw, in the internal format
+(:mod:`gateway.export.wire_formats`): the client's own body for the OpenAI doors, the door's
+translation for the Responses and Messages doors (the record's ``canonical_request`` and
+``canonical_response``, or, for records older than those, the live translator run again). So
+Responses and Messages conversations follow the live translators' rules exactly
+(:mod:`gateway.wire.responses_request`, :mod:`gateway.wire.anthropic`): a ``tool_result`` with
+``is_error`` reads ``Error: ...``, an assistant turn's text blocks are joined with nothing
+between them, leading system and developer items become one system message, namespaced tools are
+flattened to ``<namespace>__<name>``, and what the translation left out (thinking blocks,
+reasoning items, typed and built-in tools, images inside tool results) is left out here too.
 
-- OpenAI chat: text content parts are joined with ``"\\n"``; ``name`` fields are dropped.
+Mapping of the internal format (:mod:`gateway.export.chat_format`):
+
+- Chat: text content parts are joined with ``"\\n"``; ``name`` fields are dropped.
 - Legacy completions: the prompt string becomes one user message, the completion text the answer.
-- OpenAI Responses: ``instructions`` become the system message; ``message`` items map by role;
-  consecutive ``function_call`` items become one assistant turn with several ``tool_calls``;
-  ``function_call_output`` items become tool messages; ``reasoning`` items are dropped.
-- Anthropic messages: ``system`` becomes the system message; ``tool_use`` blocks become
-  ``tool_calls`` (``input`` serialized as compact JSON); each ``tool_result`` block becomes a tool
-  message, placed before the text of the same user turn; ``thinking`` blocks are dropped.
 - Tools become OpenAI chat tools ``{"type": "function", "function": {name, description?,
   parameters?}}``.
 
 Anything that cannot be mapped faithfully raises :class:`UnsupportedShape` carrying a short
 reason code (listed in ``SKIP_REASONS``); exporters count those and move on. Images and files,
 fill-in-the-middle prompts (``suffix``), batched prompts, server-side conversation state
-(``previous_response_id``) and non-function tools are all skipped, never approximated.
+(``previous_response_id``) and non-function tools are all skipped, never approximated; so is an
+answer of a translating door that calls a tool its conversation does not offer (a typed or
+server tool the translation left out, e.g. Anthropic's ``web_search`` used by the provider).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
+from gateway.export.chat_format import (
+    chat_answer,
+    chat_messages,
+    chat_tools,
+    completion_answer,
+    completion_messages,
+)
 from gateway.export.rows import ExportRow
 from gateway.export.turns import SKIP_REASONS, AssistantTurn, Message, ToolCall, UnsupportedShape
-from gateway.export.wire_formats import parsers_for
+from gateway.export.wire_formats import (
+    TRANSLATED_FORMATS,
+    InternalKind,
+    internal_answer,
+    internal_request,
+)
 
 __all__ = [
     "SKIP_REASONS",
@@ -42,9 +62,18 @@ __all__ = [
     "ToolCall",
     "UnsupportedShape",
     "answer_of",
+    "conversation_of",
     "to_messages",
     "tools_of",
 ]
+
+
+def _messages(kind: InternalKind, body: dict[str, Any]) -> list[Message]:
+    return chat_messages(body) if kind == "chat" else completion_messages(body)
+
+
+def _tools(kind: InternalKind, body: dict[str, Any]) -> list[dict[str, Any]]:
+    return chat_tools(body) if kind == "chat" else []
 
 
 def to_messages(row: ExportRow) -> list[Message]:
@@ -52,10 +81,7 @@ def to_messages(row: ExportRow) -> list[Message]:
 
     Raises :class:`UnsupportedShape` when the request cannot be mapped faithfully.
     """
-    request = row["request"]
-    if not isinstance(request, dict):
-        raise UnsupportedShape("malformed_request", "request is not an object")
-    return parsers_for(row.get("wire_format"))[0](request)
+    return _messages(*internal_request(row))
 
 
 def tools_of(row: ExportRow) -> list[dict[str, Any]]:
@@ -63,10 +89,7 @@ def tools_of(row: ExportRow) -> list[dict[str, Any]]:
 
     Raises :class:`UnsupportedShape` for non-function tools (web search, computer use, ...).
     """
-    request = row["request"]
-    if not isinstance(request, dict):
-        raise UnsupportedShape("malformed_request", "request is not an object")
-    return parsers_for(row.get("wire_format"))[1](request)
+    return _tools(*internal_request(row))
 
 
 def answer_of(row: ExportRow) -> AssistantTurn | None:
@@ -76,17 +99,36 @@ def answer_of(row: ExportRow) -> AssistantTurn | None:
     or the answer holds neither text nor tool calls. Only the first choice of an ``n > 1``
     response is used. Raises :class:`UnsupportedShape` for a response it cannot read.
     """
+    return _answer(row, lambda: tools_of(row))
+
+
+def conversation_of(
+    row: ExportRow,
+) -> tuple[list[Message], list[dict[str, Any]], AssistantTurn | None]:
+    """``(to_messages(row), tools_of(row), answer_of(row))``, the request read once."""
+    kind, body = internal_request(row)
+    tools = _tools(kind, body)
+    return _messages(kind, body), tools, _answer(row, lambda: tools)
+
+
+def _answer(row: ExportRow, offered: Callable[[], list[dict[str, Any]]]) -> AssistantTurn | None:
     response = row["response"]
     if response is None or row["status"] >= 400:
         return None
     if not isinstance(response, dict):
         raise UnsupportedShape("malformed_response", "response is not an object")
     try:
-        turn = parsers_for(row.get("wire_format"))[2](response)
+        kind, completion = internal_answer(row, response)
+        turn = chat_answer(completion) if kind == "chat" else completion_answer(completion)
     except UnsupportedShape as exc:
         if exc.reason == "malformed_request":  # the shared parsers speak of requests
             raise UnsupportedShape("malformed_response", str(exc)) from exc
         raise
     if not turn.content and not turn.tool_calls:
         return None
+    if turn.tool_calls and row.get("wire_format") in TRANSLATED_FORMATS:
+        names = {tool["function"]["name"] for tool in offered()}
+        unoffered = sorted({call.name for call in turn.tool_calls} - names)
+        if unoffered:
+            raise UnsupportedShape("non_function_tool", f"the answer calls unoffered {unoffered}")
     return turn

@@ -46,6 +46,8 @@ def to_export_row(row: InferenceRow) -> ExportRow:
             "wire_format": inf.wire_format,
             "request": inf.request,
             "response": inf.response,
+            "canonical_request": inf.canonical_request,
+            "canonical_response": inf.canonical_response,
             "route_target": inf.route_target,
             "served_model": inf.served_model,
             "weights_version": inf.weights_version,

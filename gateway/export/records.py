@@ -10,7 +10,7 @@ from typing import Any, Protocol
 
 import orjson
 
-from gateway.export.conversation import AssistantTurn, Message, answer_of, to_messages, tools_of
+from gateway.export.conversation import AssistantTurn, Message, conversation_of
 from gateway.export.labels import FeedbackSummary, summarize_feedback
 from gateway.export.rows import ExportRow
 
@@ -30,13 +30,14 @@ class Example:
 
 def example_of(row: ExportRow) -> Example:
     """Parse ``row``; raises :class:`~gateway.export.conversation.UnsupportedShape`."""
+    prompt, tools, answer = conversation_of(row)
     return Example(
         row_id=row["id"],
         route_target=row.get("route_target"),
         tags=dict(sorted((row.get("tags") or {}).items())),
-        prompt=to_messages(row),
-        tools=tools_of(row),
-        answer=answer_of(row),
+        prompt=prompt,
+        tools=tools,
+        answer=answer,
         feedback=summarize_feedback(row.get("feedback") or []),
     )
 

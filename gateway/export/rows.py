@@ -8,7 +8,7 @@ feed them, which is also how the tests build synthetic traffic.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal, TypedDict
+from typing import Any, Literal, NotRequired, TypedDict
 
 Endpoint = Literal["chat.completions", "completions", "responses", "messages"]
 WireFormat = Literal["openai.chat", "openai.completions", "openai.responses", "anthropic.messages"]
@@ -29,8 +29,11 @@ class ExportRow(TypedDict):
     """One recorded inference. ``id`` is a UUIDv7 string, so sorting ids sorts by time.
 
     ``request`` and ``response`` are the bodies in their own wire format (``response`` is the
-    final assembled answer, ``None`` when the call failed). ``episode_id`` groups the turns of one
-    session; ``None`` means the row is an episode of its own.
+    final assembled answer, ``None`` when the call failed). ``canonical_request`` and
+    ``canonical_response`` are the exchange in the internal format where the door translated it
+    (see ``gateway.store.InferenceRecord``); absent or ``None`` elsewhere and in older rows.
+    ``episode_id`` groups the turns of one session; ``None`` means the row is an episode of its
+    own.
     """
 
     id: str
@@ -41,6 +44,8 @@ class ExportRow(TypedDict):
     wire_format: WireFormat
     request: dict[str, Any]
     response: dict[str, Any] | None
+    canonical_request: NotRequired[dict[str, Any] | None]
+    canonical_response: NotRequired[dict[str, Any] | None]
     route_target: str | None
     served_model: str | None
     weights_version: str | None

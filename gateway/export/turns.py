@@ -14,7 +14,6 @@ SKIP_REASONS = (
     "malformed_response",
     "non_text_content",
     "unknown_role",
-    "unsupported_item",
     "non_function_tool",
     "batched_prompt",
     "fim_suffix",

@@ -65,6 +65,11 @@ MIGRATIONS: Final = (
     Migration(1, "inference, feedback, shadow, model_version, policy_version, api_key"),
     # Rows written before it read back with cache_creation_tokens None: not recorded, not zero.
     Migration(2, "inference.cache_creation_tokens: prompt tokens written to the provider cache"),
+    # Rows written before it read back with both None: the exporter translates them again.
+    Migration(
+        3,
+        "inference.canonical_request, canonical_response: the exchange in the internal format",
+    ),
 )
 
 

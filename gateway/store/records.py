@@ -51,7 +51,27 @@ def _normalise_times(record: object, *names: str) -> None:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class InferenceRecord:
-    """One request the gateway answered (or failed to answer), as the client saw it."""
+    """One request the gateway answered (or failed to answer), as the client saw it.
+
+    ``request`` and ``response`` are the client's body and the answer in the client's wire
+    format. ``canonical_request`` and ``canonical_response`` are the same exchange in the internal
+    format (OpenAI chat completions), as the served model saw it, and are stored only where they
+    differ from the client's (nothing is stored twice):
+
+    - ``canonical_request``: the chat body the door's translation produced, before any
+      provider-specific change (model renamed, fields a provider does not take); what training
+      reads. Set by the translating doors (Responses, Messages); ``None`` for the OpenAI doors,
+      whose ``request`` already is that body, and for a request refused before translation.
+      A Messages request passed natively to an Anthropic provider still records its translation:
+      it is what the local model is sent, and the local model is what training targets.
+    - ``canonical_response``: the answer as an OpenAI ``chat.completion`` (or ``text_completion``):
+      the completion the door rendered, the chunks its stream encoder consumed assembled, or a
+      native answer converted. ``None`` for the OpenAI doors (identical to ``response``) and
+      where there is no answer.
+
+    Rows written before migration 3 read both as ``None``: the exporter translates them again
+    with the live translators (``gateway.export.wire_formats``).
+    """
 
     id: str = field(default_factory=new_id)
     ts: datetime = field(default_factory=utc_now)
@@ -60,7 +80,9 @@ class InferenceRecord:
     endpoint: str  # "chat.completions", "completions", "responses", "messages"
     wire_format: str  # "openai.chat", "anthropic.messages", ...
     request: dict[str, Any]  # the original request body
+    canonical_request: dict[str, Any] | None = None  # the internal chat body (see above)
     response: dict[str, Any] | None = None  # the final assembled response, in its wire format
+    canonical_response: dict[str, Any] | None = None  # the answer as a chat completion
     route_target: str
     served_model: str
     weights_version: str | None = None

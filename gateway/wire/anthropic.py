@@ -189,9 +189,10 @@ def _user_messages(
     return out
 
 
-def _assistant_message(
+def assistant_message(
     content: list[dict[str, Any]], notes: dict[str, list[str]], where: str
 ) -> dict[str, Any]:
+    """Assistant blocks as one chat message (shared with :mod:`gateway.wire.anthropic_answer`)."""
     texts: list[str] = []
     calls: list[dict[str, Any]] = []
     for i, block in enumerate(content):
@@ -274,7 +275,7 @@ def translate_messages(body: dict[str, Any], *, count_only: bool = False) -> Mes
         elif msg.role == "user":
             messages.extend(_user_messages(content, notes, where))
         else:
-            messages.append(_assistant_message(content, notes, where))
+            messages.append(assistant_message(content, notes, where))
     out: dict[str, Any] = {"model": req.model, "messages": messages}
     if messages and messages[-1]["role"] == "assistant" and not messages[-1].get("tool_calls"):
         # A prefill: vLLM continues it (litellm passes only chat fields; providers prefill).

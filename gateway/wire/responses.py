@@ -13,6 +13,11 @@ Stream: response.created, response.in_progress, then per item output_item.added,
 [reasoning_text.delta..., reasoning_text.done], output_item.done; finally response.completed
 (or response.incomplete) with usage. A failure mid-stream: ``error`` then ``response.failed``.
 Every event has ``type`` and ``sequence_number`` (from 0) and is sent with an ``event:`` line.
+
+Back (``response`` -> chat completion, :func:`completion_of_response`): for the exporter reading
+Responses records written before the record kept the internal answer; the inverse of
+:func:`render_response` (a namespaced call's name flattened back as the request translator
+flattens its tool).
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from gateway.wire.blocks import (
     completion_as_chunk,
     usage_counts,
 )
+from gateway.wire.responses_request import NAMESPACE_SEP
 from gateway.wire.sse import encode_named_event
 
 _ITEMS = {
@@ -255,3 +261,80 @@ class ResponsesStreamEncoder:
         if self._final is not None:
             return self._final
         return _response(self._ctx, self._seq, "incomplete")
+
+
+# Back: a Responses ``response`` -> the internal chat completion
+
+_FINISH_OF_INCOMPLETE = {"max_output_tokens": "length", "content_filter": "content_filter"}
+
+
+def _parts(item: dict[str, Any]) -> list[dict[str, Any]]:
+    parts = item.get("content") or []
+    if not isinstance(parts, list) or not all(isinstance(p, dict) for p in parts):
+        raise ValueError(f"not a Responses output item: {item.get('type')} content")
+    return parts
+
+
+def _field(value: Any, key: str) -> Any:
+    return value.get(key) if isinstance(value, dict) else None
+
+
+def _back_usage(usage: Any) -> dict[str, Any] | None:
+    if not isinstance(usage, dict):
+        return None
+    prompt, completion = int(usage.get("input_tokens") or 0), int(usage.get("output_tokens") or 0)
+    cached = int(_field(usage.get("input_tokens_details"), "cached_tokens") or 0)
+    reasoning = int(_field(usage.get("output_tokens_details"), "reasoning_tokens") or 0)
+    return {
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+        "prompt_tokens_details": {"cached_tokens": cached},
+        "completion_tokens_details": {"reasoning_tokens": reasoning},
+    }
+
+
+def completion_of_response(response: dict[str, Any]) -> dict[str, Any]:
+    """The ``chat.completion`` a Responses ``response`` amounts to; ``ValueError`` (or
+    ``TypeError``) when it is not one. Items the gateway never renders (built-in tool calls) are
+    left out."""
+    output = response.get("output")
+    if not isinstance(output, list) or not all(isinstance(i, dict) for i in output):
+        raise ValueError("not a Responses response: output is not a list of items")
+    texts: list[str] = []
+    refusals: list[str] = []
+    reasoning: list[str] = []
+    calls: list[dict[str, Any]] = []
+    for item in output:
+        kind = item.get("type")
+        if kind == "message":
+            for part in _parts(item):
+                if part.get("type") in ("output_text", "text"):
+                    texts.append(str(part.get("text") or ""))
+                elif part.get("type") == "refusal":
+                    refusals.append(str(part.get("refusal") or ""))
+        elif kind == "reasoning":
+            reasoning.extend(str(p.get("text") or "") for p in _parts(item))
+        elif kind == "function_call":
+            name = str(item.get("name") or "")
+            if item.get("namespace"):
+                name = f"{item['namespace']}{NAMESPACE_SEP}{name}"
+            arguments = str(item.get("arguments") or "")
+            function = {"name": name, "arguments": arguments}
+            calls.append({"id": item.get("call_id"), "type": "function", "function": function})
+    message: dict[str, Any] = {"role": "assistant", "content": "".join(texts) or None}
+    if refusals:
+        message["refusal"] = "".join(refusals)
+    if reasoning:
+        message["reasoning_content"] = "".join(reasoning)
+    if calls:
+        message["tool_calls"] = calls
+    incomplete = _field(response.get("incomplete_details"), "reason")
+    finish = _FINISH_OF_INCOMPLETE.get(str(incomplete), "tool_calls" if calls else "stop")
+    return {
+        "id": response.get("id"),
+        "object": "chat.completion",
+        "model": response.get("model"),
+        "choices": [{"index": 0, "message": message, "finish_reason": finish, "logprobs": None}],
+        "usage": _back_usage(response.get("usage")),
+    }

@@ -185,6 +185,16 @@ def responses_row(minute: float, **kw: Any) -> ExportRow:
     return row(minute, "openai.responses", request, response, **kw)
 
 
+WRITE_FILE_TOOL = {
+    "name": "write_file",
+    "description": "Write a file",
+    "input_schema": {
+        "type": "object",
+        "properties": {"path": {"type": "string"}, "text": {"type": "string"}},
+    },
+}
+
+
 def anthropic_row(minute: float, **kw: Any) -> ExportRow:
     request = {
         "model": "claude",
@@ -222,7 +232,8 @@ def anthropic_row(minute: float, **kw: Any) -> ExportRow:
                 "name": "read_file",
                 "description": "Read a file",
                 "input_schema": {"type": "object", "properties": {"path": {"type": "string"}}},
-            }
+            },
+            WRITE_FILE_TOOL,
         ],
     }
     response = {

@@ -149,10 +149,12 @@ def test_prompt_must_end_with_user_or_tool() -> None:
         1,
         "anthropic.messages",
         {
+            "model": "claude",
+            "max_tokens": 100,
             "messages": [
                 {"role": "user", "content": "Write JSON"},
                 {"role": "assistant", "content": "{"},
-            ]
+            ],
         },
         {"content": [{"type": "text", "text": '"a": 1}'}]},
         fb=[syn.feedback("accepted")],

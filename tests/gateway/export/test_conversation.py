@@ -1,4 +1,9 @@
-"""Every wire format maps to the same OpenAI chat conversation; odd shapes skip with a reason."""
+"""Every wire format maps to the same OpenAI chat conversation; odd shapes skip with a reason.
+
+Responses and Messages records are read as the served model saw them: their canonical fields,
+or (older records) the live translators run again; see ``test_served_conversation`` for the
+same checked through a real gateway.
+"""
 
 from __future__ import annotations
 
@@ -97,7 +102,7 @@ def test_responses_plain_string_input() -> None:
     r = syn.row(
         1,
         "openai.responses",
-        {"input": "hi"},
+        {"model": "m", "input": "hi"},
         {
             "output": [
                 {
@@ -139,7 +144,15 @@ def test_anthropic_blocks_map_to_chat() -> None:
                 "description": "Read a file",
                 "parameters": {"type": "object", "properties": {"path": {"type": "string"}}},
             },
-        }
+        },
+        {
+            "type": "function",
+            "function": {
+                "name": "write_file",
+                "description": "Write a file",
+                "parameters": syn.WRITE_FILE_TOOL["input_schema"],
+            },
+        },
     ]
     assert answer_of(r) == AssistantTurn(
         "The assertion is wrong.",
@@ -172,6 +185,7 @@ def _skip_reason(fn, r) -> str:  # type: ignore[no-untyped-def]
     return info.value.reason
 
 
+PNG = {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="}
 IMAGE_CHAT = {
     "messages": [
         {
@@ -201,19 +215,41 @@ IMAGE_CHAT = {
         ("openai.completions", {"prompt": "def f(", "suffix": "return x"}, "fim_suffix"),
         (
             "openai.responses",
-            {"input": "x", "previous_response_id": "resp_1"},
+            {"model": "m", "input": "x", "previous_response_id": "resp_1"},
             "stateful_conversation",
         ),
         (
             "openai.responses",
-            {"input": [{"type": "web_search_call", "id": "w"}]},
-            "unsupported_item",
+            {"model": "m", "input": "x", "background": True},
+            "stateful_conversation",
+        ),
+        ("openai.responses", {"input": "no model"}, "malformed_request"),
+        (
+            "openai.responses",
+            {
+                "model": "m",
+                "input": [
+                    {
+                        "role": "user",
+                        "content": [
+                            {"type": "input_text", "text": "what is this"},
+                            {"type": "input_image", "image_url": "data:image/png;base64,iVBO"},
+                        ],
+                    }
+                ],
+            },
+            "non_text_content",
         ),
         (
             "anthropic.messages",
-            {"messages": [{"role": "user", "content": [{"type": "image", "source": {}}]}]},
+            {
+                "model": "claude",
+                "max_tokens": 10,
+                "messages": [{"role": "user", "content": [{"type": "image", "source": PNG}]}],
+            },
             "non_text_content",
         ),
+        ("anthropic.messages", {"model": "claude", "messages": []}, "malformed_request"),
         ("weird.format", {"messages": []}, "unknown_wire_format"),
     ],
 )
@@ -223,18 +259,57 @@ def test_unsupported_requests(wire_format: str, request_body: dict[str, Any], re
     assert _skip_reason(to_messages, r) == reason
 
 
+def test_non_function_tools_are_skipped() -> None:
+    tools = [{"type": "custom", "custom": {"name": "x"}}]
+    r = syn.row(1, "openai.chat", {"messages": [], "tools": tools}, None)
+    assert _skip_reason(tools_of, r) == "non_function_tool"
+
+
 @pytest.mark.parametrize(
-    ("wire_format", "tools"),
+    ("wire_format", "request_body", "answer"),
     [
-        ("openai.chat", [{"type": "custom", "custom": {"name": "x"}}]),
-        ("openai.responses", [{"type": "web_search"}]),
-        ("anthropic.messages", [{"type": "bash_20250124", "name": "bash"}]),
+        (
+            "openai.responses",
+            {"model": "m", "input": "x", "tools": [{"type": "web_search"}]},
+            {"output": [{"type": "function_call", "call_id": "c", "name": "web_search"}]},
+        ),
+        (
+            "anthropic.messages",
+            {
+                "model": "claude",
+                "max_tokens": 10,
+                "messages": [{"role": "user", "content": "x"}],
+                "tools": [{"type": "bash_20250124", "name": "bash"}],
+            },
+            {"content": [{"type": "tool_use", "id": "t", "name": "bash", "input": {}}]},
+        ),
+        (  # the provider's own search, on a pass-through: its call is a call of a dropped tool
+            "anthropic.messages",
+            {
+                "model": "claude",
+                "max_tokens": 10,
+                "messages": [{"role": "user", "content": "x"}],
+                "tools": [{"type": "web_search_20250305", "name": "web_search"}],
+            },
+            {
+                "content": [
+                    {"type": "server_tool_use", "id": "s", "name": "web_search", "input": {}},
+                    {"type": "web_search_tool_result", "tool_use_id": "s", "content": []},
+                    {"type": "text", "text": "Found it."},
+                ]
+            },
+        ),
     ],
 )
-def test_non_function_tools_are_skipped(wire_format: str, tools: list[Any]) -> None:
-    r = syn.row(1, "openai.chat", {"messages": [], "input": "x", "tools": tools}, None)
-    r["wire_format"] = wire_format  # type: ignore[typeddict-item]
-    assert _skip_reason(tools_of, r) == "non_function_tool"
+def test_typed_tools_are_left_out_as_served_and_answers_calling_them_skipped(
+    wire_format: str, request_body: dict[str, Any], answer: dict[str, Any]
+) -> None:
+    """The translating doors drop typed and built-in tools (the served model is not offered
+    them), so the conversation has none; an answer that calls one cannot be trained on."""
+    r = syn.row(1, wire_format, request_body, answer)
+    assert tools_of(r) == []
+    assert to_messages(r)[-1] == {"role": "user", "content": "x"}
+    assert _skip_reason(answer_of, r) == "non_function_tool"
 
 
 @pytest.mark.parametrize(
@@ -271,3 +346,36 @@ def test_missing_tool_call_ids_get_stable_fallbacks() -> None:
     call = first[1]["tool_calls"][0]
     assert call["id"] == "call_messages_1_0"
     assert call["function"]["arguments"] == '{"a":1}'
+
+
+def test_responses_items_the_translator_drops_are_left_out() -> None:
+    request = {
+        "model": "m",
+        "input": [
+            {"type": "web_search_call", "id": "w", "status": "completed"},
+            {"type": "reasoning", "id": "rs", "summary": []},
+            {"role": "user", "content": "go on"},
+        ],
+    }
+    assert to_messages(syn.row(1, "openai.responses", request, None)) == [
+        {"role": "user", "content": "go on"}
+    ]
+
+
+def test_canonical_fields_are_read_instead_of_the_clients_body() -> None:
+    r = syn.anthropic_row(1)
+    r["canonical_request"] = {
+        "model": "claude",
+        "messages": [{"role": "user", "content": "as served"}],
+        "tools": [syn.WEATHER_TOOL_CHAT],
+    }
+    r["canonical_response"] = syn.chat_response("served answer")
+    assert to_messages(r) == [{"role": "user", "content": "as served"}]
+    assert tools_of(r) == [syn.WEATHER_TOOL_CHAT]
+    assert answer_of(r) == AssistantTurn("served answer")
+    r["canonical_request"] = r["canonical_response"] = None  # an older record: translated again
+    assert to_messages(r)[0] == {"role": "system", "content": "You fix bugs."}
+    assert answer_of(r) == AssistantTurn(
+        "The assertion is wrong.",
+        (ToolCall("toolu_2", "write_file", '{"path":"test_a.py","text":"assert 1 == 1"}'),),
+    )

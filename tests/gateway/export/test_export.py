@@ -80,7 +80,8 @@ def traffic() -> list[ExportRow]:
             30, "openai.completions", {"prompt": "a", "suffix": "b"}, {"choices": [{"text": "x"}]}
         )
     )
-    rows.append(syn.row(31, "openai.responses", {"input": "x", "previous_response_id": "r"}, None))
+    stateful = {"model": "m", "input": "x", "previous_response_id": "r"}
+    rows.append(syn.row(31, "openai.responses", stateful, None))
     # cross-row preferences: accepted vs rejected, high vs low score, one across the split
     rename = "Rename variable x to something clearer"
     rows.append(

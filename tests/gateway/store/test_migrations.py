@@ -1,6 +1,7 @@
 import asyncio
 import dataclasses
 import sqlite3
+from pathlib import Path
 
 import psycopg
 import pytest
@@ -119,50 +120,98 @@ def _as_of(version: int, table: Table = INFERENCE) -> Table:
     return dataclasses.replace(table, columns=tuple(c for c in table.columns if c.since <= version))
 
 
-async def _v1_database(url: str, schema: str | None, record: InferenceRecord) -> None:
-    """A database migrated to version 1 only, holding ``record`` (written by version-1 code)."""
-    old = _as_of(1)
+async def _old_database(
+    url: str, schema: str | None, version: int, record: InferenceRecord
+) -> None:
+    """A database migrated to ``version`` only, holding ``record`` (written by that version's
+    code: the columns it knew)."""
+    old = _as_of(version)
+    migrations = tuple(m for m in MIGRATIONS if m.version <= version)
+    applied = [m.version for m in migrations]
     if schema is None:
         codec = Codec("sqlite")
         conn = sqlite3.connect(url.removeprefix("sqlite:///"), isolation_level=None)
-        assert migrate_sqlite(conn, MIGRATIONS[:1]) == [1]
+        assert migrate_sqlite(conn, migrations) == applied
         conn.execute(insert_sql(old, codec), encode_rows(old, [record], codec)[0])
         conn.close()
         return
     async with await psycopg.AsyncConnection.connect(url, autocommit=True) as pg:
-        assert await migrate_postgres(pg, MIGRATIONS[:1]) == [1]
+        assert await migrate_postgres(pg, migrations) == applied
         codec = Codec("postgres")
         await pg.execute(insert_sql(old, codec), encode_rows(old, [record], codec)[0])
 
 
-@pytest.mark.parametrize(
-    "dialect", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
-)
-async def test_migration_2_adds_cache_writes_and_old_rows_read_none(request, tmp_path, dialect):
-    old_row = inference(prompt_tokens=2000, cached_tokens=1024, cost_usd=0.01)
-    new_row = inference(prompt_tokens=3000, cached_tokens=1024, cache_creation_tokens=900)
+async def _migrated_rows(
+    request: pytest.FixtureRequest,
+    tmp_path: Path,
+    dialect: str,
+    version: int,
+    old_row: InferenceRecord,
+    new_row: InferenceRecord,
+) -> dict[str, InferenceRecord]:
+    """``old_row`` in a database at ``version``, opened by this code (which migrates it to the
+    latest) and given ``new_row``; both read back by id."""
     schema = None
-    url = f"sqlite:///{tmp_path / 'v1.db'}"
+    url = f"sqlite:///{tmp_path / f'v{version}.db'}"
     if dialect == "postgres":
-        schema = f"{request.getfixturevalue('pg_schema')}_v1"
+        schema = f"{request.getfixturevalue('pg_schema')}_v{version}"
         url = pg_dsn(schema)
         with psycopg.connect(PG_URL, autocommit=True) as admin:
             admin.execute(f"CREATE SCHEMA {schema}")
     try:
-        await _v1_database(url, schema, old_row)
+        await _old_database(url, schema, version, old_row)
         backend = open_store(StoreConfig(url=url))
-        await backend.connect()  # migrates 1 -> 2
+        await backend.connect()  # migrates version -> latest
         try:
-            assert await backend.schema_version() == 2
+            assert await backend.schema_version() == MIGRATIONS[-1].version
             await backend.insert_inferences([new_row])
-            rows = {r.inference.id: r.inference async for r in backend.iter_inferences()}
+            return {r.inference.id: r.inference async for r in backend.iter_inferences()}
         finally:
             await backend.close()
     finally:
         if schema is not None:
             with psycopg.connect(PG_URL, autocommit=True) as admin:
                 admin.execute(f"DROP SCHEMA {schema} CASCADE")
+
+
+DIALECTS = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
+
+
+@pytest.mark.parametrize("dialect", DIALECTS)
+async def test_migration_2_adds_cache_writes_and_old_rows_read_none(request, tmp_path, dialect):
+    old_row = inference(prompt_tokens=2000, cached_tokens=1024, cost_usd=0.01)
+    new_row = inference(prompt_tokens=3000, cached_tokens=1024, cache_creation_tokens=900)
+    rows = await _migrated_rows(request, tmp_path, dialect, 1, old_row, new_row)
     assert rows[old_row.id] == old_row  # cache_creation_tokens None: not recorded, not zero
     assert rows[old_row.id].cache_creation_tokens is None
     assert rows[new_row.id] == new_row
     assert rows[new_row.id].cache_creation_tokens == 900
+
+
+@pytest.mark.parametrize("dialect", DIALECTS)
+async def test_migration_3_adds_the_canonical_exchange_and_old_rows_read_none(
+    request, tmp_path, dialect
+):
+    messages_body = {
+        "model": "claude",
+        "max_tokens": 64,
+        "messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}]}],
+    }
+    message = {"type": "message", "content": [{"type": "text", "text": "hello"}]}
+    translated = {"model": "claude", "messages": [{"role": "user", "content": "hi"}]}
+    completion = {"choices": [{"index": 0, "message": {"role": "assistant", "content": "hello"}}]}
+    fields = {
+        "endpoint": "messages",
+        "wire_format": "anthropic.messages",
+        "request": messages_body,
+        "response": message,
+    }
+    old_row = inference(**fields, cache_creation_tokens=5)
+    new_row = inference(**fields, canonical_request=translated, canonical_response=completion)
+    rows = await _migrated_rows(request, tmp_path, dialect, 2, old_row, new_row)
+    assert rows[old_row.id] == old_row
+    assert rows[old_row.id].canonical_request is None  # the exporter translates it again
+    assert rows[old_row.id].canonical_response is None
+    assert rows[new_row.id] == new_row
+    assert rows[new_row.id].canonical_request == translated
+    assert rows[new_row.id].canonical_response == completion

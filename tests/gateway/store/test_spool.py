@@ -162,3 +162,19 @@ def test_a_line_spooled_before_cache_writes_were_recorded_reads_them_as_unknown(
     assert isinstance(old, InferenceRecord) and old.cache_creation_tokens is None
     assert old == dataclasses.replace(record, cache_creation_tokens=None)
     assert decode_line(encode_line(record)) == record
+
+
+def test_a_line_spooled_before_the_canonical_exchange_was_recorded_reads_it_as_none():
+    record = inference(
+        endpoint="responses",
+        wire_format="openai.responses",
+        request={"model": "m", "input": "hi"},
+        canonical_request={"model": "m", "messages": [{"role": "user", "content": "hi"}]},
+        canonical_response={"choices": [{"message": {"role": "assistant", "content": "yo"}}]},
+    )
+    assert decode_line(encode_line(record)) == record  # a spool line carries both
+    line = json.loads(encode_line(record))
+    del line["record"]["canonical_request"], line["record"]["canonical_response"]  # before 3
+    old = decode_line(json.dumps(line).encode())
+    assert isinstance(old, InferenceRecord)
+    assert old == dataclasses.replace(record, canonical_request=None, canonical_response=None)
