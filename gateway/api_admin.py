@@ -19,9 +19,9 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from gateway.api_openai import read_body
 from gateway.auth.keys import KeyService, public_view
 from gateway.config import ConfigFileError
+from gateway.door import read_body
 from gateway.errors import (
     AuthenticationError,
     GatewayError,

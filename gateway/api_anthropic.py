@@ -25,19 +25,21 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
-from gateway.api_openai import off_loop_if_large, parse_checked, read_body
-from gateway.api_responses import (
+from gateway.door import (
     SHAPE_ERRORS,
     Translated,
     door_features,
-    serve_translated,
+    off_loop_if_large,
+    parse_checked,
+    read_body,
+    serve_door,
     untranslatable,
 )
 from gateway.errors import (
     GatewayError,
     error_response_parts,
 )
-from gateway.pipeline import Exchange, FrontDoor
+from gateway.exchange import Exchange, FrontDoor
 from gateway.state import GatewayState
 from gateway.wire.anthropic import (
     MessageContext,
@@ -83,7 +85,7 @@ def _translate(body: dict[str, Any], ex: Exchange, request: Request) -> Translat
 
 
 async def create_message(request: Request) -> Response:
-    return await serve_translated(request, MESSAGES_DOOR, _translate)
+    return await serve_door(request, MESSAGES_DOOR, _translate)
 
 
 async def count_tokens(request: Request) -> Response:

@@ -24,7 +24,7 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
 from gateway.api_admin import is_admin
-from gateway.api_openai import parse_json_object, read_body
+from gateway.door import parse_json_object, read_body
 from gateway.errors import GatewayError, InvalidRequestError, NotFoundError, error_response_parts
 from gateway.recording import RecorderHandle
 from gateway.state import GatewayState

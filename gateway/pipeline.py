@@ -31,14 +31,12 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
-from typing import Any, Protocol, TypeVar
+from typing import Any, TypeVar
 
 import orjson
 from starlette.responses import Response, StreamingResponse
 
-from gateway.auth.keys import ANONYMOUS, Principal
+from gateway.accounting import finish
 from gateway.backends.base import Backend, UpstreamCall, UpstreamResult, UpstreamStream, Usage
 from gateway.errors import (
     AllBackendsFailedError,
@@ -50,116 +48,14 @@ from gateway.errors import (
     error_body,
     error_response_parts,
 )
+from gateway.exchange import Exchange, StreamEncoder
 from gateway.shadow import should_shadow, start_shadow
 from gateway.state import GatewayState, Routing
-from gateway.store.ids import new_id
-from gateway.store.records import InferenceRecord
 from gateway.wire.assemble import assemble_chat, assemble_completion, parse_stream
 from gateway.wire.sse import encode_event
-from router.decision import RouteDecision
-from router.features import RequestFeatures
 
 T = TypeVar("T")
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
-
-
-class StreamEncoder(Protocol):
-    """Turns the internal stream (OpenAI chat/completion chunks) into one wire format's events."""
-
-    def encode(self, chunk: dict[str, Any]) -> bytes: ...
-
-    def finish(self) -> bytes:
-        """Events after the last chunk (the upstream sent ``[DONE]``)."""
-        ...
-
-    def error(self, message: str) -> bytes:
-        """The event that tells the client the stream failed mid-answer."""
-        ...
-
-    def final_response(self) -> dict[str, Any] | None:
-        """The whole response in this wire format, for the record."""
-        ...
-
-
-@dataclass(frozen=True, slots=True)
-class FrontDoor:
-    """How one API door speaks: the internal format is OpenAI's chat/completions.
-
-    ``render``/``stream_encoder`` of ``None`` mean "pass the upstream bytes through" (the OpenAI
-    doors: no re-encoding on the hot path). ``error_body`` reshapes an OpenAI error body.
-    A back-end may answer natively in the door's own format (the Messages door to Anthropic):
-    those bytes go through as they are too, ``assemble_native`` builds the record's answer
-    from the stream's events once it ended, and ``native_as_chat`` converts that answer into a
-    chat completion for the record's ``canonical_response`` (``ValueError`` when it cannot).
-    """
-
-    endpoint: str
-    wire_format: str
-    render: Callable[[dict[str, Any], Exchange], dict[str, Any]] | None = None
-    stream_encoder: Callable[[Exchange], StreamEncoder] | None = None
-    error_body: Callable[[int, dict[str, Any]], dict[str, Any]] | None = None
-    assemble_native: Callable[[bytes], dict[str, Any] | None] | None = None
-    native_as_chat: Callable[[dict[str, Any]], dict[str, Any]] | None = None
-
-
-@dataclass(slots=True)
-class Exchange:
-    """What the gateway knows about one request while serving it."""
-
-    id: str
-    endpoint: str
-    wire_format: str
-    started: float
-    request: dict[str, Any] | None = None
-    canonical_request: dict[str, Any] | None = None
-    canonical_response: dict[str, Any] | None = None
-    features: RequestFeatures | None = None
-    decision: RouteDecision | None = None
-    target: str | None = None
-    served_model: str | None = None
-    replica: str | None = None
-    weights_version: str | None = None
-    attempts: list[dict[str, Any]] = field(default_factory=list)
-    ttft_s: float | None = None
-    door: FrontDoor | None = None
-    notes: dict[str, Any] = field(default_factory=dict)
-    # What translating the client's body to the internal one left out; moot (not recorded) when
-    # the answer came from a native pass-through of the client's own body.
-    translation_notes: dict[str, Any] = field(default_factory=dict)
-    native: bool = False
-    principal: Principal = ANONYMOUS
-    task: asyncio.Task[Any] | None = None  # the task serving it now (abort cancels it)
-    aborted: bool = False  # ended by shutdown past the drain deadline
-    finished: bool = False
-
-    def abort(self) -> None:
-        """End this exchange now (shutdown): its server answers 503 and records it."""
-        self.aborted = True
-        if self.task is not None and not self.task.done():
-            self.task.cancel()
-
-    def route_headers(self) -> dict[str, str]:
-        h = {"x-request-id": self.id, "request-id": self.id}
-        if self.target is not None:
-            h["x-switchyard-target"] = self.target
-        if self.served_model is not None:
-            h["x-switchyard-model"] = self.served_model
-        if self.replica is not None:
-            h["x-switchyard-replica"] = self.replica
-        if self.weights_version is not None:
-            h["x-switchyard-weights-version"] = self.weights_version
-        if self.decision is not None:
-            h["x-switchyard-policy-version"] = self.decision.policy_version
-            h["x-switchyard-route-reason"] = self.decision.reason
-        return h
-
-
-def new_exchange(state: GatewayState, door: FrontDoor) -> Exchange:
-    """Start an exchange; :func:`finish` ends it (exactly once), which also ends its in-flight."""
-    ex = Exchange(new_id(), door.endpoint, door.wire_format, time.perf_counter(), door=door)
-    ex.task = asyncio.current_task()
-    state.live[ex.id] = ex
-    return ex
 
 
 def answer_cancelled(state: GatewayState, ex: Exchange) -> Response | None:
@@ -409,117 +305,3 @@ async def _close_quietly(stream: UpstreamStream) -> None:
         await stream.aclose()
     except Exception:  # closing a broken upstream may fail again; the record already says why
         return
-
-
-def finish(
-    state: GatewayState,
-    ex: Exchange,
-    status: int,
-    response: dict[str, Any] | None,
-    usage: Usage,
-    *,
-    error: str | None,
-    stream: bool,
-) -> float | None:
-    """Metrics, trace span and the record; sync and cheap (the writer does the I/O later).
-
-    Returns the request's cost in USD (None when unknown). A second call is a no-op."""
-    if ex.finished:
-        return None
-    ex.finished = True
-    latency = time.perf_counter() - ex.started
-    state.live.pop(ex.id, None)
-    target = ex.target or "none"
-    m = state.metrics
-    m.requests.labels(ex.endpoint, target, str(status)).inc()
-    m.latency.labels(ex.endpoint, target).observe(latency)
-    if ex.ttft_s is not None:
-        m.ttft.labels(ex.endpoint, target).observe(ex.ttft_s)
-    backend_cfg = state.config.backends.get(ex.target) if ex.target else None
-    cost = None
-    if usage.prompt_tokens is not None:
-        m.tokens.labels(target, "prompt").inc(usage.prompt_tokens)
-        m.tokens.labels(target, "completion").inc(usage.completion_tokens or 0)
-        if usage.cached_tokens:
-            m.tokens.labels(target, "cached").inc(usage.cached_tokens)
-        if usage.cache_creation_tokens:
-            m.tokens.labels(target, "cache_write").inc(usage.cache_creation_tokens)
-        if backend_cfg is not None:
-            cost = state.prices.cost_usd(backend_cfg, usage)
-            if cost:
-                m.cost.labels(target).inc(cost)
-    _account(state, ex, usage, cost)
-    if state.tracer is not None:
-        _span(state, ex, status, latency)
-    if state.recorder is None:
-        return cost
-    f = ex.features
-    state.recorder.submit(
-        InferenceRecord(
-            id=ex.id,
-            ts=datetime.now(UTC),
-            api_key_id=ex.principal.key_id,  # known even when the body was refused
-            episode_id=f.episode_id if f else None,
-            endpoint=ex.endpoint,
-            wire_format=ex.wire_format,
-            request=ex.request if ex.request is not None else {},
-            canonical_request=ex.canonical_request,
-            response=response,
-            canonical_response=ex.canonical_response,
-            route_target=ex.target or "",
-            served_model=ex.served_model or "",
-            weights_version=ex.weights_version,
-            replica=ex.replica,
-            policy_version=ex.decision.policy_version if ex.decision else None,
-            policy_reason=ex.decision.reason if ex.decision else None,
-            status=status,
-            error=error,
-            stream=stream,
-            latency_ms=latency * 1000,
-            ttft_ms=ex.ttft_s * 1000 if ex.ttft_s is not None else None,
-            prompt_tokens=usage.prompt_tokens,
-            completion_tokens=usage.completion_tokens,
-            cached_tokens=usage.cached_tokens,
-            cache_creation_tokens=usage.cache_creation_tokens,
-            cost_usd=cost,
-            tags=_tags(f, ex),
-            attempts=ex.attempts,
-        )
-    )
-    return cost
-
-
-def _account(state: GatewayState, ex: Exchange, usage: Usage, cost: float | None) -> None:
-    """Spend against the key's budget now; tokens against its per-minute limit."""
-    principal = ex.principal
-    if principal.key_id is None:
-        return
-    if state.budget is not None and cost:
-        state.budget.record_spend(principal.key_id, cost)
-    if state.rate_limiter is not None and principal.tpm_limit is not None:
-        tokens = (usage.prompt_tokens or (ex.features.prompt_tokens if ex.features else 0)) + (
-            usage.completion_tokens or 0
-        )
-        if tokens:
-            state.spawn(state.rate_limiter.record_tokens(principal, tokens))
-
-
-def _tags(f: RequestFeatures | None, ex: Exchange) -> dict[str, str]:
-    tags = dict(f.tags) if f else {}
-    notes = ex.notes if ex.native else {**ex.translation_notes, **ex.notes}
-    for key, value in notes.items():
-        tags[f"note.{key}"] = value if isinstance(value, str) else orjson.dumps(value).decode()
-    return tags
-
-
-def _span(state: GatewayState, ex: Exchange, status: int, latency: float) -> None:
-    assert state.tracer is not None
-    start_ns = time.time_ns() - int(latency * 1e9)
-    span = state.tracer.start_span(f"switchyard {ex.endpoint}", start_time=start_ns)
-    span.set_attribute("switchyard.request_id", ex.id)
-    span.set_attribute("switchyard.endpoint", ex.endpoint)
-    span.set_attribute("http.response.status_code", status)
-    for key, value in ex.route_headers().items():
-        span.set_attribute(key.replace("x-switchyard-", "switchyard.route."), value)
-    span.set_attribute("switchyard.attempts", len(ex.attempts))
-    span.end()

@@ -155,8 +155,16 @@ def usage_counts(usage: dict[str, Any] | None) -> tuple[int, int, int, int]:
 
 
 def prompt_chars(body: dict[str, Any], *, tool_calls: bool = False) -> int:
-    """Characters of message text in an internal chat body: the router's size estimate, counted
-    as the chat door counts its own (``tool_calls``: add the calls' arguments too)."""
+    """Characters of prompt text in an internal body, the router's size estimate: message text of
+    a chat body (``tool_calls``: add the calls' arguments too), or a completions ``prompt`` (a
+    token id, or a batch entry that is not a string, counts 4)."""
+    prompt = body.get("prompt")
+    if prompt is not None:
+        if isinstance(prompt, str):
+            return len(prompt)
+        if isinstance(prompt, list):
+            return sum(len(x) if isinstance(x, str) else 4 for x in prompt)
+        return 0
     total = 0
     for msg in body.get("messages") or []:
         content = msg.get("content")

@@ -153,21 +153,3 @@ def validate_completion(body: dict[str, Any]) -> CompletionRequest:
             param="stream_options",
         )
     return req
-
-
-def prompt_chars(req: ChatCompletionRequest | CompletionRequest) -> int:
-    """Characters of prompt text, for the router's token estimate (no tokenizer on this path)."""
-    if isinstance(req, CompletionRequest):
-        p = req.prompt
-        if isinstance(p, str):
-            return len(p)
-        return sum(len(x) if isinstance(x, str) else 4 for x in p)
-    total = 0
-    for m in req.messages:
-        if isinstance(m.content, str):
-            total += len(m.content)
-        elif m.content:
-            for part in m.content:
-                text = getattr(part, "text", None)
-                total += len(text) if isinstance(text, str) else 0
-    return total

@@ -1,0 +1,119 @@
+"""One request while the gateway serves it (:class:`Exchange`), and how its door speaks
+(:class:`FrontDoor`): the values the pipeline, the doors and the record share.
+
+The internal format is OpenAI's chat/completions; a door that speaks another format renders
+answers and streams from it, unless a back-end answered natively in the door's own format.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from gateway.auth.keys import ANONYMOUS, Principal
+from gateway.state import GatewayState
+from gateway.store.ids import new_id
+from router.decision import RouteDecision
+from router.features import RequestFeatures
+
+
+class StreamEncoder(Protocol):
+    """Turns the internal stream (OpenAI chat/completion chunks) into one wire format's events."""
+
+    def encode(self, chunk: dict[str, Any]) -> bytes: ...
+
+    def finish(self) -> bytes:
+        """Events after the last chunk (the upstream sent ``[DONE]``)."""
+        ...
+
+    def error(self, message: str) -> bytes:
+        """The event that tells the client the stream failed mid-answer."""
+        ...
+
+    def final_response(self) -> dict[str, Any] | None:
+        """The whole response in this wire format, for the record."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class FrontDoor:
+    """How one API door speaks: the internal format is OpenAI's chat/completions.
+
+    ``render``/``stream_encoder`` of ``None`` mean "pass the upstream bytes through" (the OpenAI
+    doors: no re-encoding on the hot path). ``error_body`` reshapes an OpenAI error body.
+    A back-end may answer natively in the door's own format (the Messages door to Anthropic):
+    those bytes go through as they are too, ``assemble_native`` builds the record's answer
+    from the stream's events once it ended, and ``native_as_chat`` converts that answer into a
+    chat completion for the record's ``canonical_response`` (``ValueError`` when it cannot).
+    """
+
+    endpoint: str
+    wire_format: str
+    render: Callable[[dict[str, Any], Exchange], dict[str, Any]] | None = None
+    stream_encoder: Callable[[Exchange], StreamEncoder] | None = None
+    error_body: Callable[[int, dict[str, Any]], dict[str, Any]] | None = None
+    assemble_native: Callable[[bytes], dict[str, Any] | None] | None = None
+    native_as_chat: Callable[[dict[str, Any]], dict[str, Any]] | None = None
+
+
+@dataclass(slots=True)
+class Exchange:
+    """What the gateway knows about one request while serving it."""
+
+    id: str
+    endpoint: str
+    wire_format: str
+    started: float
+    request: dict[str, Any] | None = None
+    canonical_request: dict[str, Any] | None = None
+    canonical_response: dict[str, Any] | None = None
+    features: RequestFeatures | None = None
+    decision: RouteDecision | None = None
+    target: str | None = None
+    served_model: str | None = None
+    replica: str | None = None
+    weights_version: str | None = None
+    attempts: list[dict[str, Any]] = field(default_factory=list)
+    ttft_s: float | None = None
+    door: FrontDoor | None = None
+    notes: dict[str, Any] = field(default_factory=dict)
+    # What translating the client's body to the internal one left out; moot (not recorded) when
+    # the answer came from a native pass-through of the client's own body.
+    translation_notes: dict[str, Any] = field(default_factory=dict)
+    native: bool = False
+    principal: Principal = ANONYMOUS
+    task: asyncio.Task[Any] | None = None  # the task serving it now (abort cancels it)
+    aborted: bool = False  # ended by shutdown past the drain deadline
+    finished: bool = False
+
+    def abort(self) -> None:
+        """End this exchange now (shutdown): its server answers 503 and records it."""
+        self.aborted = True
+        if self.task is not None and not self.task.done():
+            self.task.cancel()
+
+    def route_headers(self) -> dict[str, str]:
+        h = {"x-request-id": self.id, "request-id": self.id}
+        if self.target is not None:
+            h["x-switchyard-target"] = self.target
+        if self.served_model is not None:
+            h["x-switchyard-model"] = self.served_model
+        if self.replica is not None:
+            h["x-switchyard-replica"] = self.replica
+        if self.weights_version is not None:
+            h["x-switchyard-weights-version"] = self.weights_version
+        if self.decision is not None:
+            h["x-switchyard-policy-version"] = self.decision.policy_version
+            h["x-switchyard-route-reason"] = self.decision.reason
+        return h
+
+
+def new_exchange(state: GatewayState, door: FrontDoor) -> Exchange:
+    """Start an exchange; :func:`finish` ends it (exactly once), which also ends its in-flight."""
+    ex = Exchange(new_id(), door.endpoint, door.wire_format, time.perf_counter(), door=door)
+    ex.task = asyncio.current_task()
+    state.live[ex.id] = ex
+    return ex
