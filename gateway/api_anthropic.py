@@ -41,14 +41,14 @@ from gateway.errors import (
 )
 from gateway.exchange import Exchange, FrontDoor
 from gateway.state import GatewayState
-from gateway.wire.anthropic import (
+from gateway.wire.anthropic import translate_messages
+from gateway.wire.anthropic_answer import completion_of_message
+from gateway.wire.anthropic_render import (
     MessageContext,
     MessagesStreamEncoder,
     error_body,
     render_message,
-    translate_messages,
 )
-from gateway.wire.anthropic_answer import completion_of_message
 from gateway.wire.anthropic_stream import assemble_message
 from gateway.wire.blocks import prompt_chars
 from router.errors import RoutingError

@@ -14,12 +14,12 @@ from anthropic.types import Message, RawMessageStreamEvent
 from pydantic import TypeAdapter
 
 from gateway.errors import InvalidRequestError
-from gateway.wire.anthropic import (
+from gateway.wire.anthropic import translate_messages
+from gateway.wire.anthropic_render import (
     MessageContext,
     MessagesStreamEncoder,
     error_body,
     render_message,
-    translate_messages,
 )
 from gateway.wire.blocks import BlockSequencer, prompt_chars
 from gateway.wire.openai_requests import validate_chat
