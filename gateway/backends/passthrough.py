@@ -36,6 +36,7 @@ from gateway.backends.relay import AnthropicWatcher, EventWatcher, OpenAIWatcher
 from gateway.backends.vllm import upstream_status_error
 from gateway.config import BackendConfig
 from gateway.errors import UpstreamError, UpstreamTimeoutError, UpstreamUnavailableError
+from gateway.wire.anthropic_answer import usage_as_openai
 
 # OpenAI's chat-completions request fields: what a translated body may carry to an OpenAI-format
 # provider (a client's own OpenAI body is passed whole).
@@ -74,17 +75,6 @@ OPENAI_CHAT_FIELDS = frozenset(
     )
 )
 _JSON = {"Content-Type": "application/json"}
-
-
-def usage_from_anthropic(usage: dict[str, Any] | None) -> Usage:
-    """Anthropic's usage in OpenAI's convention (its ``input_tokens`` excludes cache reads and
-    writes; ours counts every input token)."""
-    if not usage:
-        return Usage()
-    fresh = int(usage.get("input_tokens") or 0)
-    read = int(usage.get("cache_read_input_tokens") or 0)
-    write = int(usage.get("cache_creation_input_tokens") or 0)
-    return Usage(fresh + read + write, usage.get("output_tokens"), read, write)
 
 
 class PassThroughBackend:
@@ -191,11 +181,8 @@ class PassThroughBackend:
             raise UpstreamError(f"{self.name}: answered invalid JSON", backend=self.name) from exc
         if not isinstance(parsed, dict):
             raise UpstreamError(f"{self.name}: answered a non-object", backend=self.name)
-        usage = (
-            usage_from_anthropic(parsed.get("usage"))
-            if native
-            else Usage.from_openai(parsed.get("usage"))
-        )
+        raw_usage = parsed.get("usage")
+        usage = Usage.from_openai(usage_as_openai(raw_usage) if native else raw_usage)
         return UpstreamResult(body, parsed, usage, self.config.model, None, native=native)
 
     async def open_stream(self, call: UpstreamCall) -> UpstreamStream:

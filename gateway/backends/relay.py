@@ -25,6 +25,7 @@ import orjson
 
 from gateway.backends.base import StreamOutcome, Usage
 from gateway.errors import UpstreamError
+from gateway.wire.anthropic_answer import usage_as_openai
 from gateway.wire.sse import DONE_EVENT, EVENT_SEP, EventSplitter, drop_usage_only_events
 
 
@@ -53,24 +54,21 @@ class OpenAIWatcher:
 
 class AnthropicWatcher:
     """Anthropic's stream: usage from ``message_start`` (input, cache reads and writes) and
-    ``message_delta`` (output, and input counts where the provider repeats them)."""
+    ``message_delta`` (output, and input counts where the provider repeats them: the latest
+    value of each count wins)."""
 
-    __slots__ = ("_input", "_output", "_read", "_write")
+    __slots__ = ("_usage",)
 
     def __init__(self) -> None:
-        self._input = self._read = self._write = self._output = 0
+        self._usage: dict[str, Any] = {}
 
     def watch(self, block: bytes, outcome: StreamOutcome) -> bytes:
         if b"event: message_start" in block or b"event: message_delta" in block:
             for data in _named_events(block, (b"message_start", b"message_delta")):
                 usage = data.get("usage") or (data.get("message") or {}).get("usage") or {}
-                self._take(usage)
-            outcome.usage = Usage(
-                prompt_tokens=self._input + self._read + self._write,
-                completion_tokens=self._output,
-                cached_tokens=self._read,
-                cache_creation_tokens=self._write,
-            )
+                if isinstance(usage, dict):
+                    self._usage.update((k, v) for k, v in usage.items() if v is not None)
+            outcome.usage = Usage.from_openai(usage_as_openai(self._usage))
         if b"event: error" in block:
             for data in _named_events(block, (b"error",)):
                 err = data.get("error") or {}
@@ -83,17 +81,6 @@ class AnthropicWatcher:
         if b"event: message_stop" in block:
             outcome.completed = True
         return block
-
-    def _take(self, usage: dict[str, Any]) -> None:
-        # message_delta repeats cumulative counts: the latest non-null value wins.
-        if isinstance(usage.get("input_tokens"), int):
-            self._input = usage["input_tokens"]
-        if isinstance(usage.get("cache_read_input_tokens"), int):
-            self._read = usage["cache_read_input_tokens"]
-        if isinstance(usage.get("cache_creation_input_tokens"), int):
-            self._write = usage["cache_creation_input_tokens"]
-        if isinstance(usage.get("output_tokens"), int):
-            self._output = usage["output_tokens"]
 
 
 def _named_events(block: bytes, names: tuple[bytes, ...]) -> list[dict[str, Any]]:

@@ -41,7 +41,9 @@ _FINISH_REASONS: Final = {
 }
 
 
-def _usage(usage: Any) -> dict[str, Any] | None:
+def usage_as_openai(usage: Any) -> dict[str, Any] | None:
+    """Anthropic's usage in OpenAI's shape: its ``input_tokens`` excludes cache reads and writes,
+    OpenAI's ``prompt_tokens`` counts every input token (reads under ``cached_tokens``)."""
     if not isinstance(usage, dict):
         return None
     read = int(usage.get("cache_read_input_tokens") or 0)
@@ -83,5 +85,5 @@ def completion_of_message(message: dict[str, Any]) -> dict[str, Any]:
         "object": "chat.completion",
         "model": message.get("model"),
         "choices": [{"index": 0, "message": chat, "finish_reason": finish, "logprobs": None}],
-        "usage": _usage(message.get("usage")),
+        "usage": usage_as_openai(message.get("usage")),
     }
