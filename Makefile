@@ -31,11 +31,11 @@ test-fast: setup
 	$(PY) -m pytest -q -rs -m "not slow"
 
 lint: setup
-	$(VENV)/bin/ruff check gateway router serving rl_loop loadtests tests scripts
-	$(VENV)/bin/ruff format --check gateway router serving rl_loop loadtests tests scripts
+	$(VENV)/bin/ruff check gateway router traffic serving rl_loop loadtests tests scripts
+	$(VENV)/bin/ruff format --check gateway router traffic serving rl_loop loadtests tests scripts
 
 typecheck: setup
-	$(VENV)/bin/mypy gateway router serving rl_loop loadtests scripts
+	$(VENV)/bin/mypy gateway router traffic serving rl_loop loadtests scripts
 
 check: lint typecheck test
 

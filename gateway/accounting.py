@@ -13,8 +13,8 @@ import orjson
 from gateway.backends.base import Usage
 from gateway.exchange import Exchange
 from gateway.state import GatewayState
-from gateway.store.records import InferenceRecord
 from router.features import RequestFeatures
+from traffic.store.records import InferenceRecord
 
 
 def finish(

@@ -31,13 +31,13 @@ from gateway.errors import (
     error_body,
     error_response_parts,
 )
-from gateway.export import ExportConfig
-from gateway.export.from_store import TRAFFIC_QUERY, export_from_store, summarize
+from gateway.legacy_records import LIVE_TRANSLATOR
 from gateway.recording import RecorderHandle
 from gateway.state import Canary, GatewayState, build_policy, read_learned_state
-from gateway.store import InferenceFilter
 from router.config import RoutingConfig
 from router.errors import PolicyConfigError, RoutingError
+from traffic.export import TRAFFIC_QUERY, ExportConfig, export_from_store, summarize
+from traffic.store import InferenceFilter
 
 ADMIN_BODY_LIMIT = 1024 * 1024
 
@@ -223,7 +223,9 @@ async def traffic_export(request: Request) -> Response:
         check_admin(request)
         handle = _recorder(request)
         req = ExportRequest.model_validate(await _read_json(request))
-        manifest = await export_from_store(handle.backend, req.query, req.export)
+        manifest = await export_from_store(
+            handle.backend, req.query, req.export, legacy=LIVE_TRANSLATOR
+        )
     except (orjson.JSONDecodeError, ValidationError) as exc:
         return _error(InvalidRequestError(f"invalid export request: {exc}"))
     except GatewayError as exc:

@@ -15,7 +15,7 @@ Bad kind or field -> 400; a payload is bounded like a request body (depth, strin
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any
 
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -28,8 +28,8 @@ from gateway.door import parse_json_object, read_body
 from gateway.errors import GatewayError, InvalidRequestError, NotFoundError, error_response_parts
 from gateway.recording import RecorderHandle
 from gateway.state import GatewayState
-from gateway.store import FeedbackRecord
 from gateway.wire.bounds import check_depth
+from traffic.store import FeedbackKind, FeedbackRecord
 
 FEEDBACK_BODY_LIMIT = 1024 * 1024
 
@@ -38,7 +38,7 @@ class FeedbackIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     inference_id: str = Field(min_length=1)
-    kind: Literal["accepted", "rejected", "edited", "score", "comment", "demonstration"]
+    kind: FeedbackKind
     value: float | None = None
     payload: dict[str, Any] | None = None
 

@@ -23,9 +23,9 @@ from rich.console import Console
 from rich.table import Table
 
 from gateway.config import load_config
-from gateway.export import ExportConfig, SplitConfig
-from gateway.export.from_store import export_from_store, summarize
-from gateway.store import InferenceFilter, StoreBackend, StoreConfig, open_store
+from gateway.legacy_records import LIVE_TRANSLATOR
+from traffic.export import ExportConfig, SplitConfig, export_from_store, summarize
+from traffic.store import InferenceFilter, StoreBackend, StoreConfig, open_store
 
 
 def _store_config(args: argparse.Namespace) -> StoreConfig:
@@ -93,7 +93,12 @@ def cmd_export(args: argparse.Namespace) -> int:
         scrub_pii=not args.no_scrub,
     )
     manifest = asyncio.run(
-        _with_store(args, lambda b: export_from_store(b, _query(args), config, progress=True))
+        _with_store(
+            args,
+            lambda b: export_from_store(
+                b, _query(args), config, legacy=LIVE_TRANSLATOR, progress=True
+            ),
+        )
     )
     print(json.dumps(manifest.model_dump(mode="json")["counts"], indent=2))
     print(f"manifest: {Path(args.out) / 'manifest.json'}")

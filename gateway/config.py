@@ -15,10 +15,10 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from gateway.auth.config import AuthConfig
-from gateway.store.config import StoreConfig
 from router.config import RoutingConfig
 from router.selector_config import CacheAwareConfig, RoundRobinConfig, SelectorConfig
 from serving.names import ADMIN_TOKEN_ENV
+from traffic.store.config import StoreConfig
 
 
 class ListenConfig(BaseModel):
@@ -177,7 +177,7 @@ class TelemetryConfig(BaseModel):
 
 
 class StoreSection(StoreConfig):
-    """The traffic store (``gateway.store.config``) plus whether the gateway records at all."""
+    """The traffic store (``traffic.store.config``) plus whether the gateway records at all."""
 
     enabled: bool = True
 

@@ -15,9 +15,9 @@ from typing import Any, Protocol
 
 from gateway.auth.keys import ANONYMOUS, Principal
 from gateway.state import GatewayState
-from gateway.store.ids import new_id
 from router.decision import RouteDecision
 from router.features import RequestFeatures
+from traffic.store.ids import new_id
 
 
 class StreamEncoder(Protocol):

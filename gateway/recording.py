@@ -13,7 +13,7 @@ import logging
 from collections import OrderedDict
 
 from gateway.errors import ServiceUnavailableError
-from gateway.store import (
+from traffic.store import (
     FeedbackRecord,
     InferenceOwner,
     InferenceRecord,

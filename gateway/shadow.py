@@ -20,9 +20,9 @@ import time
 from gateway.backends.base import UpstreamCall
 from gateway.errors import UpstreamError
 from gateway.state import GatewayState
-from gateway.store import ShadowRecord
 from router.features import unit_hash
 from router.scorer import shadow_share
+from traffic.store import ShadowRecord
 
 log = logging.getLogger(__name__)
 

@@ -35,12 +35,12 @@ from gateway.local_targets import LocalTarget, load_tokenizers
 from gateway.metrics import GatewayMetrics
 from gateway.prompt_tokens import PromptTokenizer
 from gateway.resilience import CircuitBreaker, RetryBudget
-from gateway.store.records import InferenceRecord
 from router.config import LearnedConfig, RoutingConfig
 from router.decision import RouteDecision
 from router.features import RequestFeatures, unit_hash
 from router.learned import LearnedPolicy, LearnedState
 from router.policy import RoutingPolicy, RulePolicy
+from traffic.store.records import InferenceRecord
 
 
 class RecordSink(Protocol):

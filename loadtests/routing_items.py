@@ -52,7 +52,6 @@ from typing import Any
 import numpy as np
 import yaml
 
-from gateway.store import InferenceFilter, InferenceRow, StoreConfig, open_store
 from loadtests import routing_report as rr
 from loadtests.tasks import TaskIdError, task_from_id, verify_reply
 from rl_loop.outcomes import (
@@ -68,6 +67,7 @@ from rl_loop.outcomes import (
 from rl_loop.replay import VERDICTS_FILE
 from router.config import LearnedConfig, RoutingConfig
 from router.scorer import Scorer, shadow_share
+from traffic.store import InferenceFilter, InferenceRow, StoreConfig, open_store
 
 LABELS_FILE = "labels.json"
 UNLABELLED = "unlabelled"

@@ -26,7 +26,7 @@ class _Strict(BaseModel):
 
 
 class DataConfig(_Strict):
-    """How the traffic record becomes datasets (through ``gateway.export``)."""
+    """How the traffic record becomes datasets (through ``traffic.export``)."""
 
     eval_fraction: float = Field(
         default=0.15,

@@ -1,4 +1,4 @@
-"""Datasets of one round, built through the traffic record's exporters (``gateway.export``).
+"""Datasets of one round, built in process by the traffic record's exporters (``traffic.export``).
 
 - SFT: ``kind="sft"`` with the ``explicit`` label policy: accepted answers (frontier answers, so
   this is distillation; the local model's own accepted answers, self-distillation) and the text
@@ -7,31 +7,31 @@
   ``task_id``...) and feedback summary; the RL phase samples fresh completions for them and the
   gate uses the eval split as held-out traffic.
 Both use the exporter's time split (the latest ``eval_fraction`` of episodes are ``eval``), its
-exact dedup and PII scrubbing. Files land in ``<out_dir>/{sft,rl_prompts}/`` beside each
-export's ``manifest.json``; this module reads them back as typed examples.
+exact dedup and PII scrubbing. The exporter hands its records over in memory (the records a
+``switchyard traffic export`` would write as JSONL lines); this module reads them as typed
+examples.
 """
 
 from __future__ import annotations
 
-import json
 import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from pathlib import Path
 from typing import Any
 
-from gateway.export import (
-    BuildConfig,
-    DedupConfig,
-    ExportConfig,
-    ExportManifest,
-    SplitConfig,
-    export_from_store,
-)
-from gateway.store import InferenceFilter, StoreBackend
 from rl_loop.config import DataConfig
 from rl_loop.modeling import Encoded, Policy
+from traffic.export import (
+    BuildConfig,
+    DatasetConfig,
+    DatasetKind,
+    DedupConfig,
+    ExportCounts,
+    SplitConfig,
+    dataset_from_store,
+)
+from traffic.store import InferenceFilter, StoreBackend
 
 Messages = list[dict[str, Any]]
 
@@ -60,7 +60,7 @@ class RoundData:
     sft_eval: list[SftExample]
     prompts_train: list[PromptRecord]
     prompts_eval: list[PromptRecord]
-    manifests: dict[str, ExportManifest]
+    exports: dict[DatasetKind, ExportCounts]  # what the exporter read, skipped, dropped
 
     def counts(self) -> dict[str, int]:
         return {
@@ -71,25 +71,16 @@ class RoundData:
         }
 
 
-def _export_config(kind: str, out_dir: Path, config: DataConfig) -> ExportConfig:
-    return ExportConfig.model_validate(
-        {
-            "kind": kind,
-            "out_dir": out_dir,
-            "split": SplitConfig(eval_fraction=config.eval_fraction),
-            "dedup": DedupConfig(exact=True, near=config.near_dedup),
-            "build": BuildConfig(
-                label_policy="explicit", frontier_route_prefixes=(config.frontier_prefix,)
-            ),
-            "scrub_pii": config.scrub_pii,
-        }
+def _dataset_config(kind: DatasetKind, config: DataConfig) -> DatasetConfig:
+    return DatasetConfig(
+        kind=kind,
+        split=SplitConfig(eval_fraction=config.eval_fraction),
+        dedup=DedupConfig(exact=True, near=config.near_dedup),
+        build=BuildConfig(
+            label_policy="explicit", frontier_route_prefixes=(config.frontier_prefix,)
+        ),
+        scrub_pii=config.scrub_pii,
     )
-
-
-def _jsonl(path: Path) -> list[dict[str, Any]]:
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
 def _sft(rows: list[dict[str, Any]]) -> list[SftExample]:
@@ -117,21 +108,18 @@ def _prompts(rows: list[dict[str, Any]]) -> list[PromptRecord]:
 
 
 async def build_round_data(
-    store: StoreBackend, out_dir: Path, config: DataConfig, *, until: datetime | None = None
+    store: StoreBackend, config: DataConfig, *, until: datetime | None = None
 ) -> RoundData:
-    """Export the SFT and RL-prompt datasets of everything recorded before ``until``."""
+    """The SFT and RL-prompt datasets of everything recorded before ``until``."""
     query = InferenceFilter(ok_only=True, until=until)
-    manifests: dict[str, ExportManifest] = {}
-    for kind in ("sft", "rl_prompts"):
-        manifests[kind] = await export_from_store(
-            store, query, _export_config(kind, out_dir / kind, config)
-        )
+    sft = await dataset_from_store(store, query, _dataset_config("sft", config))
+    prompts = await dataset_from_store(store, query, _dataset_config("rl_prompts", config))
     return RoundData(
-        sft_train=_sft(_jsonl(out_dir / "sft" / "train.jsonl")),
-        sft_eval=_sft(_jsonl(out_dir / "sft" / "eval.jsonl")),
-        prompts_train=_prompts(_jsonl(out_dir / "rl_prompts" / "train.jsonl")),
-        prompts_eval=_prompts(_jsonl(out_dir / "rl_prompts" / "eval.jsonl")),
-        manifests=manifests,
+        sft_train=_sft(sft.train),
+        sft_eval=_sft(sft.eval),
+        prompts_train=_prompts(prompts.train),
+        prompts_eval=_prompts(prompts.eval),
+        exports={"sft": sft.counts, "rl_prompts": prompts.counts},
     )
 
 

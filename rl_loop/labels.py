@@ -20,8 +20,8 @@ from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from typing import Any, cast
 
-from gateway.store import InferenceFilter, InferenceRow, StoreBackend
-from gateway.store.config import DEFAULT_READ_BATCH_SIZE
+from traffic.store import InferenceFilter, InferenceRow, StoreBackend
+from traffic.store.config import DEFAULT_READ_BATCH_SIZE
 
 Labels = dict[str, dict[str, str]]
 LABELS_FILE = "labels.json"  # in a flywheel run's directory

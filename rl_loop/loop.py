@@ -34,7 +34,6 @@ from typing import Any
 
 import torch
 
-from gateway.store import StoreBackend
 from rl_loop.config import LoopConfig
 from rl_loop.datasets import PromptRecord, RoundData, build_round_data, encode_sft, pick_rl_prompts
 from rl_loop.evaluate import (
@@ -57,6 +56,7 @@ from router.features import RequestFeatures
 from router.learned import Outcome, class_key
 from serving.build import read_version
 from serving.hotswap import HotSwapConfig
+from traffic.store import StoreBackend
 
 logger = logging.getLogger(__name__)
 REPLAY_CORPUS_BYTES = 1_500_000  # of stdlib training files: ~6,000 windows of 64 tokens
@@ -217,7 +217,7 @@ async def prepare_candidate(
         logger.info("round %d: %s done in %.1fs", round_index, name, now - clock)
         clock = now
 
-    data = await build_round_data(services.store, out / "data", config.data)
+    data = await build_round_data(services.store, config.data)
     result.data = data.counts()
     lap("datasets")
 

@@ -21,8 +21,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal, get_args
 
-from gateway.store import ModelVersionRecord, StoreBackend
 from serving.build import read_version
+from traffic.store import ModelVersionRecord, StoreBackend
 
 ModelStatus = Literal["candidate", "promoted", "rejected", "retired"]
 MODEL_STATUSES: tuple[str, ...] = get_args(ModelStatus)

@@ -20,19 +20,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from gateway.export.conversation import UnsupportedShape, to_messages, tools_of
-from gateway.store import (
+from rl_loop.rewards import Verify
+from router.chat_text import request_text
+from router.features import ENDPOINTS, Endpoint, RequestFeatures, estimate_tokens
+from router.learned import class_key
+from router.request_text import RequestText
+from traffic.export.conversation import UnsupportedShape, to_messages, tools_of
+from traffic.store import (
     InferenceFilter,
     InferenceRecord,
     InferenceRow,
     ShadowRecord,
     StoreBackend,
 )
-from rl_loop.rewards import Verify
-from router.chat_text import request_text
-from router.features import RequestFeatures, estimate_tokens
-from router.learned import class_key
-from router.request_text import RequestText
 
 Arm = Literal["local", "frontier"]
 
@@ -65,9 +65,9 @@ def answer_text(response: Mapping[str, Any] | None) -> str:
 def features_of(inf: InferenceRecord) -> RequestFeatures:
     """The router's view of a recorded request (prompt size estimated as the gateway does)."""
     request = inf.request or {}
-    endpoint = inf.endpoint if inf.endpoint in _ENDPOINTS else "chat.completions"
+    endpoint: Endpoint = next((e for e in ENDPOINTS if e == inf.endpoint), "chat.completions")
     return RequestFeatures(
-        endpoint=endpoint,  # type: ignore[arg-type]
+        endpoint=endpoint,
         requested_model=str(request.get("model") or ""),
         prompt_tokens=estimate_tokens(len(json.dumps(request.get("messages") or ""))),
         has_tools=bool(request.get("tools")),
@@ -82,21 +82,14 @@ def features_of(inf: InferenceRecord) -> RequestFeatures:
 
 def recorded_text(inf: InferenceRecord) -> RequestText:
     """What the scorer reads of a recorded request: the exporter's conversation (one shape for
-    every wire format), read by the same reader as the gateway's (``router.chat_text``)."""
-    request = inf.request or {}
-    row = {
-        "request": request,
-        "wire_format": inf.wire_format,
-        "canonical_request": inf.canonical_request,
-    }
+    every wire format), read by the same reader as the gateway's (``router.chat_text``); the
+    recorded body itself where the exporter cannot read it (a record written before its
+    canonical fields, which only the gateway's translators read again)."""
     try:
-        body: Mapping[str, Any] = {"messages": to_messages(row), "tools": tools_of(row)}  # type: ignore[arg-type]
+        body: Mapping[str, Any] = {"messages": to_messages(inf), "tools": tools_of(inf)}
     except UnsupportedShape:
-        body = request
+        body = inf.request or {}
     return request_text(inf.endpoint, body)
-
-
-_ENDPOINTS = ("chat.completions", "completions", "responses", "messages")
 
 
 def verdict_of(row: InferenceRow) -> bool | None:

@@ -28,11 +28,11 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from gateway.store import ModelVersionRecord, StoreBackend, StoreConfig, open_store
 from rl_loop.model_registry import list_checkpoints, record_checkpoint
 from serving.build import read_version
 from serving.hotswap import HotSwapConfig, SwapReport, publish_weights
 from serving.names import ADMIN_TOKEN_ENV
+from traffic.store import ModelVersionRecord, StoreBackend, StoreConfig, open_store
 
 
 class PromotionError(Exception):

@@ -33,7 +33,6 @@ from typing import Any
 
 import httpx
 
-from gateway.store import InferenceFilter, PolicyVersionRecord, StoreBackend
 from rl_loop.config import RefitConfig
 from rl_loop.outcomes import (
     RecordedOutcome,
@@ -44,6 +43,7 @@ from rl_loop.outcomes import (
 )
 from rl_loop.rewards import Verify
 from router.learned import LearnedState, Outcome, fit
+from traffic.store import InferenceFilter, PolicyVersionRecord, StoreBackend
 
 
 @dataclass(slots=True)

@@ -24,13 +24,13 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from gateway.store import StoreConfig, open_store
 from rl_loop.config import RefitConfig
 from rl_loop.labels import load_labels, with_labels
 from rl_loop.outcomes import VerdictCache
 from rl_loop.refit import RefitReport, refit_policy
 from rl_loop.replay import VERDICTS_FILE, load_routing
 from serving.names import ADMIN_TOKEN_ENV
+from traffic.store import StoreConfig, open_store
 
 
 async def refit_once(args: argparse.Namespace) -> RefitReport:

@@ -25,13 +25,13 @@ from typing import Any
 
 import yaml
 
-from gateway.store import InferenceFilter, StoreBackend, StoreConfig, open_store
 from rl_loop.config import RefitConfig
 from rl_loop.outcomes import VerdictCache, features_of, iter_rows, verdict_of
 from router.config import RoutingConfig
 from router.learned import LearnedPolicy, LearnedState, class_key
 from router.policy import RoutingPolicy, RulePolicy
 from router.replay import Arm, ArmReport, ReplayItem, ReplayReport, replay
+from traffic.store import InferenceFilter, StoreBackend, StoreConfig, open_store
 
 VERDICTS_FILE = "shadow_verdicts.json"
 

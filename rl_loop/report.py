@@ -23,8 +23,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from gateway.store import InferenceFilter, StoreBackend
 from rl_loop.outcomes import verdict_of
+from traffic.store import InferenceFilter, StoreBackend
 
 
 @dataclass(slots=True)

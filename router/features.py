@@ -11,11 +11,14 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Final, Literal, get_args
 
 from router.request_text import RequestText
 
+# The API a request came through: the one definition of these names (the gateway records them,
+# the RL loop reads them back from the traffic record).
 Endpoint = Literal["chat.completions", "completions", "responses", "messages"]
+ENDPOINTS: Final[tuple[Endpoint, ...]] = get_args(Endpoint)
 
 CHARS_PER_TOKEN = 4
 

@@ -35,7 +35,6 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field
 from transformers.utils import logging as transformers_logging
 
-from gateway.store import StoreBackend, StoreConfig, open_store
 from loadtests.ide_client import IdeClientConfig, RunStats, run_ide_client
 from loadtests.tasks import FAMILIES, MIX, task_from_id, verify_reply
 from loadtests.tasks.mix import OLD_MIX
@@ -61,6 +60,7 @@ from serving.processes import Child, Interrupted, ProcessFleet
 from serving.replica import VllmReplica, find_free_port
 from serving.train_base import TrainBaseConfig, ensure_trained, find_trained
 from serving.vllm_config import VllmLaunchConfig
+from traffic.store import InferenceFilter, StoreBackend, StoreConfig, open_store
 
 REPO = Path(__file__).resolve().parents[1]
 CACHE = Path(os.environ.get("SWITCHYARD_CACHE", REPO / ".cache"))
@@ -281,14 +281,15 @@ def keep_labels(labels: Labels, stats: RunStats, path: Path) -> None:
 
 
 async def settle(store: StoreBackend, since: datetime, quiet_s: float = 2.0) -> None:
-    """Wait until no new record (shadow answers finish after the client's) lands for a while."""
+    """Wait until no new record (shadow answers finish after the client's) lands for a while.
+    Reads only the round's window: the store answers ``since`` from the ids' time."""
     last = -1
     deadline = time.monotonic() + 120
+    window = InferenceFilter(since=since)
     while time.monotonic() < deadline:
         count = 0
-        async for row in store.iter_inferences(None, with_shadows=True):
-            if row.inference.ts >= since:
-                count += 1 + len(row.shadows) + len(row.feedback)
+        async for row in store.iter_inferences(window, with_shadows=True):
+            count += 1 + len(row.shadows) + len(row.feedback)
         if count == last:
             return
         last = count

@@ -8,4 +8,5 @@ pytest_plugins = [
     "tests.fixtures.simulator_fixture",
     "tests.fixtures.vllm_fixture",
     "tests.fixtures.gateway_fixture",
+    "tests.fixtures.postgres_fixture",
 ]

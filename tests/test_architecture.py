@@ -2,8 +2,9 @@
 
 router   -> (nothing of the project)
 serving  -> (nothing of the project)
-gateway  -> router
-rl_loop  -> gateway.store (read API), gateway.export, serving, router
+traffic  -> (nothing of the project): the record's store and its dataset exporters
+gateway  -> router, traffic (it writes the record, serves exports over its admin API and CLI)
+rl_loop  -> traffic (reads the record, builds its datasets in process), serving, router
 loadtests-> router (its pure selectors and scorer, driven by simulations) and
             serving.processes (starting and stopping child processes only); the gateway, serving
             and the store are reached over HTTP or a command line
@@ -20,14 +21,15 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("gateway", "router", "serving", "rl_loop", "loadtests")
+PACKAGES = ("gateway", "router", "serving", "traffic", "rl_loop", "loadtests")
 
 SHARED_NAMES = "serving.names"
 ALLOWED: dict[str, tuple[str, ...]] = {
     "router": ("router", SHARED_NAMES),
     "serving": ("serving",),
-    "gateway": ("gateway", "router", SHARED_NAMES),
-    "rl_loop": ("rl_loop", "gateway.store", "gateway.export", "serving", "router"),
+    "traffic": ("traffic", SHARED_NAMES),
+    "gateway": ("gateway", "router", "traffic", SHARED_NAMES),
+    "rl_loop": ("rl_loop", "traffic", "serving", "router"),
     "loadtests": ("loadtests", "router", "serving.processes", SHARED_NAMES),
 }
 

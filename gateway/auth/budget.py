@@ -38,9 +38,9 @@ from typing import Final, Protocol
 
 from gateway.auth.config import DEFAULT_BUDGET_FLUSH_INTERVAL_S
 from gateway.errors import PermissionDeniedError
-from gateway.store.backend import StoreBackend
-from gateway.store.errors import StoreDataError, StoreUnavailable
-from gateway.store.records import ApiKeyRecord
+from traffic.store.backend import StoreBackend
+from traffic.store.errors import StoreDataError, StoreUnavailable
+from traffic.store.records import ApiKeyRecord
 
 log = logging.getLogger(__name__)
 

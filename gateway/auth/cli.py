@@ -4,7 +4,7 @@
     list [--active] [--json]                               every key (no hashes, no keys)
     revoke KEY_ID                                          exit status 1 if unknown/revoked
 
-``--store`` defaults to the traffic store's default URL (:mod:`gateway.store.config`).
+``--store`` defaults to the traffic store's default URL (:mod:`traffic.store.config`).
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from collections.abc import Sequence
 
 from gateway.auth.config import DEFAULT_KEY_PREFIX
 from gateway.auth.keys import KeyService, public_view
-from gateway.store import StoreConfig, StoreError, open_store
-from gateway.store.config import DEFAULT_URL
+from traffic.store import StoreConfig, StoreError, open_store
+from traffic.store.config import DEFAULT_URL
 
 _COLUMNS = ("id", "name", "prefix", "created_at", "revoked_at", "rpm_limit", "tpm_limit")
 

@@ -52,9 +52,9 @@ from typing import Any, Final
 from gateway.auth.budget import BudgetGuard
 from gateway.auth.config import DEFAULT_KEY_PREFIX, AuthConfig
 from gateway.errors import AuthenticationError, PermissionDeniedError, ServiceUnavailableError
-from gateway.store.backend import StoreBackend
-from gateway.store.errors import StoreUnavailable
-from gateway.store.records import ApiKeyRecord
+from traffic.store.backend import StoreBackend
+from traffic.store.errors import StoreUnavailable
+from traffic.store.records import ApiKeyRecord
 
 log = logging.getLogger(__name__)
 

@@ -1,4 +1,4 @@
-"""Write throughput of the traffic store, measured by ``python -m gateway.store.bench``.
+"""Write throughput of the traffic store, measured by ``python -m traffic.store.bench``.
 
 loadtests reaches the project only over HTTP or a command line (tests/test_architecture.py), so
 the measurement itself lives beside the store and is run here as a subprocess; its JSON is read
@@ -35,7 +35,7 @@ def run(
     cmd = [
         sys.executable,
         "-m",
-        "gateway.store.bench",
+        "traffic.store.bench",
         "--records",
         str(n),
         "--backends",

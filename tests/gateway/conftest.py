@@ -2,30 +2,13 @@
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
 import pytest
 
 from tests.fixtures.gateway_fixture import GatewayThread, gateway_config
-from tests.gateway.store.conftest import PG_URL, pg_dsn
-
-
-@pytest.fixture(scope="session")
-def pg_schema() -> Iterator[str]:
-    """One schema in database ``test`` for the session's PostgreSQL cases, dropped at the end;
-    skips (saying why) when no server answers."""
-    try:
-        with psycopg.connect(PG_URL, connect_timeout=3, autocommit=True) as conn:
-            name = f"store_test_{uuid.uuid4().hex[:12]}"
-            conn.execute(f"CREATE SCHEMA {name}")
-    except psycopg.OperationalError as e:
-        pytest.skip(f"PostgreSQL not reachable at {PG_URL}: {e}".splitlines()[0])
-    yield name
-    with psycopg.connect(PG_URL, autocommit=True) as conn:
-        conn.execute(f"DROP SCHEMA IF EXISTS {name} CASCADE")
+from tests.fixtures.postgres_fixture import pg_dsn
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])

@@ -13,11 +13,11 @@ import httpx
 import openai
 import pytest
 
-from gateway.store import InferenceFilter, StoreConfig, open_store
 from router.chat_text import request_text
 from router.learned import Outcome, fit
 from tests.fixtures.gateway_fixture import GatewayThread
 from tests.gateway.conftest import store_gateway
+from traffic.store import InferenceFilter, StoreConfig, open_store
 
 ADMIN = {"Authorization": "Bearer ops-admin"}
 CHAT = {"model": "auto", "messages": [{"role": "user", "content": "hello"}]}

@@ -31,7 +31,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gateway.config import parse_config
-from gateway.store import StoreConfig, open_store
 from loadtests.hostile import Targets, hostile_corpus
 from loadtests.hostile_case import HostileCase, make_case, valid_body
 from loadtests.hostile_fire import (
@@ -47,6 +46,7 @@ from loadtests.hostile_fire import (
 )
 from tests.fixtures.gateway_fixture import GatewayThread, gateway_config
 from tests.gateway.conftest import store_gateway
+from traffic.store import StoreConfig, open_store
 
 SEED = 13
 COUNT = 500

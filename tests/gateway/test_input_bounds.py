@@ -14,10 +14,10 @@ import pytest
 from gateway.config import LimitsConfig
 from gateway.errors import InvalidRequestError
 from gateway.resilience import BreakerState
-from gateway.store import InferenceFilter, InferenceRecord, StoreConfig, open_store
 from gateway.wire.bounds import check_bounds
 from tests.fixtures.gateway_fixture import GatewayThread
 from tests.gateway.conftest import store_gateway
+from traffic.store import InferenceFilter, InferenceRecord, StoreConfig, open_store
 
 LIMITS = LimitsConfig()
 

@@ -13,8 +13,8 @@ import pytest
 
 from gateway.backends.base import Usage
 from gateway.backends.pricing import PriceBook
-from gateway.store.records import InferenceRecord
 from tests.fixtures.gateway_fixture import GatewayThread, gateway_config
+from traffic.store.records import InferenceRecord
 
 OPENAI_TARGET, ANTHROPIC_TARGET = "openai-priced", "anthropic-priced"
 EPHEMERAL: Any = {"type": "ephemeral"}

@@ -10,8 +10,8 @@ from typing import Any
 import httpx
 import pytest
 
-from gateway.store import writer as writer_module
 from tests.gateway.conftest import store_gateway
+from traffic.store import writer as writer_module
 
 CHAT = {"model": "auto", "messages": [{"role": "user", "content": "hello"}]}
 

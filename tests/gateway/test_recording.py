@@ -14,11 +14,11 @@ from typing import Any
 import httpx
 import pytest
 
-from gateway.store import InferenceFilter, InferenceRow, StoreConfig, open_store
 from tests.fixtures.gateway_fixture import GatewayThread
+from tests.fixtures.postgres_fixture import pg_dsn
 from tests.gateway.conftest import store_gateway as _store_gateway
-from tests.gateway.store.conftest import pg_dsn
-from tests.gateway.store.tcp_proxy import TcpProxy
+from tests.traffic.store.tcp_proxy import TcpProxy
+from traffic.store import InferenceFilter, InferenceRow, StoreConfig, open_store
 
 
 def _read_all(url: str) -> list[InferenceRow]:

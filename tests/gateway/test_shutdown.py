@@ -22,8 +22,8 @@ import httpx
 import pytest
 import yaml
 
-from gateway.store import InferenceFilter, StoreConfig, open_store
 from loadtests.bench.servers import free_port
+from traffic.store import InferenceFilter, StoreConfig, open_store
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -18,7 +18,11 @@ import numpy as np
 import pytest
 import yaml
 
-from gateway.store import (
+from loadtests import bench_routing, routing_items
+from loadtests import routing_report as rr
+from loadtests.tasks import sample_tasks
+from rl_loop.outcomes import RecordedOutcome
+from traffic.store import (
     FeedbackKind,
     FeedbackRecord,
     InferenceRecord,
@@ -26,10 +30,6 @@ from gateway.store import (
     StoreConfig,
     open_store,
 )
-from loadtests import bench_routing, routing_items
-from loadtests import routing_report as rr
-from loadtests.tasks import sample_tasks
-from rl_loop.outcomes import RecordedOutcome
 
 # Local accept rates of the synthetic model: the quick questions learnable, the rest not.
 LOCAL_P = {"expression_type": 0.92, "return_type": 0.85, "exception_type": 0.75}

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from gateway.store import StoreBackend, StoreConfig, open_store
 from serving.build import build_model, ensure_tokenizer
 from serving.model_config import ModelSpec
 from serving.tokenizer import TokenizerSpec
 from tests.fixtures.vllm_fixture import cache_dir
+from traffic.store import StoreBackend, StoreConfig, open_store
 
 MICRO = ModelSpec(
     hidden_size=32,

@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 
-from gateway.store import StoreBackend
 from rl_loop.model_registry import (
     checkpoint_record,
     lineage,
@@ -15,6 +14,7 @@ from rl_loop.model_registry import (
     record_checkpoint,
 )
 from serving.model_config import VERSION_FILE, CheckpointVersion, ModelSpec, ProbeReference
+from traffic.store import StoreBackend
 
 
 def write_checkpoint(root: Path, version_id: str, parent: str | None, **extra: object) -> Path:

@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from gateway.store import StoreBackend, StoreConfig, open_store
 from rl_loop import promote as promote_module
 from rl_loop.model_registry import list_checkpoints, record_checkpoint
 from rl_loop.promote import PromotionError, promote, rollback
 from serving.hotswap import HotSwapConfig, ReplicaSwap, SwapReport
 from serving.model_config import VERSION_FILE, CheckpointVersion, ModelSpec
+from traffic.store import StoreBackend, StoreConfig, open_store
 
 CONFIG = HotSwapConfig(gateway_url="http://127.0.0.1:1", admin_token="t")
 REPLICAS = ["http://127.0.0.1:2"]

@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gateway.store import FeedbackRecord, InferenceRecord, ShadowRecord, SqliteBackend
 from rl_loop import refit_cli
 from rl_loop import replay as replay_cli
 from rl_loop.config import RefitConfig
@@ -27,6 +26,7 @@ from router.features import RequestFeatures
 from router.learned import LearnedPolicy, LearnedState, Outcome
 from router.policy import RulePolicy
 from router.request_text import RequestText
+from traffic.store import FeedbackRecord, InferenceRecord, ShadowRecord, SqliteBackend
 
 
 def chat(text: str) -> dict:

@@ -12,13 +12,13 @@ import pytest
 
 from gateway.auth import AuthConfig, Authenticator, BudgetGuard, KeyService, Principal
 from gateway.errors import PermissionDeniedError, error_response_parts
-from gateway.store import StoreBackend, StoreConfig, StoreDataError, StoreUnavailable, open_store
-from gateway.store.records import ApiKeyRecord
-from tests.gateway.store.conftest import pg_empty_schema, store_url
+from tests.traffic.store.conftest import store_url
+from traffic.store import StoreBackend, StoreConfig, StoreDataError, StoreUnavailable, open_store
+from traffic.store.records import ApiKeyRecord
 
 from .test_keys import refusal
 
-__all__ = ["pg_empty_schema", "store_url"]
+__all__ = ["store_url"]
 
 
 @pytest.fixture

@@ -16,13 +16,11 @@ import pytest
 
 from gateway.auth import AuthConfig, Authenticator, KeyService
 from gateway.errors import ServiceUnavailableError, error_response_parts
-from gateway.store import PostgresBackend
-from tests.gateway.store.conftest import PG_URL, pg_dsn, pg_empty_schema
-from tests.gateway.store.tcp_proxy import TcpProxy
+from tests.fixtures.postgres_fixture import PG_URL, pg_dsn
+from tests.traffic.store.tcp_proxy import TcpProxy
+from traffic.store import PostgresBackend
 
 from .test_keys import FakeClock, refusal
-
-__all__ = ["pg_empty_schema"]
 
 pytestmark = pytest.mark.postgres
 

@@ -32,14 +32,14 @@ from gateway.errors import (
     ServiceUnavailableError,
     error_response_parts,
 )
-from gateway.store import StoreBackend, StoreConfig, StoreUnavailable, open_store
-from gateway.store.records import ApiKeyRecord
 
 # The store tests' fixtures: SQLite in tmp_path, and PostgreSQL in a schema of its own
 # (marked ``postgres``, skipped with the reason when no server answers).
-from tests.gateway.store.conftest import pg_empty_schema, store_url
+from tests.traffic.store.conftest import store_url
+from traffic.store import StoreBackend, StoreConfig, StoreUnavailable, open_store
+from traffic.store.records import ApiKeyRecord
 
-__all__ = ["pg_empty_schema", "store_url"]
+__all__ = ["store_url"]
 
 
 class FakeClock:

@@ -1,0 +1,246 @@
+"""A served model on loopback for the served-conversation tests: it keeps every body it was sent
+and answers with a scripted answer, in OpenAI's chat or completions format or natively in
+Anthropic's, whole or streamed.
+
+An :class:`Answer` is what the model "says" (reasoning, text pieces, tool calls whose arguments
+arrive in fragments); :meth:`Answer.turn` is the answer a trainer must see, built from the script
+alone (never from gateway code), so the tests compare the export with an independent truth.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+from aiohttp import web
+
+from traffic.export.turns import AssistantTurn, ToolCall
+
+
+@dataclass(frozen=True)
+class Call:
+    id: str
+    name: str
+    fragments: tuple[str, ...]  # the arguments' JSON text, as streamed
+
+    @property
+    def arguments(self) -> str:
+        return "".join(self.fragments)
+
+
+@dataclass(frozen=True)
+class Answer:
+    text: tuple[str, ...] = ()
+    reasoning: str | None = None
+    calls: tuple[Call, ...] = ()
+
+    def turn(self, *, native: bool = False) -> AssistantTurn | None:
+        """What training must read (None: the model said nothing). An Anthropic provider sends a
+        call's input as an object: its arguments are that object as compact JSON."""
+        calls = tuple(
+            ToolCall(c.id, c.name, _compact(c.arguments) if native else c.arguments)
+            for c in self.calls
+        )
+        text = "".join(self.text) or None
+        return AssistantTurn(text, calls) if text or calls else None
+
+    @property
+    def finish(self) -> str:
+        return "tool_calls" if self.calls else "stop"
+
+
+def _compact(arguments: str) -> str:
+    return orjson.dumps(json.loads(arguments)).decode()
+
+
+USAGE = {"prompt_tokens": 321, "completion_tokens": 12, "total_tokens": 333}
+_HEAD = {"id": "chatcmpl-served", "created": 1, "model": "served-model"}
+
+
+def chat_completion(a: Answer) -> dict[str, Any]:
+    message: dict[str, Any] = {"role": "assistant", "content": "".join(a.text) or None}
+    if a.reasoning:
+        message["reasoning_content"] = a.reasoning
+    if a.calls:
+        message["tool_calls"] = [
+            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+            for c in a.calls
+        ]
+    choice = {"index": 0, "message": message, "finish_reason": a.finish, "logprobs": None}
+    return {**_HEAD, "object": "chat.completion", "choices": [choice], "usage": USAGE}
+
+
+def _chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+    choice = {"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}
+    return {**_HEAD, "object": "chat.completion.chunk", "choices": [choice]}
+
+
+def chat_chunks(a: Answer) -> list[dict[str, Any]]:
+    out = [_chunk({"role": "assistant", "content": ""})]
+    if a.reasoning:
+        half = len(a.reasoning) // 2
+        out += [_chunk({"reasoning_content": p}) for p in (a.reasoning[:half], a.reasoning[half:])]
+    out += [_chunk({"content": piece}) for piece in a.text]
+    for i, c in enumerate(a.calls):
+        head = {"index": i, "id": c.id, "type": "function"}
+        out.append(
+            _chunk({"tool_calls": [{**head, "function": {"name": c.name, "arguments": ""}}]})
+        )
+        out += [
+            _chunk({"tool_calls": [{"index": i, "function": {"arguments": f}}]})
+            for f in c.fragments
+        ]
+    out.append(_chunk({}, a.finish))
+    out.append({**_HEAD, "object": "chat.completion.chunk", "choices": [], "usage": USAGE})
+    return out
+
+
+def text_completion(a: Answer) -> dict[str, Any]:
+    choice = {"index": 0, "text": "".join(a.text), "finish_reason": "stop", "logprobs": None}
+    return {**_HEAD, "object": "text_completion", "choices": [choice], "usage": USAGE}
+
+
+def text_chunks(a: Answer) -> list[dict[str, Any]]:
+    pieces = [{"index": 0, "text": t, "finish_reason": None, "logprobs": None} for t in a.text]
+    out = [{**_HEAD, "object": "text_completion", "choices": [p]} for p in pieces]
+    end = {"index": 0, "text": "", "finish_reason": "stop", "logprobs": None}
+    return [*out, {**_HEAD, "object": "text_completion", "choices": [end], "usage": USAGE}]
+
+
+def anthropic_message(a: Answer) -> dict[str, Any]:
+    content: list[dict[str, Any]] = []
+    if a.reasoning:
+        content.append({"type": "thinking", "thinking": a.reasoning, "signature": "c2ln"})
+    if a.text:
+        content.append({"type": "text", "text": "".join(a.text)})
+    for c in a.calls:
+        content.append(
+            {"type": "tool_use", "id": c.id, "name": c.name, "input": json.loads(c.arguments)}
+        )
+    return {
+        "id": "msg_served",
+        "type": "message",
+        "role": "assistant",
+        "model": "claude-served",
+        "content": content,
+        "stop_reason": "tool_use" if a.calls else "end_turn",
+        "stop_sequence": None,
+        "usage": {"input_tokens": 30, "cache_read_input_tokens": 200, "output_tokens": 12},
+    }
+
+
+def _event(name: str, data: dict[str, Any]) -> bytes:
+    return b"event: " + name.encode() + b"\ndata: " + orjson.dumps(data) + b"\n\n"
+
+
+def anthropic_events(a: Answer) -> list[bytes]:
+    whole = anthropic_message(a)
+    start = {**whole, "content": [], "stop_reason": None}
+    events = [_event("message_start", {"type": "message_start", "message": start})]
+    for i, block in enumerate(whole["content"]):
+        kind = block["type"]
+        empty: dict[str, Any] = {
+            "thinking": {"thinking": "", "signature": ""},
+            "text": {"text": ""},
+            "tool_use": {"id": block.get("id"), "name": block.get("name"), "input": {}},
+        }[kind]
+        first = {
+            "type": "content_block_start",
+            "index": i,
+            "content_block": {"type": kind, **empty},
+        }
+        events.append(_event("content_block_start", first))
+        if kind == "thinking":
+            deltas = [{"type": "thinking_delta", "thinking": block["thinking"]}]
+            deltas.append({"type": "signature_delta", "signature": block["signature"]})
+        elif kind == "text":
+            deltas = [{"type": "text_delta", "text": t} for t in a.text]
+        else:
+            call = next(c for c in a.calls if c.id == block["id"])
+            deltas = [{"type": "input_json_delta", "partial_json": f} for f in call.fragments]
+        for delta in deltas:
+            payload = {"type": "content_block_delta", "index": i, "delta": delta}
+            events.append(_event("content_block_delta", payload))
+        events.append(_event("content_block_stop", {"type": "content_block_stop", "index": i}))
+    delta = {"stop_reason": whole["stop_reason"], "stop_sequence": None}
+    end = {"type": "message_delta", "delta": delta, "usage": {"output_tokens": 12}}
+    events.append(_event("message_delta", end))
+    events.append(_event("message_stop", {"type": "message_stop"}))
+    return events
+
+
+def _sse(chunks: list[dict[str, Any]]) -> list[bytes]:
+    return [b"data: " + orjson.dumps(c) + b"\n\n" for c in chunks] + [b"data: [DONE]\n\n"]
+
+
+@dataclass
+class ServedModel:
+    """The upstream: an aiohttp server on a loopback port, in its own thread."""
+
+    answer: Answer = field(default_factory=Answer)
+    broken: dict[str, Any] | None = None  # a whole answer to send instead of the scripted one
+    received: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    port: int = 0
+    _loop: asyncio.AbstractEventLoop = field(default_factory=asyncio.new_event_loop)
+    _runner: web.AppRunner | None = None
+
+    async def _serve(self, request: web.Request) -> web.StreamResponse:
+        body = await request.json()
+        self.received.append((request.path, body))
+        path, a = request.path, self.answer
+        if path.endswith("/messages"):
+            whole, events = anthropic_message(a), anthropic_events(a)
+        elif path.endswith("/chat/completions"):
+            whole, events = chat_completion(a), _sse(chat_chunks(a))
+        else:
+            whole, events = text_completion(a), _sse(text_chunks(a))
+        if self.broken is not None:
+            whole = self.broken
+        if not body.get("stream"):
+            return web.Response(body=orjson.dumps(whole), content_type="application/json")
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        for event in events:
+            await resp.write(event)
+        return resp
+
+    async def _ok(self, request: web.Request) -> web.Response:
+        return web.Response(text="")
+
+    def start(self) -> ServedModel:
+        app = web.Application(client_max_size=64 << 20)
+        for path in ("/v1/messages", "/v1/chat/completions", "/v1/completions"):
+            app.router.add_post(path, self._serve)
+        app.router.add_get("/health", self._ok)
+        app.router.add_get("/metrics", self._ok)
+        ready = threading.Event()
+
+        async def boot() -> None:
+            self._runner = web.AppRunner(app)
+            await self._runner.setup()
+            site = web.TCPSite(self._runner, "127.0.0.1", 0)
+            await site.start()
+            self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+            ready.set()
+
+        def run() -> None:
+            asyncio.set_event_loop(self._loop)
+            self._loop.run_until_complete(boot())
+            self._loop.run_forever()
+
+        threading.Thread(target=run, daemon=True, name="served-model").start()
+        ready.wait(10)
+        return self
+
+    def stop(self) -> None:
+        if self._runner is not None:
+            asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._loop).result(10)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"

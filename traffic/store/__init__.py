@@ -1,0 +1,69 @@
+"""The traffic store: the record of truth the gateway writes, and the RL loop's source of data.
+
+Public surface (see each module's docstring for its contract):
+
+- records: :class:`InferenceRecord`, :class:`FeedbackRecord`, :class:`ShadowRecord`,
+  :class:`ModelVersionRecord`, :class:`PolicyVersionRecord`, :class:`ApiKeyRecord`;
+  read side :class:`InferenceFilter`, :class:`InferenceRow`; the vocabulary :data:`FeedbackKind`,
+  :data:`WireFormat`;
+- ids: :func:`new_id` (UUIDv7), :func:`id_time`;
+- backends: :class:`StoreBackend` (protocol), :class:`SqliteBackend`, :class:`PostgresBackend`,
+  :func:`open_store` from a :class:`StoreConfig`;
+- writing off the request path: :class:`RecordWriter` and its :class:`WriterStats`;
+- errors: :class:`StoreError`, :class:`StoreUnavailable`, :class:`StoreDataError`,
+  :class:`StoreConflict`.
+
+This package imports nothing else from the project (nor does ``traffic.export``, its reader).
+"""
+
+from traffic.store.backend import StoreBackend, open_store
+from traffic.store.config import StoreConfig
+from traffic.store.errors import StoreConflict, StoreDataError, StoreError, StoreUnavailable
+from traffic.store.ids import id_time, new_id
+from traffic.store.postgres_backend import PostgresBackend
+from traffic.store.records import (
+    FEEDBACK_KINDS,
+    GROUP_KEYS,
+    ApiKeyRecord,
+    FeedbackKind,
+    FeedbackRecord,
+    InferenceFilter,
+    InferenceOwner,
+    InferenceRecord,
+    InferenceRow,
+    ModelVersionRecord,
+    PolicyVersionRecord,
+    ShadowRecord,
+    WireFormat,
+)
+from traffic.store.sqlite_backend import SqliteBackend
+from traffic.store.writer import RecordWriter, WriterStats
+
+__all__ = [
+    "FEEDBACK_KINDS",
+    "GROUP_KEYS",
+    "ApiKeyRecord",
+    "FeedbackKind",
+    "FeedbackRecord",
+    "InferenceFilter",
+    "InferenceOwner",
+    "InferenceRecord",
+    "InferenceRow",
+    "ModelVersionRecord",
+    "PolicyVersionRecord",
+    "PostgresBackend",
+    "RecordWriter",
+    "ShadowRecord",
+    "SqliteBackend",
+    "StoreBackend",
+    "StoreConfig",
+    "StoreConflict",
+    "StoreDataError",
+    "StoreError",
+    "StoreUnavailable",
+    "WireFormat",
+    "WriterStats",
+    "id_time",
+    "new_id",
+    "open_store",
+]

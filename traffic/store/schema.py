@@ -1,0 +1,284 @@
+"""The traffic store's schema, declared once and rendered per dialect.
+
+Columns carry a logical type; only its rendering differs between dialects:
+
+=========  ==========================  ======================================================
+logical    PostgreSQL                  SQLite (STRICT tables)
+=========  ==========================  ======================================================
+ID         uuid                        TEXT, canonical lowercase form (sorts like the uuid)
+KEY        text                        TEXT     (ids we do not mint: api keys, versions)
+TEXT       text                        TEXT
+INT        bigint                      INTEGER
+FLOAT      double precision            REAL
+BOOL       boolean                     INTEGER  0/1
+TS         timestamptz                 INTEGER  microseconds since the Unix epoch, UTC
+JSON       jsonb                       TEXT     JSON text
+=========  ==========================  ======================================================
+
+Timestamps in SQLite are integer microseconds: exact (the same precision as timestamptz), compact,
+and compared as integers; ``datetime(ts / 1000000, 'unixepoch')`` shows them in SQL.
+
+Ids are UUIDv7, so ``inference.id`` orders rows by time: time ranges are primary-key ranges, and
+each secondary index is ``(column, id)`` so a filter plus a time range is one index range scan.
+There are no foreign keys: feedback may arrive (or be replayed from a spool) before the inference
+it points at, and the API validates references instead.
+
+Evolution: every table, column and index has ``since``, the migration version that adds it.
+Migration N creates the tables with ``since == N`` (with their columns of ``since <= N``), adds
+the columns with ``since == N`` to older tables, and creates the indexes with ``since == N``; so
+this file stays the one description of the current schema, and :mod:`traffic.store.migrations`
+only lists versions, descriptions and any extra data-moving SQL.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+from types import MappingProxyType
+from typing import Final
+
+from traffic.store.config import Dialect
+
+
+class ColumnType(Enum):
+    ID = "id"
+    KEY = "key"
+    TEXT = "text"
+    INT = "int"
+    FLOAT = "float"
+    BOOL = "bool"
+    TS = "ts"
+    JSON = "json"
+
+
+_PG_TYPES: Final = MappingProxyType(
+    {
+        ColumnType.ID: "uuid",
+        ColumnType.KEY: "text",
+        ColumnType.TEXT: "text",
+        ColumnType.INT: "bigint",
+        ColumnType.FLOAT: "double precision",
+        ColumnType.BOOL: "boolean",
+        ColumnType.TS: "timestamptz",
+        ColumnType.JSON: "jsonb",
+    }
+)
+_SQLITE_TYPES: Final = MappingProxyType(
+    {
+        ColumnType.ID: "TEXT",
+        ColumnType.KEY: "TEXT",
+        ColumnType.TEXT: "TEXT",
+        ColumnType.INT: "INTEGER",
+        ColumnType.FLOAT: "REAL",
+        ColumnType.BOOL: "INTEGER",
+        ColumnType.TS: "INTEGER",
+        ColumnType.JSON: "TEXT",
+    }
+)
+
+
+def sql_type(ctype: ColumnType, dialect: Dialect) -> str:
+    return (_PG_TYPES if dialect == "postgres" else _SQLITE_TYPES)[ctype]
+
+
+@dataclass(frozen=True, slots=True)
+class Column:
+    name: str
+    type: ColumnType
+    nullable: bool = True
+    since: int = 1
+
+
+@dataclass(frozen=True, slots=True)
+class Index:
+    name: str
+    table: str
+    columns: tuple[str, ...]
+    unique: bool = False
+    since: int = 1
+
+
+@dataclass(frozen=True, slots=True)
+class Table:
+    name: str
+    columns: tuple[Column, ...]
+    primary_key: tuple[str, ...] = ("id",)
+    since: int = 1
+
+    @property
+    def column_names(self) -> tuple[str, ...]:
+        return tuple(c.name for c in self.columns)
+
+    def column(self, name: str) -> Column:
+        for c in self.columns:
+            if c.name == name:
+                return c
+        raise KeyError(f"{self.name} has no column {name}")
+
+
+def _req(name: str, ctype: ColumnType) -> Column:
+    return Column(name, ctype, nullable=False)
+
+
+def _opt(name: str, ctype: ColumnType, since: int = 1) -> Column:
+    return Column(name, ctype, since=since)
+
+
+_T = ColumnType
+INFERENCE: Final = Table(
+    "inference",
+    (
+        _req("id", _T.ID),
+        _req("ts", _T.TS),
+        _opt("api_key_id", _T.KEY),
+        _opt("episode_id", _T.KEY),
+        _req("endpoint", _T.TEXT),
+        _req("wire_format", _T.TEXT),
+        _req("request", _T.JSON),
+        _opt("canonical_request", _T.JSON, since=3),
+        _opt("response", _T.JSON),
+        _opt("canonical_response", _T.JSON, since=3),
+        _req("route_target", _T.TEXT),
+        _req("served_model", _T.TEXT),
+        _opt("weights_version", _T.TEXT),
+        _opt("replica", _T.TEXT),
+        _opt("policy_version", _T.TEXT),
+        _opt("policy_reason", _T.TEXT),
+        _req("status", _T.INT),
+        _opt("error", _T.TEXT),
+        _req("stream", _T.BOOL),
+        _req("latency_ms", _T.FLOAT),
+        _opt("ttft_ms", _T.FLOAT),
+        _opt("prompt_tokens", _T.INT),
+        _opt("completion_tokens", _T.INT),
+        _opt("cached_tokens", _T.INT),
+        _opt("cache_creation_tokens", _T.INT, since=2),
+        _opt("cost_usd", _T.FLOAT),
+        _req("tags", _T.JSON),
+        _req("attempts", _T.JSON),
+    ),
+)
+FEEDBACK: Final = Table(
+    "feedback",
+    (
+        _req("id", _T.ID),
+        _req("inference_id", _T.ID),
+        _req("ts", _T.TS),
+        _req("kind", _T.TEXT),
+        _opt("value", _T.FLOAT),
+        _opt("payload", _T.JSON),
+    ),
+)
+SHADOW: Final = Table(
+    "shadow",
+    (
+        _req("id", _T.ID),
+        _req("inference_id", _T.ID),
+        _req("ts", _T.TS),
+        _req("target", _T.TEXT),
+        _req("response", _T.JSON),
+        _req("comparison", _T.JSON),
+    ),
+)
+MODEL_VERSION: Final = Table(
+    "model_version",
+    (
+        _req("id", _T.KEY),
+        _opt("parent", _T.KEY),
+        _req("created_at", _T.TS),
+        _req("path", _T.TEXT),
+        _req("metadata", _T.JSON),
+        _req("eval", _T.JSON),
+        _req("status", _T.TEXT),
+    ),
+)
+POLICY_VERSION: Final = Table(
+    "policy_version",
+    (
+        _req("id", _T.KEY),
+        _req("created_at", _T.TS),
+        _req("config", _T.JSON),
+        _req("status", _T.TEXT),
+    ),
+)
+API_KEY: Final = Table(
+    "api_key",
+    (
+        _req("id", _T.KEY),
+        _req("name", _T.TEXT),
+        _req("key_hash", _T.TEXT),
+        _req("prefix", _T.TEXT),
+        _req("created_at", _T.TS),
+        _opt("revoked_at", _T.TS),
+        _opt("rpm_limit", _T.INT),
+        _opt("tpm_limit", _T.INT),
+        _opt("budget_usd", _T.FLOAT),
+        _req("spent_usd", _T.FLOAT),
+    ),
+)
+# Bookkeeping of applied migrations; created before any migration runs, never migrated itself.
+SCHEMA_MIGRATIONS: Final = Table(
+    "schema_migrations",
+    (_req("version", _T.INT), _req("description", _T.TEXT), _req("applied_at", _T.TS)),
+    primary_key=("version",),
+    since=0,
+)
+
+TABLES: Final = (INFERENCE, FEEDBACK, SHADOW, MODEL_VERSION, POLICY_VERSION, API_KEY)
+INDEXES: Final = (
+    Index("inference_route_target_id", "inference", ("route_target", "id")),
+    Index("inference_api_key_id_id", "inference", ("api_key_id", "id")),
+    Index("inference_episode_id_id", "inference", ("episode_id", "id")),
+    Index("feedback_inference_id", "feedback", ("inference_id", "id")),
+    Index("shadow_inference_id", "shadow", ("inference_id",)),
+    Index("model_version_parent", "model_version", ("parent",)),
+    Index("api_key_key_hash", "api_key", ("key_hash",), unique=True),
+)
+
+
+def _column_sql(column: Column, dialect: Dialect) -> str:
+    null = "" if column.nullable else " NOT NULL"
+    return f"{column.name} {sql_type(column.type, dialect)}{null}"
+
+
+def create_table_sql(table: Table, dialect: Dialect, version: int | None = None) -> str:
+    """``CREATE TABLE IF NOT EXISTS`` with the columns that exist at ``version`` (all if None)."""
+    cols = [c for c in table.columns if version is None or c.since <= version]
+    body = ",\n    ".join(_column_sql(c, dialect) for c in cols)
+    strict = " STRICT" if dialect == "sqlite" else ""
+    pk = ", ".join(table.primary_key)
+    return (
+        f"CREATE TABLE IF NOT EXISTS {table.name} (\n    {body},\n    PRIMARY KEY ({pk})\n){strict}"
+    )
+
+
+def add_column_sql(table: Table, column: Column, dialect: Dialect) -> str:
+    if not column.nullable:
+        # An added NOT NULL column would need a default for existing rows; say so at import time.
+        raise ValueError(f"{table.name}.{column.name}: columns added later must be nullable")
+    return f"ALTER TABLE {table.name} ADD COLUMN {_column_sql(column, dialect)}"
+
+
+def create_index_sql(index: Index) -> str:
+    unique = "UNIQUE " if index.unique else ""
+    cols = ", ".join(index.columns)
+    return f"CREATE {unique}INDEX IF NOT EXISTS {index.name} ON {index.table} ({cols})"
+
+
+def ddl_for_version(
+    version: int,
+    dialect: Dialect,
+    tables: tuple[Table, ...] = TABLES,
+    indexes: tuple[Index, ...] = INDEXES,
+) -> list[str]:
+    """The DDL that migration ``version`` runs: new tables, new columns, new indexes."""
+    statements: list[str] = []
+    for table in tables:
+        if table.since == version:
+            statements.append(create_table_sql(table, dialect, version))
+        elif table.since < version:
+            statements.extend(
+                add_column_sql(table, c, dialect) for c in table.columns if c.since == version
+            )
+    statements.extend(create_index_sql(i) for i in indexes if i.since == version)
+    return statements
