@@ -10,12 +10,12 @@ give byte-identical data files; only the manifest's ``created_at`` changes.
 
 from __future__ import annotations
 
+import importlib.metadata
 from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Any
 
 import orjson
-import pyarrow as pa
 from pydantic import BaseModel, ConfigDict
 from tqdm import tqdm
 
@@ -94,7 +94,7 @@ def export_dataset(
         counts=collected.counts,
         pii=collected.pii,
         files=files,
-        versions={"pyarrow": pa.__version__, "orjson": orjson.__version__},
+        versions={"pyarrow": importlib.metadata.version("pyarrow"), "orjson": orjson.__version__},
     )
     write_manifest(out_dir / "manifest.json", manifest)
     return manifest

@@ -20,12 +20,13 @@ import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import IO, Any, Literal
+from typing import IO, TYPE_CHECKING, Any, Literal
 
 import orjson
-import pyarrow as pa
-import pyarrow.parquet as pq
 from pydantic import BaseModel, ConfigDict
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 ColumnType = Literal["string", "json", "json_list"]
 
@@ -119,12 +120,16 @@ def write_jsonl(path: Path, lines: Iterable[bytes]) -> FileEntry:
 
 
 def parquet_schema(columns: Sequence[tuple[str, ColumnType]]) -> pa.Schema:
+    import pyarrow as pa  # ~25 MB: only where Parquet is written, never on a gateway's start path
+
     """Arrow schema for ``columns`` (see the module docstring for the representation)."""
     types = {"string": pa.string(), "json": pa.json_(), "json_list": pa.list_(pa.json_())}
     return pa.schema([pa.field(name, types[kind], nullable=True) for name, kind in columns])
 
 
 def _column(values: list[Any], kind: ColumnType) -> pa.Array:
+    import pyarrow as pa
+
     if kind == "string":
         return pa.array(values, type=pa.string())
     if kind == "json":
@@ -142,6 +147,8 @@ def write_parquet(
     schema = parquet_schema(columns)
     tmp = path.with_name(path.name + ".tmp")
     count = 0
+    import pyarrow.parquet as pq
+
     with pq.ParquetWriter(tmp, schema, compression="zstd") as writer:
         batch: list[Mapping[str, Any]] = []
         for record in records:
@@ -158,6 +165,8 @@ def write_parquet(
 def _table(
     batch: list[Mapping[str, Any]], columns: Sequence[tuple[str, ColumnType]], schema: pa.Schema
 ) -> pa.Table:
+    import pyarrow as pa
+
     arrays = [_column([r.get(name) for r in batch], kind) for name, kind in columns]
     return pa.Table.from_arrays(arrays, schema=schema)
 

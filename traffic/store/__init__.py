@@ -7,8 +7,9 @@ Public surface (see each module's docstring for its contract):
   read side :class:`InferenceFilter`, :class:`InferenceRow`; the vocabulary :data:`FeedbackKind`,
   :data:`WireFormat`;
 - ids: :func:`new_id` (UUIDv7), :func:`id_time`;
-- backends: :class:`StoreBackend` (protocol), :class:`SqliteBackend`, :class:`PostgresBackend`,
-  :func:`open_store` from a :class:`StoreConfig`;
+- backends: :class:`StoreBackend` (protocol), :class:`SqliteBackend`,
+  ``traffic.store.postgres_backend.PostgresBackend`` (imported where a PostgreSQL URL is opened:
+  psycopg costs ~9 MB), :func:`open_store` from a :class:`StoreConfig`;
 - writing off the request path: :class:`RecordWriter` and its :class:`WriterStats`;
 - errors: :class:`StoreError`, :class:`StoreUnavailable`, :class:`StoreDataError`,
   :class:`StoreConflict`.
@@ -20,7 +21,6 @@ from traffic.store.backend import StoreBackend, open_store
 from traffic.store.config import StoreConfig
 from traffic.store.errors import StoreConflict, StoreDataError, StoreError, StoreUnavailable
 from traffic.store.ids import id_time, new_id
-from traffic.store.postgres_backend import PostgresBackend
 from traffic.store.records import (
     FEEDBACK_KINDS,
     GROUP_KEYS,
@@ -51,7 +51,6 @@ __all__ = [
     "InferenceRow",
     "ModelVersionRecord",
     "PolicyVersionRecord",
-    "PostgresBackend",
     "RecordWriter",
     "ShadowRecord",
     "SqliteBackend",

@@ -18,7 +18,7 @@ from gateway.auth import AuthConfig, Authenticator, KeyService
 from gateway.errors import ServiceUnavailableError, error_response_parts
 from tests.fixtures.postgres_fixture import PG_URL, pg_dsn
 from tests.traffic.store.tcp_proxy import TcpProxy
-from traffic.store import PostgresBackend
+from traffic.store.postgres_backend import PostgresBackend
 
 from .test_keys import FakeClock, refusal
 

@@ -13,7 +13,7 @@ import pytest
 
 from gateway.auth import KeyService
 from tests.fixtures.postgres_fixture import PG_URL, pg_dsn
-from traffic.store import PostgresBackend
+from traffic.store.postgres_backend import PostgresBackend
 
 from .scenario import inference, wait_until
 from .tcp_proxy import TcpProxy

@@ -10,7 +10,6 @@ import traffic.store.writer as writer_module
 from tests.fixtures.postgres_fixture import PG_URL, pg_dsn
 from traffic.store import (
     FeedbackRecord,
-    PostgresBackend,
     RecordWriter,
     ShadowRecord,
     SqliteBackend,
@@ -18,6 +17,7 @@ from traffic.store import (
     StoreConfig,
     StoreUnavailable,
 )
+from traffic.store.postgres_backend import PostgresBackend
 from traffic.store.spool import DEAD_LETTER_FILE, SKETCH_CHARS
 
 from .scenario import inference, wait_until
