@@ -127,9 +127,9 @@ from router.prefix_index import (
     INDEX_BYTES_PER_BLOCK,
     PROMPT_INDEX_BYTES_PER_BLOCK,
     PrefixIndex,
-    PromptIndex,
     match_lengths,
 )
+from router.prompt_index import PromptIndex
 from router.replicas import LoadBook, NoHealthyReplicaError, ReplicaLoad, ReplicaView, SlotList
 from router.selector_config import CacheAwareConfig
 

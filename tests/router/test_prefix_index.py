@@ -15,9 +15,9 @@ from router.prefix_index import (
     INDEX_BYTES_PER_BLOCK,
     PROMPT_INDEX_BYTES_PER_BLOCK,
     PrefixIndex,
-    PromptIndex,
     match_lengths,
 )
+from router.prompt_index import PromptIndex
 
 Index = PrefixIndex | PromptIndex
 
