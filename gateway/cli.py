@@ -23,7 +23,7 @@ from rich.console import Console
 from rich.table import Table
 
 from gateway.config import load_config
-from gateway.legacy_records import LIVE_TRANSLATOR
+from gateway.legacy_records import LIVE_TRANSLATOR, backfill_canonical
 from traffic.export import ExportConfig, SplitConfig, export_from_store, summarize
 from traffic.store import InferenceFilter, StoreBackend, StoreConfig, open_store
 
@@ -105,6 +105,12 @@ def cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_canonicalize(args: argparse.Namespace) -> int:
+    counts = asyncio.run(_with_store(args, backfill_canonical))
+    print(json.dumps(counts, indent=2))
+    return 0
+
+
 def _add_store_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--store", help="store URL (sqlite:///path or postgresql://...)")
     p.add_argument("--config", type=Path, help="gateway config whose store to read")
@@ -151,6 +157,12 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("--format", default="jsonl", help="jsonl, parquet or jsonl,parquet")
     export.add_argument("--eval-fraction", type=float, default=SplitConfig().eval_fraction)
     export.add_argument("--no-scrub", action="store_true", help="keep PII (not recommended)")
+    canonicalize = traffic.add_parser(
+        "canonicalize",
+        help="write the canonical conversation into Responses/Messages records from before it "
+        "was recorded (migration 3), so every reader trains on what the model was sent",
+    )
+    _add_store_args(canonicalize)
     sub.add_parser(
         "keys", help="API keys: create, list, revoke (see `switchyard keys -h`)", add_help=False
     )
@@ -175,6 +187,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.traffic_command == "summary":
         return cmd_summary(args)
+    if args.traffic_command == "canonicalize":
+        return cmd_canonicalize(args)
     return cmd_export(args)
 
 

@@ -27,6 +27,7 @@ from gateway.wire.anthropic_answer import completion_of_message
 from gateway.wire.responses import completion_of_response
 from gateway.wire.responses_request import translate_request
 from traffic.export import LegacyTranslator, UnsupportedShape
+from traffic.store import InferenceFilter, StoreBackend
 
 _TRANSLATORS: Final[MappingProxyType[str, Callable[[dict[str, Any]], dict[str, Any]]]] = (
     MappingProxyType(
@@ -70,3 +71,37 @@ class LiveTranslator:
 
 
 LIVE_TRANSLATOR: Final[LegacyTranslator] = LiveTranslator()
+
+
+LEGACY_ENDPOINTS: Final = {"responses": "openai.responses", "messages": "anthropic.messages"}
+
+
+async def backfill_canonical(
+    backend: StoreBackend, translator: LegacyTranslator = LIVE_TRANSLATOR
+) -> dict[str, int]:
+    """Write the canonical conversation into Responses and Messages records stored before it
+    existed (migration 3), with the live doors' translators, so that every reader, the RL loop
+    included, reads them like new ones. Idempotent; returns counts by outcome."""
+    counts = {"written": 0, "already_canonical": 0, "untranslatable": 0}
+    for endpoint in LEGACY_ENDPOINTS:
+        async for row in backend.iter_inferences(InferenceFilter(endpoint=endpoint)):
+            record = row.inference
+            if record.canonical_request is not None:
+                counts["already_canonical"] += 1
+                continue
+            try:
+                request = translator.request(record.wire_format, record.request)
+            except UnsupportedShape:
+                counts["untranslatable"] += 1
+                continue
+            response = None
+            if record.response is not None:
+                try:
+                    response = translator.answer(record.wire_format, record.response)
+                except UnsupportedShape:
+                    response = None  # read as malformed_response, as when it was served
+            if await backend.set_canonical(record.id, request, response):
+                counts["written"] += 1
+            else:
+                counts["already_canonical"] += 1
+    return counts

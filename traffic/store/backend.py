@@ -65,6 +65,12 @@ class StoreBackend(Protocol):
         *,
         with_shadows: bool = False,
     ) -> AsyncIterator[InferenceRow]: ...
+    async def set_canonical(
+        self,
+        inference_id: str,
+        request: dict[str, Any] | None,
+        response: dict[str, Any] | None,
+    ) -> bool: ...
     async def summarize(
         self, filters: InferenceFilter | None = None, group_by: Sequence[str] = ()
     ) -> list[dict[str, Any]]:

@@ -166,6 +166,27 @@ class SqlStore(ABC):
                 return
             after = ids[-1]
 
+    async def set_canonical(
+        self,
+        inference_id: str,
+        request: dict[str, Any] | None,
+        response: dict[str, Any] | None,
+    ) -> bool:
+        """Write the canonical conversation of a record stored without it (a back-fill of rows
+        from before migration 3); a row that has one already is left alone. True: written."""
+        p = self.codec.param
+        rows = await self._fetch(
+            f"UPDATE inference SET canonical_request = {p}, canonical_response = {p}"
+            f" WHERE id = {p} AND canonical_request IS NULL RETURNING id",
+            [
+                self.codec.encode(ColumnType.JSON, request),
+                self.codec.encode(ColumnType.JSON, response),
+                self.codec.encode_id(inference_id),
+            ],
+            write=True,
+        )
+        return bool(rows)
+
     async def _children(self, cls: type[Any], table: Table, ids: list[str]) -> dict[str, list[Any]]:
         condition, params = in_ids("inference_id", ids, self.codec)
         rows = await self._fetch(
