@@ -9,17 +9,24 @@ per-request dependency injection or response model serialisation) on the one doo
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 import orjson
 from starlette.requests import Request
 from starlette.responses import Response
 
-from gateway.door import Translated, door_features, serve_door
+from gateway.backends.base import UpstreamEndpoint
+from gateway.door import Translate, Translated, door_features, serve_door
 from gateway.errors import GatewayError, error_response_parts
 from gateway.exchange import Exchange, FrontDoor
 from gateway.state import GatewayState
-from gateway.wire.openai_requests import validate_chat, validate_completion
+from gateway.wire.openai_requests import (
+    ChatCompletionRequest,
+    CompletionRequest,
+    validate_chat,
+    validate_completion,
+)
 
 CHAT_DOOR = FrontDoor("chat.completions", "openai.chat")
 COMPLETIONS_DOOR = FrontDoor("completions", "openai.completions")
@@ -30,48 +37,39 @@ def _wants_usage(body: dict[str, Any]) -> bool:
     return bool(opts.get("include_usage"))
 
 
-def _chat(body: dict[str, Any], ex: Exchange, request: Request) -> Translated:
-    req = validate_chat(body)
-    features = door_features(
-        "chat.completions",
-        request,
-        body,
-        stream=bool(req.stream),
-        metadata=req.metadata,
-        cache_key=body.get("prompt_cache_key") or req.user,
-    )
-    return Translated(
-        body,
-        bool(req.stream),
-        features,
-        CHAT_DOOR,
-        {},
-        endpoint="chat.completions",
-        client_wants_usage=_wants_usage(body),
-        identity=True,
-    )
+def _identity(
+    endpoint: UpstreamEndpoint,
+    door: FrontDoor,
+    validate: Callable[[dict[str, Any]], ChatCompletionRequest | CompletionRequest],
+) -> Translate:
+    """The OpenAI doors' translation: the validated body itself."""
+
+    def translate(body: dict[str, Any], ex: Exchange, request: Request) -> Translated:
+        req = validate(body)
+        features = door_features(
+            endpoint,
+            request,
+            body,
+            stream=bool(req.stream),
+            metadata=req.metadata,
+            cache_key=body.get("prompt_cache_key") or req.user,
+        )
+        return Translated(
+            body,
+            bool(req.stream),
+            features,
+            door,
+            {},
+            endpoint=endpoint,
+            client_wants_usage=_wants_usage(body),
+            identity=True,
+        )
+
+    return translate
 
 
-def _completion(body: dict[str, Any], ex: Exchange, request: Request) -> Translated:
-    req = validate_completion(body)
-    features = door_features(
-        "completions",
-        request,
-        body,
-        stream=bool(req.stream),
-        metadata=req.metadata,
-        cache_key=body.get("prompt_cache_key") or req.user,
-    )
-    return Translated(
-        body,
-        bool(req.stream),
-        features,
-        COMPLETIONS_DOOR,
-        {},
-        endpoint="completions",
-        client_wants_usage=_wants_usage(body),
-        identity=True,
-    )
+_chat = _identity("chat.completions", CHAT_DOOR, validate_chat)
+_completion = _identity("completions", COMPLETIONS_DOOR, validate_completion)
 
 
 async def chat_completions(request: Request) -> Response:

@@ -33,31 +33,12 @@ from gateway.errors import (
     UpstreamUnavailableError,
     upstream_error_for_status,
 )
+from gateway.wire.openai_requests import OPENAI_CHAT_FIELDS
 from gateway.wire.sse import DONE_EVENT, encode_event
 
-# Sampling and tool fields passed to litellm as they came from the client.
-_CHAT_FIELDS = (
-    "messages",
-    "tools",
-    "tool_choice",
-    "parallel_tool_calls",
-    "response_format",
-    "temperature",
-    "top_p",
-    "max_tokens",
-    "max_completion_tokens",
-    "stop",
-    "n",
-    "seed",
-    "user",
-    "presence_penalty",
-    "frequency_penalty",
-    "logit_bias",
-    "logprobs",
-    "top_logprobs",
-    "reasoning_effort",
-    "metadata",
-)
+# Sampling and tool fields passed to litellm as they came from the client: OpenAI's own chat
+# fields (litellm drops what a provider does not take); model and streaming are set here.
+_CHAT_FIELDS = tuple(sorted(OPENAI_CHAT_FIELDS - {"model", "stream", "stream_options"}))
 _COMPLETION_FIELDS = (
     "prompt",
     "suffix",

@@ -37,43 +37,8 @@ from gateway.backends.vllm import upstream_status_error
 from gateway.config import BackendConfig
 from gateway.errors import UpstreamError, UpstreamTimeoutError, UpstreamUnavailableError
 from gateway.wire.anthropic_answer import usage_as_openai
+from gateway.wire.openai_requests import OPENAI_CHAT_FIELDS
 
-# OpenAI's chat-completions request fields: what a translated body may carry to an OpenAI-format
-# provider (a client's own OpenAI body is passed whole).
-OPENAI_CHAT_FIELDS = frozenset(
-    (
-        "model",
-        "messages",
-        "tools",
-        "tool_choice",
-        "parallel_tool_calls",
-        "response_format",
-        "temperature",
-        "top_p",
-        "max_tokens",
-        "max_completion_tokens",
-        "stop",
-        "n",
-        "seed",
-        "user",
-        "presence_penalty",
-        "frequency_penalty",
-        "logit_bias",
-        "logprobs",
-        "top_logprobs",
-        "reasoning_effort",
-        "stream",
-        "stream_options",
-        "prompt_cache_key",
-        "safety_identifier",
-        "service_tier",
-        "verbosity",
-        "modalities",
-        "audio",
-        "prediction",
-        "web_search_options",
-    )
-)
 _JSON = {"Content-Type": "application/json"}
 
 

@@ -153,3 +153,41 @@ def validate_completion(body: dict[str, Any]) -> CompletionRequest:
             param="stream_options",
         )
     return req
+
+
+# OpenAI's chat-completions request fields: what a translated body may carry to an OpenAI-format
+# provider (a client's own OpenAI body is passed whole), and what litellm is handed.
+OPENAI_CHAT_FIELDS = frozenset(
+    (
+        "model",
+        "messages",
+        "tools",
+        "tool_choice",
+        "parallel_tool_calls",
+        "response_format",
+        "temperature",
+        "top_p",
+        "max_tokens",
+        "max_completion_tokens",
+        "stop",
+        "n",
+        "seed",
+        "user",
+        "presence_penalty",
+        "frequency_penalty",
+        "logit_bias",
+        "logprobs",
+        "top_logprobs",
+        "reasoning_effort",
+        "stream",
+        "stream_options",
+        "prompt_cache_key",
+        "safety_identifier",
+        "service_tier",
+        "verbosity",
+        "modalities",
+        "audio",
+        "prediction",
+        "web_search_options",
+    )
+)
