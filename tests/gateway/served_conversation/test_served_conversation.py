@@ -32,7 +32,8 @@ from gateway.wire.anthropic import translate_messages
 from gateway.wire.assemble import assemble_chat
 from tests.fixtures.gateway_fixture import GatewayThread
 from tests.gateway.served_conversation import client_strategies as gen
-from tests.gateway.served_conversation.client_corpus import CLAUDE_CODE, CODEX, CORPUS, Case
+from tests.gateway.served_conversation.client_corpus import CHAT, CLAUDE_CODE, COMPLETIONS, Case
+from tests.gateway.served_conversation.codex_corpus import CODEX
 from tests.gateway.served_conversation.served import (
     Answer,
     ServedModel,
@@ -44,6 +45,7 @@ from traffic.export.conversation import conversation_of
 from traffic.export.turns import AssistantTurn, Message, ToolCall, UnsupportedShape
 from traffic.store import InferenceRecord
 
+CORPUS = [*CLAUDE_CODE, *CODEX, *CHAT, *COMPLETIONS]
 KEY_ENV = "SWITCHYARD_TEST_SERVED_KEY"
 # Model name a client sends -> the target serving it (a vLLM replica, an OpenAI-format provider
 # passed through, an Anthropic provider passed through natively on the Messages door).
