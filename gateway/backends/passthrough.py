@@ -32,10 +32,17 @@ import orjson
 from gateway.backends.base import UpstreamCall, UpstreamResult, UpstreamStream, Usage
 from gateway.backends.frontier import LitellmBackend
 from gateway.backends.provider_routes import FORWARDED_HEADERS, ProviderRoute
-from gateway.backends.relay import AnthropicWatcher, EventWatcher, OpenAIWatcher, RelayStream
+from gateway.backends.relay import (
+    AnthropicWatcher,
+    EventWatcher,
+    OpenAIWatcher,
+    RelayStream,
+    read_first_block,
+    read_json_answer,
+)
 from gateway.backends.vllm import upstream_status_error
 from gateway.config import BackendConfig
-from gateway.errors import UpstreamError, UpstreamTimeoutError, UpstreamUnavailableError
+from gateway.errors import UpstreamTimeoutError, UpstreamUnavailableError
 from gateway.wire.anthropic_answer import usage_as_openai
 from gateway.wire.openai_requests import OPENAI_CHAT_FIELDS
 
@@ -128,24 +135,7 @@ class PassThroughBackend:
             return await self._fallback.complete(call)
         url, payload, headers, native = direct
         resp = await self._post(url, payload, headers)
-        try:
-            body = await resp.read()
-        except TimeoutError as exc:
-            raise UpstreamTimeoutError(
-                f"{self.name}: timed out mid-answer", backend=self.name
-            ) from exc
-        except aiohttp.ClientError as exc:
-            raise UpstreamError(
-                f"{self.name}: failed mid-answer: {exc}", backend=self.name
-            ) from exc
-        finally:
-            resp.release()
-        try:
-            parsed = orjson.loads(body)
-        except orjson.JSONDecodeError as exc:
-            raise UpstreamError(f"{self.name}: answered invalid JSON", backend=self.name) from exc
-        if not isinstance(parsed, dict):
-            raise UpstreamError(f"{self.name}: answered a non-object", backend=self.name)
+        body, parsed = await read_json_answer(resp, self.name, self.route.provider)
         raw_usage = parsed.get("usage")
         usage = Usage.from_openai(usage_as_openai(raw_usage) if native else raw_usage)
         return UpstreamResult(body, parsed, usage, self.config.model, None, native=native)
@@ -156,18 +146,7 @@ class PassThroughBackend:
             return await self._fallback.open_stream(call)
         url, payload, headers, native = direct
         resp = await self._post(url, payload, headers)
-        try:
-            first = await resp.content.readany()
-        except (aiohttp.ClientError, TimeoutError) as exc:
-            resp.close()
-            if isinstance(exc, TimeoutError):
-                raise UpstreamTimeoutError(
-                    f"{self.name}: no first byte", backend=self.name
-                ) from exc
-            raise UpstreamError(f"{self.name}: failed: {exc}", backend=self.name) from exc
-        if not first:
-            resp.release()
-            raise UpstreamError(f"{self.name}: sent an empty stream", backend=self.name)
+        first = await read_first_block(resp, self.name, self.route.provider)
         watcher: EventWatcher = (
             AnthropicWatcher() if native else OpenAIWatcher(strip_usage=not call.client_wants_usage)
         )

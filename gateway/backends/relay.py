@@ -24,7 +24,7 @@ import aiohttp
 import orjson
 
 from gateway.backends.base import StreamOutcome, Usage
-from gateway.errors import UpstreamError
+from gateway.errors import UpstreamError, UpstreamTimeoutError
 from gateway.wire.anthropic_answer import usage_as_openai
 from gateway.wire.sse import DONE_EVENT, EVENT_SEP, EventSplitter, drop_usage_only_events
 
@@ -174,3 +174,43 @@ class RelayStream:
     async def aclose(self) -> None:
         self._release()
         self._resp.close()
+
+
+async def read_json_answer(
+    resp: aiohttp.ClientResponse, name: str, source: str
+) -> tuple[bytes, dict[str, Any]]:
+    """A non-streamed answer's bytes and JSON object; the response is released. ``name`` is the
+    back-end, ``source`` where the answer came from (a replica, or the back-end itself)."""
+    try:
+        body = await resp.read()
+    except TimeoutError as exc:
+        raise UpstreamTimeoutError(f"{name}: {source} timed out mid-answer", backend=name) from exc
+    except aiohttp.ClientError as exc:
+        raise UpstreamError(f"{name}: {source} failed mid-answer: {exc}", backend=name) from exc
+    finally:
+        resp.release()
+    try:
+        parsed = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise UpstreamError(f"{name}: {source} answered invalid JSON", backend=name) from exc
+    if not isinstance(parsed, dict):
+        raise UpstreamError(f"{name}: {source} answered a non-object", backend=name)
+    return body, parsed
+
+
+async def read_first_block(resp: aiohttp.ClientResponse, name: str, source: str) -> bytes:
+    """A stream's first bytes; on a failure or an empty stream the response is closed and the
+    error raised (before the first byte: the pipeline may still fail over)."""
+    try:
+        first = await resp.content.readany()
+    except (aiohttp.ClientError, TimeoutError) as exc:
+        resp.close()
+        if isinstance(exc, TimeoutError):
+            raise UpstreamTimeoutError(
+                f"{name}: no first byte from {source}", backend=name
+            ) from exc
+        raise UpstreamError(f"{name}: {source} failed: {exc}", backend=name) from exc
+    if not first:
+        resp.release()
+        raise UpstreamError(f"{name}: {source} sent an empty stream", backend=name)
+    return first

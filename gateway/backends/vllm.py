@@ -10,13 +10,17 @@ chunk). A connection failure marks the replica down and tries the next healthy o
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
 
 import aiohttp
 import orjson
 
 from gateway.backends.base import UpstreamCall, UpstreamResult, Usage
-from gateway.backends.relay import OpenAIWatcher, RelayStream
+from gateway.backends.relay import (
+    OpenAIWatcher,
+    RelayStream,
+    read_first_block,
+    read_json_answer,
+)
 from gateway.backends.replica_pool import ReplicaPool
 from gateway.config import BackendConfig
 from gateway.errors import (
@@ -135,24 +139,9 @@ class VllmBackend:
         resp, replica = await self._post(call)
         state = self.pool.replicas[replica]
         try:
-            body = await resp.read()
-        except TimeoutError as exc:
-            raise UpstreamTimeoutError(
-                f"{self.name}: replica {replica} timed out mid-answer", backend=self.name
-            ) from exc
-        except aiohttp.ClientError as exc:
-            raise UpstreamError(
-                f"{self.name}: replica {replica} failed mid-answer: {exc}", backend=self.name
-            ) from exc
+            body, parsed = await read_json_answer(resp, self.name, f"replica {replica}")
         finally:
             state.in_flight -= 1
-            resp.release()
-        try:
-            parsed: dict[str, Any] = orjson.loads(body)
-        except orjson.JSONDecodeError as exc:
-            raise UpstreamError(
-                f"{self.name}: replica {replica} answered with invalid JSON", backend=self.name
-            ) from exc
         return UpstreamResult(
             body=body,
             parsed=parsed,
@@ -166,19 +155,10 @@ class VllmBackend:
         resp, replica = await self._post(call)
         state = self.pool.replicas[replica]
         try:
-            first = await resp.content.readany()
-        except (aiohttp.ClientError, TimeoutError) as exc:
+            first = await read_first_block(resp, self.name, replica)
+        except UpstreamError:
             state.in_flight -= 1
-            resp.close()
-            if isinstance(exc, TimeoutError):
-                raise UpstreamTimeoutError(
-                    f"{self.name}: no first byte from {replica}", backend=self.name
-                ) from exc
-            raise UpstreamError(f"{self.name}: {replica} failed: {exc}", backend=self.name) from exc
-        if not first:
-            state.in_flight -= 1
-            resp.release()
-            raise UpstreamError(f"{self.name}: {replica} sent an empty stream", backend=self.name)
+            raise
         return RelayStream(
             resp,
             first,
