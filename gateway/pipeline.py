@@ -178,7 +178,7 @@ async def serve_unary(
     door = ex.door
     _after_success(state, ex, call)
     if result.native or door is None or door.render is None:
-        if result.native:
+        if result.native and state.recorder is not None:  # for the record only
             ex.canonical_response = _native_as_chat(ex, result.parsed)
         cost = finish(state, ex, 200, result.parsed, result.usage, error=None, stream=False)
         return Response(result.body, 200, _with_cost(ex, cost), media_type="application/json")
@@ -243,6 +243,7 @@ async def _relay(
     encoder = ex.door.stream_encoder(ex) if ex.door and ex.door.stream_encoder else None
     # The internal chunks the encoder consumed: the record's canonical answer (translating doors).
     consumed: list[dict[str, Any]] = []
+    recording = state.recorder is not None
     status, error = 200, None
     ex.task = asyncio.current_task()  # the response's task now serves it (abort cancels it)
     try:
@@ -254,7 +255,8 @@ async def _relay(
         else:
             async for block in stream:
                 chunks = parse_stream(block)
-                consumed.extend(chunks)
+                if recording:
+                    consumed.extend(chunks)
                 encoded = b"".join(encoder.encode(c) for c in chunks)
                 if encoded:
                     yield encoded
@@ -276,7 +278,10 @@ async def _relay(
     finally:
         # Recorded before the last await: a task cancelled again while closing still records.
         out = stream.outcome
-        if stream.native:
+        response: dict[str, Any] | None = None
+        if not recording:
+            pass  # the assembled answers exist only for the record
+        elif stream.native:
             assemble_native = ex.door.assemble_native if ex.door is not None else None
             response = assemble_native(b"".join(out.raw)) if assemble_native else None
             ex.canonical_response = _native_as_chat(ex, response)
