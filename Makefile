@@ -12,6 +12,8 @@ export SWITCHYARD_CACHE := $(CURDIR)/.cache
 setup: $(STAMP)
 
 $(STAMP): pyproject.toml
+	# Debian's chromium drives the console's browser tests (Playwright, no browser download).
+	command -v chromium >/dev/null || (apt-get update -q && apt-get install -y -q chromium chromium-driver)
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	# torch first, from the CPU wheel on this machine, so nothing pulls a CUDA build.
