@@ -22,10 +22,13 @@ from typing import Any
 
 import orjson
 
-from gateway.wire.sse import EVENT_SEP
+from gateway.wire.sse import EVENT_SEP, plain_json_events
 
 
 def _events(blob: bytes) -> list[dict[str, Any]]:
+    plain = plain_json_events(blob)
+    if plain is not None:
+        return plain
     out: list[dict[str, Any]] = []
     for raw in blob.replace(b"\r\n", b"\n").split(EVENT_SEP):
         for line in raw.split(b"\n"):

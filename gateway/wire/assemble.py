@@ -11,11 +11,15 @@ from typing import Any
 
 import orjson
 
-from gateway.wire.sse import iter_events
+from gateway.wire.sse import iter_events, plain_json_events
 
 
 def parse_stream(blob: bytes) -> list[dict[str, Any]]:
     """Every JSON chunk in an SSE byte stream (``[DONE]`` and malformed events skipped)."""
+    return plain_json_events(blob) or _parse_events(blob)
+
+
+def _parse_events(blob: bytes) -> list[dict[str, Any]]:
     chunks: list[dict[str, Any]] = []
     for data in iter_events(blob):
         if not data or data == b"[DONE]":
@@ -46,42 +50,55 @@ def _merge_tool_calls(slot: list[dict[str, Any]], deltas: list[dict[str, Any]]) 
             call["function"]["arguments"] += fn["arguments"]
 
 
+_HEAD_KEYS = ("id", "created", "model", "system_fingerprint")
+_TEXT_KEYS = frozenset(("content", "reasoning_content", "reasoning"))
+
+
 def assemble_chat(chunks: list[dict[str, Any]]) -> dict[str, Any]:
-    """A ``chat.completion`` object equivalent to the streamed ``chat.completion.chunk`` list."""
+    """A ``chat.completion`` object equivalent to the streamed ``chat.completion.chunk`` list.
+
+    Text deltas are collected per choice and joined once at the end; a delta whose text is not
+    a string (a broken upstream) is left out rather than failing the record."""
     choices: dict[int, dict[str, Any]] = {}
-    head: dict[str, Any] = {}
+    texts: dict[int, dict[str, list[str]]] = {}
+    head: dict[str, Any] | None = None
     usage: dict[str, Any] | None = None
     for chunk in chunks:
-        if not head and chunk.get("id"):
-            head = {k: chunk.get(k) for k in ("id", "created", "model", "system_fingerprint")}
+        if head is None and chunk.get("id"):
+            head = {k: chunk.get(k) for k in _HEAD_KEYS}
         if chunk.get("usage"):
             usage = chunk["usage"]
-        for ch in chunk.get("choices") or []:
+        for ch in chunk.get("choices") or ():
             i = ch.get("index", 0)
-            slot = choices.setdefault(
-                i,
-                {
+            slot = choices.get(i)
+            if slot is None:
+                slot = choices[i] = {
                     "index": i,
                     "message": {"role": "assistant", "content": None},
                     "finish_reason": None,
                     "logprobs": None,
-                },
-            )
-            delta = ch.get("delta") or {}
-            msg = slot["message"]
-            if delta.get("role"):
-                msg["role"] = delta["role"]
-            if delta.get("content"):
-                msg["content"] = (msg["content"] or "") + delta["content"]
-            for key in ("reasoning_content", "reasoning"):
-                if delta.get(key):
-                    msg[key] = msg.get(key, "") + delta[key]
-            if delta.get("tool_calls"):
-                _merge_tool_calls(msg.setdefault("tool_calls", []), delta["tool_calls"])
+                }
+                texts[i] = {}
+            delta = ch.get("delta")
+            if delta:
+                for key, value in delta.items():
+                    if not value:
+                        continue
+                    if key in _TEXT_KEYS:
+                        if isinstance(value, str):
+                            texts[i].setdefault(key, []).append(value)
+                    elif key == "role":
+                        slot["message"]["role"] = value
+                    elif key == "tool_calls":
+                        _merge_tool_calls(slot["message"].setdefault("tool_calls", []), value)
             if ch.get("finish_reason"):
                 slot["finish_reason"] = ch["finish_reason"]
+    for i, pieces in texts.items():
+        message = choices[i]["message"]
+        for key, parts in pieces.items():
+            message[key] = "".join(parts)
     return {
-        **head,
+        **(head or {}),
         "object": "chat.completion",
         "choices": [choices[i] for i in sorted(choices)],
         "usage": usage,

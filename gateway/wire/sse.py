@@ -6,6 +6,7 @@ events that matter (the terminal ``[DONE]`` and the usage-only chunk).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -43,6 +44,50 @@ class EventSplitter:
     @property
     def pending(self) -> bytes:
         return self._tail
+
+
+# Single-line events: ``data: {...}`` (OpenAI, vLLM), or after an ``event:`` line (Anthropic).
+_DATA = b"data: "
+_NEXT_DATA = b"\n\ndata: "
+_FIRST_NAMED = re.compile(rb"event: ?[^\n]*\ndata: ")
+_NEXT_NAMED = re.compile(rb"\n\nevent: ?[^\n]*\ndata: ")
+_DONE_TAIL = b"\n\ndata: [DONE]"
+
+
+def plain_json_events(blob: bytes) -> list[dict[str, Any]] | None:
+    """The JSON objects of a stream whose every event is one ``data:`` line (after an optional
+    ``event:`` line), LF only, as OpenAI, vLLM and Anthropic send them, read with one
+    ``orjson.loads``: each event boundary becomes a comma of one JSON array. One call instead of
+    one per event takes a 16-token answer from ~25-40 us to ~11 us, and this runs for every
+    recorded stream. A JSON string cannot hold a raw newline, so in a well-formed stream a
+    boundary occurs only between events, and the result is the per-event reading's.
+
+    None (read it event by event) for anything else: a comment or multi-line event, CRLF,
+    ``[DONE]`` before the end, an event that is not a JSON object, a malformed event. The count
+    check catches most malformed streams; one whose broken events happen to join into valid
+    objects is read as joined (its record is a best effort either way; the client got the bytes
+    unchanged)."""
+    if b"\r" in blob:
+        return None
+    if blob.startswith(_DATA):  # a bytes replace: ~3x faster than the regex
+        body = blob[len(_DATA) :].rstrip(b"\n")
+        if body.endswith(_DONE_TAIL):
+            body = body[: -len(_DONE_TAIL)]
+        elif body == b"[DONE]":
+            return []
+        joined, boundaries = body.replace(_NEXT_DATA, b","), body.count(_NEXT_DATA)
+    else:
+        first = _FIRST_NAMED.match(blob)
+        if first is None:
+            return None
+        joined, boundaries = _NEXT_NAMED.subn(b",", blob[first.end() :].rstrip(b"\n"))
+    try:
+        values = orjson.loads(b"[" + joined + b"]")
+    except orjson.JSONDecodeError:
+        return None
+    if len(values) != boundaries + 1 or not all(isinstance(v, dict) for v in values):
+        return None
+    return values  # type: ignore[no-any-return]
 
 
 def iter_events(blob: bytes) -> Iterator[bytes]:

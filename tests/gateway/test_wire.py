@@ -79,3 +79,78 @@ def test_completion_stream_assembles_text() -> None:
     resp = assemble_completion(chunks)
     assert resp["choices"][0]["text"] == "ab"
     assert resp["choices"][0]["finish_reason"] == "length"
+
+
+_CHUNK = b'{"id":"c1","choices":[{"index":0,"delta":{"content":"a\\n\\nb"}}]}'
+_OTHER = b'{"id":"c1","choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}'
+
+
+def test_parse_stream_reads_every_shape_of_event_stream_alike() -> None:
+    """The one-call path for plain single-line events and the per-event path agree, and streams
+    that are not plain (comments, CRLF, [DONE] mid-stream, malformed or joinable events,
+    non-object payloads) get the per-event reading."""
+    from gateway.wire.assemble import _parse_events
+    from gateway.wire.sse import plain_json_events
+
+    expected = [orjson.loads(_CHUNK), orjson.loads(_OTHER)]
+    plain = [
+        b"data: " + _CHUNK + b"\n\ndata: " + _OTHER + b"\n\ndata: [DONE]\n\n",
+        b"data: " + _CHUNK + b"\n\ndata: " + _OTHER + b"\n\n",
+        b"event: a\ndata: " + _CHUNK + b"\n\nevent: b\ndata: " + _OTHER + b"\n\n",
+    ]
+    for blob in plain:
+        assert plain_json_events(blob) == expected, blob
+        assert parse_stream(blob) == _parse_events(blob) == expected, blob
+    assert parse_stream(b"data: [DONE]\n\n") == []
+    odd = [
+        b": keep-alive\n\ndata: " + _CHUNK + b"\n\n",
+        b"data: " + _CHUNK + b"\r\n\r\ndata: " + _OTHER + b"\r\n\r\n",
+        b"data: " + _CHUNK + b"\n\ndata: [DONE]\n\ndata: " + _OTHER + b"\n\n",
+        b'data: {"a":[1\n\ndata: 2]}\n\n',  # two broken events that would join into one object
+        b"data: " + _CHUNK + b"\n\ndata: not json\n\n",
+        b"data: [1, 2]\n\ndata: " + _CHUNK + b"\n\n",
+        b"data: " + _CHUNK + b"\n\ndata:" + _OTHER + b"\n\n",
+        b"data: " + _CHUNK + b"\ndata: " + _OTHER + b"\n\n",  # two data lines in one event
+    ]
+    for blob in odd:
+        assert plain_json_events(blob) is None, blob
+        assert parse_stream(blob) == _parse_events(blob), blob
+
+
+def test_anthropic_stream_assembles_alike_on_both_reading_paths() -> None:
+    from gateway.wire.anthropic_stream import assemble_message
+
+    events = [
+        ("message_start", {"type": "message_start", "message": {"id": "m1", "content": []}}),
+        (
+            "content_block_start",
+            {"type": "content_block_start", "index": 0, "content_block": {"type": "text"}},
+        ),
+        (
+            "content_block_delta",
+            {
+                "type": "content_block_delta",
+                "index": 0,
+                "delta": {"type": "text_delta", "text": "hi"},
+            },
+        ),
+        ("content_block_stop", {"type": "content_block_stop", "index": 0}),
+        ("message_delta", {"type": "message_delta", "delta": {"stop_reason": "end_turn"}}),
+        ("message_stop", {"type": "message_stop"}),
+    ]
+    blob = b"".join(b"event: %s\ndata: %s\n\n" % (n.encode(), orjson.dumps(d)) for n, d in events)
+    message = assemble_message(blob)
+    assert message is not None and message["content"] == [{"type": "text", "text": "hi"}]
+    assert message["stop_reason"] == "end_turn"
+    assert assemble_message(blob.replace(b"\n", b"\r\n")) == message  # the per-event path
+
+
+def test_chat_assembly_leaves_out_text_deltas_that_are_not_strings() -> None:
+    chunks = [
+        {"id": "c1", "choices": [{"index": 0, "delta": {"role": "assistant", "content": "ok"}}]},
+        {"id": "c1", "choices": [{"index": 0, "delta": {"content": ["not", "text"]}}]},
+        {"id": "c1", "choices": [{"index": 0, "delta": {"reasoning": 5}, "finish_reason": "stop"}]},
+    ]
+    message = assemble_chat(chunks)["choices"][0]
+    assert message["message"] == {"role": "assistant", "content": "ok"}
+    assert message["finish_reason"] == "stop"
