@@ -67,7 +67,13 @@ _JSON = "application/json"
 def _translate(body: dict[str, Any], ex: Exchange, request: Request) -> Translated:
     tr = translate_messages(body)
     features = door_features(
-        "messages", request, tr.body, stream=tr.stream, metadata=None, cache_key=tr.user_id
+        "messages",
+        request,
+        tr.body,
+        stream=tr.stream,
+        metadata=None,
+        cache_key=tr.user_id,
+        claude_user_id=tr.user_id,
     )
     ctx = MessageContext(
         message_id="msg_" + ex.id.replace("-", ""),

@@ -53,6 +53,7 @@ def _identity(
             stream=bool(req.stream),
             metadata=req.metadata,
             cache_key=body.get("prompt_cache_key") or req.user,
+            prompt_cache_key=body.get("prompt_cache_key"),
         )
         return Translated(
             body,

@@ -41,6 +41,7 @@ def _translate(body: dict[str, Any], ex: Exchange, request: Request) -> Translat
         stream=tr.stream,
         metadata=tr.metadata,
         cache_key=tr.cache_key,
+        prompt_cache_key=body.get("prompt_cache_key"),
     )
     ctx = ResponseContext.build(ex.id, body, tr.namespaced)
     door = replace(

@@ -30,6 +30,7 @@ from starlette.responses import Response
 from gateway.backends.base import UpstreamCall, UpstreamEndpoint
 from gateway.backends.provider_routes import forwarded_headers
 from gateway.config import LimitsConfig
+from gateway.episodes import episode_of
 from gateway.errors import (
     ClientDisconnectedError,
     GatewayError,
@@ -154,8 +155,11 @@ def door_features(
     stream: bool,
     metadata: dict[str, str] | None,
     cache_key: str | None,
+    claude_user_id: str | None = None,
+    prompt_cache_key: object = None,
 ) -> RequestFeatures:
-    """The router's features of an internal body, the same way for every door."""
+    """The router's features of an internal body, the same way for every door. The episode is
+    ours when the client names one, else what the client already sends (:mod:`gateway.episodes`)."""
     tags = parse_tags(request, metadata)
     return RequestFeatures(
         endpoint=endpoint,
@@ -165,7 +169,11 @@ def door_features(
         stream=stream,
         route_hint=request.headers.get(ROUTE_HEADER) or tags.get("route"),
         tags=tags,
-        episode_id=request.headers.get(EPISODE_HEADER) or tags.get("episode_id"),
+        episode_id=episode_of(
+            request.headers.get(EPISODE_HEADER) or tags.get("episode_id"),
+            claude_user_id=claude_user_id,
+            prompt_cache_key=prompt_cache_key,
+        ),
         cache_key=cache_key,
         text=request_text(endpoint, body),
     )
