@@ -6,7 +6,7 @@ STAMP := $(VENV)/.switchyard-installed
 export LITELLM_LOCAL_MODEL_COST_MAP := True
 export SWITCHYARD_CACHE := $(CURDIR)/.cache
 
-.PHONY: setup demo test test-fast check lint typecheck bench-gateway bench-kv bench-serving bench-hostile bench-routing bench-loop-lag fuzz train-base flywheel clean-cache
+.PHONY: setup demo test test-fast check lint typecheck bench-gateway bench-kv bench-serving bench-hostile bench-routing bench-loop-lag bench-fleet bench-train bench-console fuzz train-base flywheel clean-cache
 
 # Idempotent: re-installs only when pyproject.toml changed since the last install.
 setup: $(STAMP)
@@ -61,6 +61,18 @@ bench-routing: setup
 # Event-loop lag (/health) while one maximal allowed request is served, per door.
 bench-loop-lag: setup
 	$(PY) -m loadtests.loop_lag
+
+# --workers 2 vs 1, and 3 gateways vs 1 on one KV trace (Redis-shared fleet state).
+bench-fleet: setup
+	$(PY) -m loadtests.bench_fleet
+
+# The previous training loop vs the TRL + accelerate stack on the same data; 1 vs 2 processes.
+bench-train: setup
+	$(PY) -m rl_loop.bench_train
+
+# Console page timings on a PostgreSQL store of 1M synthetic inferences (reused while fresh).
+bench-console: setup
+	$(PY) -m gateway.console.bench_pages --dsn postgresql://postgres@127.0.0.1:5432/test --rows 1000000
 
 fuzz: setup
 	$(PY) -m pytest -q -rs tests/gateway/test_hostile_input.py

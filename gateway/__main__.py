@@ -1,3 +1,3 @@
 from gateway.serve import main
 
-main()
+raise SystemExit(main())

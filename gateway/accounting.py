@@ -100,8 +100,8 @@ def _account(state: GatewayState, ex: Exchange, usage: Usage, cost: float | None
     principal = ex.principal
     if principal.key_id is None:
         return
-    if state.budget is not None and cost:
-        state.budget.record_spend(principal.key_id, cost)
+    if state.budget is not None:  # also releases the call's budget reservation (any cost)
+        state.budget.settle(principal, cost)
     if state.rate_limiter is not None and principal.tpm_limit is not None:
         tokens = (usage.prompt_tokens or (ex.features.prompt_tokens if ex.features else 0)) + (
             usage.completion_tokens or 0

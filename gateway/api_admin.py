@@ -6,7 +6,6 @@ variable is unset the admin API refuses every call (use SIGHUP to reload then).
 
 from __future__ import annotations
 
-import asyncio
 import hmac
 import os
 from typing import Any
@@ -19,23 +18,34 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from gateway.auth.keys import KeyService, public_view
+from gateway.auth.keys import public_view
 from gateway.config import ConfigFileError
+from gateway.console import changes
+from gateway.console.operations import (
+    KeyCreate,
+    create,
+    drain,
+    drop,
+    key_service,
+    promote,
+    recorder,
+    revoke,
+    start_canary,
+    undrain,
+)
 from gateway.door import read_body
 from gateway.errors import (
     AuthenticationError,
     GatewayError,
     InvalidRequestError,
-    NotFoundError,
     PermissionDeniedError,
     error_body,
     error_response_parts,
 )
 from gateway.legacy_records import LIVE_TRANSLATOR
-from gateway.recording import RecorderHandle
-from gateway.state import Canary, GatewayState, build_policy, read_learned_state
+from gateway.state import GatewayState
 from router.config import RoutingConfig
-from router.errors import PolicyConfigError, RoutingError
+from router.errors import RoutingError
 from traffic.export import TRAFFIC_QUERY, ExportConfig, export_from_store, summarize
 from traffic.store import InferenceFilter
 
@@ -59,9 +69,21 @@ async def _read_json(request: Request, *, empty_ok: bool = False) -> Any:
     return orjson.loads(raw)
 
 
+def admin_token(state: GatewayState) -> str | None:
+    """The admin credential (None when its environment variable is unset: admin is off)."""
+    return os.environ.get(state.config.gateway.admin_token_env) or None
+
+
+def token_matches(expected: str | None, presented: str | None) -> bool:
+    """Whether ``presented`` is the admin credential ``expected`` (constant-time compare)."""
+    if not expected or not presented:
+        return False
+    return hmac.compare_digest(presented.encode(), expected.encode())
+
+
 def check_admin(request: Request) -> GatewayState:
     state: GatewayState = request.app.state.switchyard
-    expected = os.environ.get(state.config.gateway.admin_token_env)
+    expected = admin_token(state)
     if not expected:
         raise PermissionDeniedError(
             f"admin API disabled: set {state.config.gateway.admin_token_env}",
@@ -75,14 +97,13 @@ def check_admin(request: Request) -> GatewayState:
 def is_admin(request: Request) -> bool:
     """Whether the request carries the admin credential (False when the admin API is off)."""
     state: GatewayState = request.app.state.switchyard
-    expected = os.environ.get(state.config.gateway.admin_token_env)
+    expected = admin_token(state)
     return bool(expected) and _token_matches(request, expected or "")
 
 
 def _token_matches(request: Request, expected: str) -> bool:
     auth = request.headers.get("authorization", "")
-    token = auth.removeprefix("Bearer ").strip()
-    return bool(token) and hmac.compare_digest(token.encode(), expected.encode())
+    return token_matches(expected, auth.removeprefix("Bearer ").strip())
 
 
 async def reload_config(request: Request) -> Response:
@@ -142,45 +163,34 @@ class ReplicaCommand(BaseModel):
     weights_version: str | None = None
 
 
-async def _replica_command(request: Request) -> tuple[GatewayState, ReplicaCommand]:
-    state = check_admin(request)
+async def _replica_command(request: Request) -> ReplicaCommand:
+    check_admin(request)
     try:
-        cmd = ReplicaCommand.model_validate(await _read_json(request))
+        return ReplicaCommand.model_validate(await _read_json(request))
     except (orjson.JSONDecodeError, ValidationError) as exc:
         raise InvalidRequestError(f"invalid replica command: {exc}") from exc
-    pool = state.pools().get(cmd.target)
-    if pool is None or cmd.replica.rstrip("/") not in pool.replicas:
-        raise NotFoundError(f"no replica {cmd.replica} in local target {cmd.target}")
-    return state, cmd.model_copy(update={"replica": cmd.replica.rstrip("/")})
 
 
 async def drain_replica(request: Request) -> Response:
-    """Take a replica out of rotation and wait for its in-flight requests (weight swaps)."""
+    """``POST /admin/replicas/drain``: see :func:`drain`."""
     try:
-        state, cmd = await _replica_command(request)
+        cmd = await _replica_command(request)
+        url, left = await drain(request, changes.API_ACTOR, cmd.target, cmd.replica, cmd.timeout_s)
     except GatewayError as exc:
         return _error(exc)
-    left = await state.pools()[cmd.target].drain(cmd.replica, cmd.timeout_s)
-    return _json({"replica": cmd.replica, "drained": left == 0, "in_flight": left})
+    return _json({"replica": url, "drained": left == 0, "in_flight": left})
 
 
 async def undrain_replica(request: Request) -> Response:
-    """Put a replica back into rotation, optionally with the weights version it now serves."""
+    """``POST /admin/replicas/undrain``: see :func:`undrain`."""
     try:
-        state, cmd = await _replica_command(request)
+        cmd = await _replica_command(request)
+        url, version = await undrain(
+            request, changes.API_ACTOR, cmd.target, cmd.replica, cmd.weights_version
+        )
     except GatewayError as exc:
         return _error(exc)
-    pool = state.pools()[cmd.target]
-    if cmd.weights_version is not None:
-        pool.set_weights_version(cmd.replica, cmd.weights_version)
-    pool.undrain(cmd.replica)
-    return _json(
-        {
-            "replica": cmd.replica,
-            "drained": False,
-            "weights_version": pool.replicas[cmd.replica].weights_version,
-        }
-    )
+    return _json({"replica": url, "drained": False, "weights_version": version})
 
 
 class ExportRequest(BaseModel):
@@ -190,18 +200,11 @@ class ExportRequest(BaseModel):
     export: ExportConfig
 
 
-def _recorder(request: Request) -> RecorderHandle:
-    handle: RecorderHandle | None = request.app.state.recorder
-    if handle is None:
-        raise NotFoundError("the traffic store is off (store.enabled: false)")
-    return handle
-
-
 async def traffic_summary(request: Request) -> Response:
     """``GET /admin/traffic/summary?by=route_target,day&since=...&route_target=...&tag=k=v``."""
     try:
         check_admin(request)
-        handle = _recorder(request)
+        handle = recorder(request)
         params = request.query_params
         by = [b for b in params.get("by", "").split(",") if b]
         fields: dict[str, Any] = {
@@ -221,7 +224,7 @@ async def traffic_export(request: Request) -> Response:
     """``POST /admin/traffic/export`` with ``{"query": {...}, "export": ExportConfig}``."""
     try:
         check_admin(request)
-        handle = _recorder(request)
+        handle = recorder(request)
         req = ExportRequest.model_validate(await _read_json(request))
         manifest = await export_from_store(
             handle.backend, req.query, req.export, legacy=LIVE_TRANSLATOR
@@ -233,29 +236,12 @@ async def traffic_export(request: Request) -> Response:
     return _json(manifest.model_dump(mode="json"))
 
 
-class KeyCreate(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    name: str = Field(min_length=1)
-    rpm_limit: int | None = Field(default=None, ge=1)
-    tpm_limit: int | None = Field(default=None, ge=1)
-    budget_usd: float | None = Field(default=None, ge=0)
-
-
-def _keys(request: Request) -> tuple[GatewayState, KeyService]:
-    state = check_admin(request)
-    handle = _recorder(request)
-    return state, KeyService(handle.backend, key_prefix=state.config.auth.key_prefix)
-
-
 async def create_key(request: Request) -> Response:
     """``POST /admin/keys``: the plaintext key is in this answer and nowhere else, ever."""
     try:
-        _, keys = _keys(request)
+        check_admin(request)
         spec = KeyCreate.model_validate(await _read_json(request, empty_ok=True))
-        record, plaintext = await keys.create(
-            spec.name, spec.rpm_limit, spec.tpm_limit, spec.budget_usd
-        )
+        record, plaintext = await create(request, changes.API_ACTOR, spec)
     except (orjson.JSONDecodeError, ValidationError) as exc:
         return _error(InvalidRequestError(f"invalid key spec: {exc}"))
     except GatewayError as exc:
@@ -265,21 +251,18 @@ async def create_key(request: Request) -> Response:
 
 async def list_keys(request: Request) -> Response:
     try:
-        _, keys = _keys(request)
-        records = await keys.list()
+        check_admin(request)
+        records = await key_service(request).list()
     except GatewayError as exc:
         return _error(exc)
     return _json({"object": "list", "data": [public_view(r) for r in records]})
 
 
 async def revoke_key(request: Request) -> Response:
+    key_id = request.path_params["key_id"]
     try:
-        state, keys = _keys(request)
-        key_id = request.path_params["key_id"]
-        if not await keys.revoke(key_id):
-            raise NotFoundError(f"no active key {key_id}")
-        if state.authenticator is not None:
-            state.authenticator.invalidate(key_id)
+        check_admin(request)
+        await revoke(request, changes.API_ACTOR, key_id)
     except GatewayError as exc:
         return _error(exc)
     return _json({"id": key_id, "revoked": True})
@@ -297,47 +280,37 @@ async def set_canary(request: Request) -> Response:
     try:
         state = check_admin(request)
         req = CanaryRequest.model_validate(await _read_json(request))
-        learned = state.learned_state
-        live = state.config.routing.learned
-        candidate = req.routing.learned
-        if candidate is not None and candidate.state_file != (live and live.state_file):
-            # a candidate scorer (its own state file) on a share of live traffic
-            learned = await asyncio.to_thread(read_learned_state, candidate)
-        policy = build_policy(state.config, req.routing, learned)
-    except (ValueError, KeyError, OSError, PolicyConfigError) as exc:  # bad body or state file
+        canary = await start_canary(request, changes.API_ACTOR, req.routing, req.share)
+    except (ValueError, KeyError) as exc:  # a bad body
         return _error(InvalidRequestError(f"invalid canary: {exc}"))
     except (GatewayError, RoutingError) as exc:
         return _error(exc)
-    state.canary = Canary(policy, req.share, req.routing)
     return _json(
-        {"canary": policy.version, "share": req.share, "current": state.routing.policy.version}
+        {
+            "canary": canary.policy.version,
+            "share": canary.share,
+            "current": state.routing.policy.version,
+        }
     )
 
 
 async def promote_canary(request: Request) -> Response:
     """``POST /admin/canary/promote``: the candidate decides every request from now on."""
     try:
-        state = check_admin(request)
-        canary = state.canary
-        if canary is None:
-            raise NotFoundError("no canary to promote")
+        check_admin(request)
+        version = await promote(request, changes.API_ACTOR)
     except GatewayError as exc:
         return _error(exc)
-    state.apply_config(
-        state.routing.config.model_copy(update={"routing": canary.routing}), state.learned_state
-    )
-    state.canary = None
-    return _json({"promoted": state.routing.policy.version})
+    return _json({"promoted": version})
 
 
 async def drop_canary(request: Request) -> Response:
     """``DELETE /admin/canary``: roll the candidate back; the current policy decides all."""
     try:
         state = check_admin(request)
+        dropped = await drop(request, changes.API_ACTOR)
     except GatewayError as exc:
         return _error(exc)
-    dropped = state.canary.policy.version if state.canary else None
-    state.canary = None
     return _json({"dropped": dropped, "current": state.routing.policy.version})
 
 

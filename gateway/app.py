@@ -22,13 +22,23 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
-from gateway import api_admin, api_anthropic, api_feedback, api_openai, api_responses
+from gateway import (
+    api_admin,
+    api_anthropic,
+    api_episodes,
+    api_feedback,
+    api_openai,
+    api_responses,
+)
 from gateway.auth.budget import BudgetGuard
 from gateway.auth.keys import Authenticator
 from gateway.auth.ratelimit import build_rate_limiter
 from gateway.backends.litellm_loader import LitellmLoader
 from gateway.backends.pricing import PriceBook
 from gateway.config import SwitchyardConfig
+from gateway.console.routes import Console
+from gateway.fleet import admin as fleet_admin
+from gateway.fleet.wiring import start_fleet
 from gateway.metrics import GatewayMetrics
 from gateway.recording import RecorderHandle, open_recorder
 from gateway.state import GatewayState, RecordSink, new_state
@@ -111,6 +121,7 @@ def create_app(
 ) -> FastAPI:
     """Build the app. ``recorder`` overrides the store section, ``span_exporter`` the trace
     exporter (tests inject both)."""
+    console = Console() if config.console.enabled else None
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -134,9 +145,12 @@ def create_app(
             state.authenticator = Authenticator(handle.backend, config.auth, state.budget)
             state.rate_limiter = build_rate_limiter(config.auth)
         metrics.add_live_gauges(_live_gauges(state, handle))
+        fleet = await start_fleet(state)  # the state other gateway processes share
         metrics.in_flight.set_function(lambda: state.in_flight)  # was declared, never set
         app.state.switchyard = state
         app.state.recorder = handle if handle is not None else _as_handle(sink)
+        if console is not None:
+            console.start(app)
         # Startup objects (litellm alone leaves ~300k) never die; keeping them out of the
         # collector's generations cut full-collection pauses from ~1 s to ~0.1 s under load.
         gc.collect()
@@ -145,6 +159,9 @@ def create_app(
             yield
         finally:
             await drain(state, state.config.gateway.limits.drain_timeout_s)
+            if console is not None:
+                await console.aclose()  # a weight swap it started is stopped
+            await fleet.aclose()
             await state.aclose()
             if state.rate_limiter is not None:
                 await state.rate_limiter.close()
@@ -183,10 +200,14 @@ def create_app(
         Route("/ready", ready, methods=["GET"]),
         Route("/metrics", metrics_endpoint, methods=["GET"]),
         *api_admin.routes(),
+        *api_episodes.routes(),
+        *fleet_admin.routes(),
         *api_feedback.routes(),
         *api_responses.routes(),
         *api_anthropic.routes(),
+        *(console.routes() if console is not None else []),
     ]
     app = FastAPI(title="Switchyard", lifespan=lifespan, routes=routes, docs_url="/docs")
+    app.state.console = console
     api_admin.install_error_handlers(app)
     return app

@@ -5,6 +5,7 @@
     switchyard traffic export --store URL --kind sft --out runs/sft --format jsonl,parquet \\
         --since 2026-11-01T00:00Z --route-target frontier-openai --has-feedback accepted
     switchyard keys create --store URL --name alice --rpm 600 --budget-usd 20
+    switchyard fleet status --gateway http://any-gateway:8080
 
 ``--config FILE`` may replace ``--store`` (the store section of the gateway config is used).
 """
@@ -135,6 +136,11 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--config", type=Path, required=True)
     serve.add_argument("--host")
     serve.add_argument("--port", type=int)
+    serve.add_argument(
+        "--workers",
+        type=int,
+        help="gateway processes on this host (default: one per core with a Redis fleet, else 1)",
+    )
     traffic = sub.add_parser("traffic", help="read the traffic record").add_subparsers(
         dest="traffic_command", required=True
     )
@@ -166,25 +172,42 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser(
         "keys", help="API keys: create, list, revoke (see `switchyard keys -h`)", add_help=False
     )
+    sub.add_parser(
+        "fleet",
+        help="the gateway fleet: status, reload, drain, undrain (see `switchyard fleet -h`)",
+        add_help=False,
+    )
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["traffic"] and argv[1:2] in (["episode"], ["episode-export"]):
+        from gateway.episode_cli import main as episode_main
+
+        return episode_main(argv[1:])
     if argv[:1] == ["keys"]:
         from gateway.auth.cli import main as keys_main
 
         return int(keys_main(argv[1:]) or 0)
+    if argv[:1] == ["traffic"] and argv[1:2] in (["episode"], ["episode-export"]):
+        from gateway.episode_cli import main as episode_main
+
+        return episode_main(argv[1:])
+    if argv[:1] == ["fleet"]:
+        from gateway.fleet.cli import main as fleet_main
+
+        return fleet_main(argv[1:])
     args = build_parser().parse_args(argv)
     if args.command == "serve":
         from gateway.serve import main as serve_main
 
-        serve_main(
+        return serve_main(
             ["--config", str(args.config)]
             + (["--host", args.host] if args.host else [])
-            + (["--port", str(args.port)] if args.port else [])
+            + (["--port", str(args.port)] if args.port is not None else [])
+            + (["--workers", str(args.workers)] if args.workers is not None else [])
         )
-        return 0
     if args.traffic_command == "summary":
         return cmd_summary(args)
     if args.traffic_command == "canonicalize":

@@ -1,7 +1,8 @@
 """Gateway config: one YAML file, strict (unknown keys are errors), every default defined here.
 
 Top level: ``gateway`` (listening, limits, timeouts), ``backends`` (targets the router may
-choose), ``routing`` (:class:`router.config.RoutingConfig`), ``store``, ``telemetry``.
+choose), ``routing`` (:class:`router.config.RoutingConfig`), ``store``, ``telemetry``,
+``console`` (the ops console under ``/ui``: :mod:`gateway.console.config`).
 Cross references (routing -> backends) are checked when the file is loaded.
 """
 
@@ -15,6 +16,8 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from gateway.auth.config import AuthConfig
+from gateway.console.config import ConsoleConfig
+from gateway.fleet.config import FleetConfig
 from router.config import RoutingConfig
 from router.selector_config import CacheAwareConfig, RoundRobinConfig, SelectorConfig
 from serving.names import ADMIN_TOKEN_ENV
@@ -217,6 +220,11 @@ class SwitchyardConfig(BaseModel):
     telemetry: TelemetryConfig = Field(default_factory=TelemetryConfig)
     shadow: ShadowConfig = Field(default_factory=ShadowConfig)
     auth: AuthConfig = Field(default_factory=AuthConfig)
+    console: ConsoleConfig = Field(default_factory=ConsoleConfig)
+    fleet: FleetConfig = Field(
+        default_factory=FleetConfig,
+        description="The gateway processes that share state (gateway/fleet/config.py).",
+    )
 
     @model_validator(mode="after")
     def _routing_refers_to_backends(self) -> SwitchyardConfig:

@@ -1,9 +1,11 @@
 """Run the gateway: uvicorn with uvloop and httptools, SIGHUP reloads the routing config.
 
-    python -m gateway --config switchyard.yaml [--host H] [--port P]
+    python -m gateway --config switchyard.yaml [--host H] [--port P] [--workers N]
 
 SIGTERM: uvicorn stops accepting connections, in-flight requests finish (up to
 ``limits.drain_timeout_s``), then the app's shutdown flushes the traffic store's writer.
+``--workers N`` runs N such processes on one socket (default: one per core with a Redis fleet,
+else one; :mod:`gateway.fleet.workers`), SIGTERM draining them all.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from fastapi import FastAPI
 
 from gateway.app import ABORT_GRACE_S, create_app
 from gateway.config import ConfigFileError, SwitchyardConfig, load_config
+from gateway.fleet.workers import WorkersRefused, resolve_workers, run_workers
 from gateway.state import GatewayState
 
 log = logging.getLogger("switchyard")
@@ -78,7 +81,13 @@ def uvicorn_config(app: FastAPI, config: SwitchyardConfig, host: str, port: int)
     )
 
 
-async def serve(config_path: Path, host: str | None, port: int | None) -> None:
+async def serve(
+    config_path: Path,
+    host: str | None,
+    port: int | None,
+    sock: socket.socket | None = None,
+) -> None:
+    """Serve until SIGTERM, on ``host:port`` or on ``sock`` (a worker of several)."""
     config = load_config(config_path)
     app = create_app(config, config_path)
     listen = config.gateway.listen
@@ -87,23 +96,56 @@ async def serve(config_path: Path, host: str | None, port: int | None) -> None:
     )
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGHUP, lambda: loop.create_task(_reload(app)))
-    await server.serve()
+    await server.serve(sockets=[sock] if sock is not None else None)
 
 
-def main(argv: list[str] | None = None) -> None:
+def _setup_process() -> None:
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(process)d %(name)s %(message)s"
+    )
+    # Each request allocates a few hundred short-lived objects (tasks, dicts); a larger first
+    # generation means far fewer collections on the request path.
+    gc.set_threshold(GC_GEN0_THRESHOLD, 20, 20)
+
+
+def run_worker(config_path: Path, sock: socket.socket, index: int) -> None:
+    """One worker of ``--workers N`` (:mod:`gateway.fleet.workers`), serving on ``sock``."""
+    import uvloop
+
+    _setup_process()
+    log.info("worker %d serving", index)
+    uvloop.run(serve(config_path, None, None, sock))
+
+
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m gateway", description=__doc__.split("\n")[0])
     parser.add_argument("--config", type=Path, required=True, help="YAML config file")
     parser.add_argument("--host", default=None, help="override gateway.listen.host")
     parser.add_argument("--port", type=int, default=None, help="override gateway.listen.port")
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        help="gateway processes on this host (default: one per core with a Redis fleet, else 1)",
+    )
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    _setup_process()
+    config = load_config(args.config)
+    try:
+        workers = resolve_workers(config, args.workers)
+    except WorkersRefused as exc:
+        parser.error(str(exc))
+    if workers > 1:
+        listen = config.gateway.listen
+        host = args.host or listen.host
+        port = listen.port if args.port is None else args.port
+        grace = config.gateway.limits.drain_timeout_s + ABORT_GRACE_S
+        return run_workers(args.config, host, port, workers, grace)
     import uvloop
 
-    # Each request allocates a few hundred short-lived objects (tasks, dicts); a larger first
-    # generation means far fewer collections on the request path.
-    gc.set_threshold(GC_GEN0_THRESHOLD, 20, 20)
     uvloop.run(serve(args.config, args.host, args.port))
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

@@ -13,7 +13,7 @@ import os
 from collections.abc import Coroutine, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import aiohttp
 from opentelemetry.sdk.trace import Tracer, TracerProvider
@@ -31,6 +31,7 @@ from gateway.backends.replica_pool import ReplicaPool
 from gateway.backends.vllm import VllmBackend
 from gateway.backends.worker_loop import WorkerLoop
 from gateway.config import BackendConfig, SwitchyardConfig, load_config
+from gateway.fleet.base import Fleet, LocalFleet
 from gateway.local_targets import LocalTarget, load_tokenizers
 from gateway.metrics import GatewayMetrics
 from gateway.prompt_tokens import PromptTokenizer
@@ -41,6 +42,9 @@ from router.features import RequestFeatures, unit_hash
 from router.learned import LearnedPolicy, LearnedState
 from router.policy import RoutingPolicy, RulePolicy
 from traffic.store.records import InferenceRecord
+
+if TYPE_CHECKING:
+    from gateway.fleet.apply import FleetApplier
 
 
 class RecordSink(Protocol):
@@ -120,6 +124,10 @@ class GatewayState:
     budget: BudgetGuard | None = None
     openai_like: dict[str, str] = field(default_factory=dict)  # litellm's provider registry
     prices: PriceBook = field(default_factory=PriceBook.empty)  # set at start-up (gateway.app)
+    # The gateway processes this one shares routing, canary and replica controls with
+    # (gateway.fleet), and what applies the fleet's changes here (set at start-up).
+    fleet: Fleet = field(default_factory=LocalFleet)
+    applier: FleetApplier | None = None
 
     @property
     def in_flight(self) -> int:
@@ -145,6 +153,9 @@ class GatewayState:
         principal = await self.authenticator.authenticate(presented_key(headers))
         if limit and self.rate_limiter is not None:
             await self.rate_limiter.admit(principal)
+        if limit and self.budget is not None:
+            # Released when the exchange finishes (gateway.accounting), whatever its end.
+            await self.budget.reserve(principal)
         return principal
 
     def spawn(self, coro: Coroutine[Any, Any, None]) -> None:
@@ -175,6 +186,7 @@ class GatewayState:
                 backends[name] = VllmBackend(
                     name, bc, self.session, local.selector, local.pool, local.tokenizer
                 )
+                self.fleet.share_routing(name, local.selector)
             else:
                 backends[name] = self._frontier_backend(name, bc)
             if name not in self.breakers:
@@ -199,10 +211,14 @@ class GatewayState:
         self.reloads += 1
 
     async def reload(self) -> Routing:
-        """Re-read the config file (and the learned state) and swap routing atomically.
+        """Re-read the config file (and the learned state) and swap routing atomically; with a
+        fleet, every gateway of the fleet swaps to them (``reloader``).
 
         Raises on an invalid file; the running routing is kept then.
         """
+        if self.applier is not None:
+            await self.applier.reload()
+            return self.routing
         async with self._reload_lock:
             if self.config_path is None:
                 config = self.config

@@ -64,8 +64,11 @@ The decision, for the healthy replicas ``R``:
    which for a prompt nothing holds is the least loaded replica; ties go to the replica that
    received the fewest recent requests (the share guard's counts), then to the rendezvous
    (highest-random-weight) winner for the key. Sessions then spread evenly, and so do their
-   contexts, which share the replicas' KV capacity. (Gateways that share no index may place a
-   new session differently; in precise mode KV events tell every gateway where it went.)
+   contexts, which share the replicas' KV capacity.
+5. A fleet of gateways shares one picture: every decision is handed to ``on_routed`` (a
+   :class:`~router.replicas.RoutedPrompt`) and the other gateways apply it with
+   :meth:`CacheAwareSelector.apply_routed` (index blocks, home, share count), as if they had
+   routed it; so a session's next turn finds its home and its prefix through any gateway.
 
 Why the defaults (``router/selector_config.py``; swept with ``loadtests/replica_sim.py``):
 
@@ -130,7 +133,14 @@ from router.prefix_index import (
     match_lengths,
 )
 from router.prompt_index import PromptIndex
-from router.replicas import LoadBook, NoHealthyReplicaError, ReplicaLoad, ReplicaView, SlotList
+from router.replicas import (
+    LoadBook,
+    NoHealthyReplicaError,
+    ReplicaLoad,
+    ReplicaView,
+    RoutedPrompt,
+    SlotList,
+)
 from router.selector_config import CacheAwareConfig
 
 __all__ = [
@@ -235,6 +245,7 @@ class CacheAwareSelector:
         self._homes: dict[int, int] = {}
         self._homes_old: dict[int, int] = {}
         self.last: Selection | None = None
+        self.on_routed: Callable[[RoutedPrompt], None] | None = None  # fleet sharing (5.)
         self.event_gaps = 0
         self.index_resets = 0
 
@@ -450,12 +461,27 @@ class CacheAwareSelector:
             else:
                 self.index.add_blocks(slot, keys, now, present=got)
         if known:  # the key's home is where its last request went
-            self._homes[home] = slot
-            if len(self._homes) >= _HOME_MEMO:
-                self._homes_old, self._homes = self._homes, {}
+            self._remember_home(home, slot)
         self._record_share(slot, len(healthy))
         self.last = Selection(healthy[best].name, got, len(keys), loads[best], reason, guarded)
+        if self.on_routed is not None:
+            self.on_routed(RoutedPrompt(healthy[best].name, tuple(keys), home if known else None))
         return healthy[best].name
+
+    def _remember_home(self, home: int, slot: int) -> None:
+        self._homes[home] = slot
+        if len(self._homes) >= _HOME_MEMO:
+            self._homes_old, self._homes = self._homes, {}
+
+    def apply_routed(self, routed: RoutedPrompt) -> None:
+        """Hook for the fleet: another gateway sent ``routed`` to one of these replicas."""
+        slot = self.slot_of(routed.replica)
+        if routed.keys:
+            index = self.pending if self.pending is not None else self.index
+            index.add_blocks(slot, routed.keys, self._clock())
+        if routed.home is not None:
+            self._remember_home(routed.home, slot)
+        self._record_share(slot, len(self.load_book))
 
     # -- introspection ----------------------------------------------------------------------
     def index_entries(self) -> dict[str, int]:

@@ -24,6 +24,16 @@ class ReplicaView:
     in_flight: int = 0
 
 
+@dataclass(frozen=True, slots=True)
+class RoutedPrompt:
+    """One routing decision as other gateways of a fleet learn it: the replica chosen, the
+    prompt's block keys (chained, from block 0) and the request's home key (None: none)."""
+
+    replica: str
+    keys: tuple[int, ...]
+    home: int | None
+
+
 class NoHealthyReplicaError(Exception):
     def __init__(self, target: str) -> None:
         self.target = target

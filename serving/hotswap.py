@@ -4,9 +4,10 @@ traffic, with a logprob check and automatic rollback.
 The protocol, per replica, in the order given (`publish_weights`):
 
 1. Drain. `POST {gateway}/admin/replicas/drain {"target", "replica", "timeout_s"}` (admin token
-   as Bearer): the gateway stops routing new requests to the replica and answers once the
-   requests it has in flight there are done. Not drained in time: the replica is put back and
-   the publish stops (nothing was changed on it).
+   as Bearer): every gateway of the fleet stops routing new requests to the replica, and the
+   answer comes once the requests the fleet has in flight there are done. The admin calls go to
+   the first of the given gateways that can be reached (any one reaches the whole fleet). Not
+   drained in time: the replica is put back and the publish stops (nothing was changed on it).
 2. Reload. `POST {replica}/collective_rpc {"method": "switchyard_reload", "args": [dir]}` runs
    `ReloadWorkerExtension.switchyard_reload` inside vLLM's worker: vLLM's own in-place
    `reload_weights(weights_path=dir)`, then, on CPU, the MoE weight prepack that vLLM 0.32
@@ -38,8 +39,8 @@ weights match its version id (optional digest check), and every replica answers 
 extension (and serves one probe request, which warms up vLLM's prompt-logprobs path: its first
 use takes seconds that would otherwise be spent drained).
 
-CLI: `python -m serving.hotswap --checkpoint NEW --previous OLD --gateway URL --replica URL ...`
-(admin token from `$SWITCHYARD_ADMIN_TOKEN`).
+CLI: `python -m serving.hotswap --checkpoint NEW --previous OLD --gateway URL [--gateway URL ...]
+--replica URL ...` (admin token from `$SWITCHYARD_ADMIN_TOKEN`).
 """
 
 from __future__ import annotations
@@ -113,11 +114,16 @@ class ProbeTolerance(BaseModel):
 
 
 class HotSwapConfig(BaseModel):
-    """Where the gateway is and how patient and strict a publish is."""
+    """Where the gateway fleet is and how patient and strict a publish is."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     gateway_url: str = Field(description="Gateway base URL (admin API).")
+    more_gateways: tuple[str, ...] = Field(
+        default=(),
+        description="Other gateways of the same fleet, tried in order when the one before "
+        "cannot be reached (a drain or undrain through any one reaches the whole fleet).",
+    )
     admin_token: str = Field(min_length=1, repr=False, description="Gateway admin credential.")
     target: str = Field(default="local", description="Gateway backend holding the replicas.")
     served_model_name: str = LOCAL_MODEL_NAME
@@ -221,11 +227,25 @@ class _Publisher:
         self.client = client
 
     async def _admin(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
-        response = await self.client.post(
-            f"{self.config.gateway_url.rstrip('/')}/admin/replicas/{path}",
-            json={"target": self.config.target, **body},
-            headers={"authorization": f"Bearer {self.config.admin_token}"},
-        )
+        """The admin call on the first gateway of the fleet that can take it (one unreachable,
+        or shutting down, passes it to the next)."""
+        gateways = (self.config.gateway_url, *self.config.more_gateways)
+        for i, gateway in enumerate(gateways):
+            last = i == len(gateways) - 1
+            try:
+                response = await self.client.post(
+                    f"{gateway.rstrip('/')}/admin/replicas/{path}",
+                    json={"target": self.config.target, **body},
+                    headers={"authorization": f"Bearer {self.config.admin_token}"},
+                )
+            except httpx.TransportError:
+                if last:
+                    raise
+                logger.warning("gateway %s unreachable; %s through the next one", gateway, path)
+                continue
+            if response.status_code == 503 and not last:
+                continue
+            break
         if response.status_code != 200:
             raise HotSwapError(f"gateway {path} failed ({response.status_code}): {response.text}")
         result: dict[str, Any] = response.json()
@@ -405,7 +425,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--checkpoint", type=Path, required=True, help="New checkpoint dir.")
     parser.add_argument("--previous", type=Path, required=True, help="Checkpoint served now.")
-    parser.add_argument("--gateway", required=True, help="Gateway base URL.")
+    parser.add_argument(
+        "--gateway",
+        action="append",
+        required=True,
+        help="A gateway of the fleet (repeat: the next is used when one cannot be reached).",
+    )
     parser.add_argument("--target", default=HotSwapConfig.model_fields["target"].default)
     parser.add_argument("--replica", action="append", required=True, help="Replica base URL.")
     args = parser.parse_args(argv)
@@ -413,7 +438,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     token = os.environ.get(ADMIN_TOKEN_ENV)
     if not token:
         parser.error(f"set {ADMIN_TOKEN_ENV} to the gateway's admin token")
-    config = HotSwapConfig(gateway_url=args.gateway, admin_token=token, target=args.target)
+    config = HotSwapConfig(
+        gateway_url=args.gateway[0],
+        more_gateways=tuple(args.gateway[1:]),
+        admin_token=token,
+        target=args.target,
+    )
     report = asyncio.run(publish_weights(args.checkpoint, args.previous, args.replica, config))
     for step in report.replicas:
         probe = step.probe

@@ -22,6 +22,11 @@ does not answer reads). If the store is unavailable, the amount stays pending an
 retried on the next tick; an ``add_spend`` that failed after committing may then be counted twice
 (an overcount, never an undercount). :meth:`BudgetGuard.close` makes a last flush.
 
+Across a fleet (:meth:`BudgetGuard.share`, with ``fleet.backend: redis``): :meth:`reserve` holds a
+call's expected cost in Redis before the call and :meth:`settle` releases it with the real cost
+after, atomically, so N gateways overshoot by at most the calls in flight
+(:mod:`gateway.auth.shared_budget`); the store stays the durable record, flushed as above.
+
 Memory: one entry per key that has spent or been read, bounded by the number of keys in the store.
 """
 
@@ -32,15 +37,19 @@ import contextlib
 import logging
 import math
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Final, Protocol
+from typing import TYPE_CHECKING, Final, Protocol
 
 from gateway.auth.config import DEFAULT_BUDGET_FLUSH_INTERVAL_S
 from gateway.errors import PermissionDeniedError
 from traffic.store.backend import StoreBackend
 from traffic.store.errors import StoreDataError, StoreUnavailable
 from traffic.store.records import ApiKeyRecord
+
+if TYPE_CHECKING:
+    from gateway.auth.shared_budget import Reservation, SharedBudget
 
 log = logging.getLogger(__name__)
 
@@ -107,6 +116,17 @@ class BudgetGuard:
         self._closed = False
         self._store_down = False
         self.stats = BudgetStats()
+        self._shared: SharedBudget | None = None
+        self._held: dict[str, deque[Reservation]] = {}  # this process's calls in flight
+        self._settling: set[asyncio.Task[None]] = set()
+
+    def share(self, shared: SharedBudget) -> None:
+        """Enforce budgets across the fleet through ``shared`` (see the module docstring)."""
+        self._shared = shared
+
+    @property
+    def shared(self) -> SharedBudget | None:
+        return self._shared
 
     # Reading.
 
@@ -137,6 +157,39 @@ class BudgetGuard:
                 f"{format_usd(principal.budget_usd)} (spent {format_usd(spent)}).",
                 code="budget_exceeded",
             )
+
+    async def reserve(self, principal: PrincipalView) -> None:
+        """Before a call, across the fleet: hold its expected cost, or refuse (403) when the
+        key's settled and held spend has reached its budget. A no-op without a fleet, a budget,
+        or while Redis is unreachable (:meth:`check` stands then)."""
+        key_id = principal.key_id
+        if self._shared is None or principal.budget_usd is None or key_id is None:
+            return
+        reservation = await self._shared.reserve(principal, self.spent(key_id))
+        if reservation is not None:
+            self._held.setdefault(key_id, deque()).append(reservation)
+
+    def settle(self, principal: PrincipalView, usd: float | None) -> None:
+        """After a call, whatever its end: its cost counts now (:meth:`record_spend`) and, across
+        the fleet, replaces one reservation of the key (in the background). Sync."""
+        key_id = principal.key_id
+        if key_id is None:
+            return
+        self.record_spend(key_id, usd)
+        if self._shared is None or principal.budget_usd is None:
+            return
+        held = self._held.get(key_id)
+        reservation = held.popleft() if held else None
+        if held is not None and not held:
+            del self._held[key_id]
+        cost = usd if usd is not None and math.isfinite(usd) and usd > 0 else 0.0
+        if reservation is None and not cost:
+            return
+        task = asyncio.get_running_loop().create_task(
+            self._shared.settle(key_id, reservation, cost)
+        )
+        self._settling.add(task)
+        task.add_done_callback(self._settling.discard)
 
     # Writing.
 
@@ -208,8 +261,13 @@ class BudgetGuard:
                 log.exception("budget: flush failed")
 
     async def close(self) -> None:
-        """Stop the background task and make a last flush (one attempt)."""
+        """Settle what is being settled, stop the background task and make a last flush (one
+        attempt)."""
         self._closed = True
+        if self._settling:
+            await asyncio.gather(*self._settling, return_exceptions=True)
+        if self._shared is not None:
+            await self._shared.close()
         if self._task is not None:
             async with self._flush_lock:  # cancel between flushes, never in the middle of one
                 self._task.cancel()

@@ -7,7 +7,8 @@ Groups:
 - rate limits: ``rate_limit_backend`` (``memory``: counters in this process; ``redis``: counters
   shared by every gateway process using the same Redis), ``redis_*``, ``default_rpm``,
   ``default_tpm``, ``window_s``;
-- budgets: ``budget_flush_interval_s``.
+- budgets: ``budget_flush_interval_s``, ``budget_reservation_ttl_s`` (fleet-wide reservations
+  with ``fleet.backend: redis``: :mod:`gateway.auth.shared_budget`).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ DEFAULT_REDIS_RETRY_S: Final = 1.0
 DEFAULT_REDIS_MAX_CONNECTIONS: Final = 64
 DEFAULT_WINDOW_S: Final = 60.0
 DEFAULT_BUDGET_FLUSH_INTERVAL_S: Final = 0.5
+DEFAULT_BUDGET_RESERVATION_TTL_S: Final = 600.0
 
 RateLimitBackend = Literal["memory", "redis"]
 FailureMode = Literal["open", "closed"]
@@ -147,6 +149,12 @@ class AuthConfig(BaseModel):
         gt=0,
         description="How often spend recorded in memory is added to the store, batched per key.",
     )
+    budget_reservation_ttl_s: float = Field(
+        default=DEFAULT_BUDGET_RESERVATION_TTL_S,
+        gt=0,
+        description="With a Redis fleet, a call holds its key's expected cost until it ends; a "
+        "hold its gateway never released (the process died) expires after this long.",
+    )
 
     @field_validator("key_prefix")
     @classmethod
@@ -160,7 +168,12 @@ class AuthConfig(BaseModel):
     @field_validator("redis_url")
     @classmethod
     def _redis_scheme(cls, url: str) -> str:
-        if not url.startswith(("redis://", "rediss://", "unix://")):
-            # The URL may hold a password: say what is wrong without echoing it.
-            raise ValueError("redis_url must start with redis://, rediss:// or unix://")
-        return url
+        return check_redis_url(url, "redis_url")
+
+
+def check_redis_url(url: str, field: str) -> str:
+    """``url`` if it names a Redis; else a ValueError that names ``field``, not the URL (it
+    may hold a password)."""
+    if not url.startswith(("redis://", "rediss://", "unix://")):
+        raise ValueError(f"{field} must start with redis://, rediss:// or unix://")
+    return url

@@ -29,16 +29,11 @@ answers 429; either way Redis is skipped for ``redis_retry_s`` after a failure.
 
 from __future__ import annotations
 
-import logging
-import math
 import time
 from collections.abc import Callable
-from typing import Any, Final, Protocol
+from typing import Final, Protocol
 
 import redis.asyncio as aioredis
-from redis.asyncio.retry import Retry
-from redis.backoff import NoBackoff
-from redis.exceptions import RedisError
 
 from gateway.auth.config import (
     DEFAULT_REDIS_NAMESPACE,
@@ -48,9 +43,8 @@ from gateway.auth.config import (
     FailureMode,
 )
 from gateway.auth.keys import Principal
+from gateway.auth.redis_scripts import ScriptRunner, redis_client
 from gateway.errors import RateLimitedError
-
-log = logging.getLogger(__name__)
 
 # Float slack so that exactly N admissions fit in a window of N (N * (W / N) may round above W).
 _EPS_S: Final = 1e-6
@@ -213,34 +207,28 @@ class RedisRateLimiter:
         clock: Callable[[], float] = time.time,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
-        self._redis = client
         self._ns = namespace
         self._window = window_s
         self._failure_mode = failure_mode
-        self._retry_s = retry_s
         # Wall clock: the buckets are shared between processes (keep hosts in NTP sync).
         self._clock = clock
-        self._monotonic = monotonic
-        self._admit = client.register_script(_ADMIT_LUA)
-        self._record = client.register_script(_RECORD_LUA)
-        self._skip_until = -math.inf
-        self._down = False
-        self.failures = 0
+        self._scripts = ScriptRunner(
+            client, f"rate limiter (failing {failure_mode})", retry_s=retry_s, monotonic=monotonic
+        )
+        self._admit = self._scripts.register(_ADMIT_LUA)
+        self._record = self._scripts.register(_RECORD_LUA)
+
+    @property
+    def failures(self) -> int:
+        return self._scripts.failures
 
     @classmethod
     def from_config(cls, config: AuthConfig) -> RedisRateLimiter:
-        # A blocking pool: under a burst, checks wait (briefly) for a connection instead of
-        # failing at once as the default pool does beyond its size.
-        pool = aioredis.BlockingConnectionPool.from_url(
+        client = redis_client(
             config.redis_url,
+            timeout_s=config.redis_timeout_s,
             max_connections=config.redis_max_connections,
-            timeout=config.redis_timeout_s,
-            socket_timeout=config.redis_timeout_s,
-            socket_connect_timeout=config.redis_timeout_s,
-            # No retries inside the client: one timeout at most, then the failure mode applies.
-            retry=Retry(NoBackoff(), 0),
         )
-        client = aioredis.Redis(connection_pool=pool)
         return cls(
             client,
             namespace=config.redis_namespace,
@@ -263,13 +251,13 @@ class RedisRateLimiter:
         if limit is None or principal.key_id is None or tokens <= 0:
             return
         args = (repr(self._clock()), repr(self._window / limit), str(tokens))
-        await self._call(self._record, [self._key(principal.key_id, "tok")], args)
+        await self._scripts.call(self._record, [self._key(principal.key_id, "tok")], args)
 
     def stats(self) -> dict[str, float]:
-        return {"failures": float(self.failures), "redis_down": float(self._down)}
+        return {"failures": float(self.failures), "redis_down": float(self._scripts.down)}
 
     async def close(self) -> None:
-        await self._redis.aclose()
+        await self._scripts.close()
 
     async def _check(self, principal: Principal, rpm: int | None, tpm: int | None) -> None:
         if principal.key_id is None or (rpm is None and tpm is None):
@@ -282,12 +270,12 @@ class RedisRateLimiter:
             repr(self._window / tpm if tpm else 0.0),
             repr(_EPS_S),
         )
-        result = await self._call(self._admit, keys, args)
+        result = await self._scripts.call(self._admit, keys, args)
         if result is None:
             if self._failure_mode == "closed":
                 raise RateLimitedError(
                     "Rate limits cannot be checked right now; retry shortly.",
-                    retry_after_s=max(self._retry_s, 1.0),
+                    retry_after_s=max(self._scripts.retry_s, 1.0),
                     code="rate_limiter_unavailable",
                 )
             return
@@ -296,30 +284,6 @@ class RedisRateLimiter:
             raise _refusal(principal, "rpm", rpm, self._window, wait)
         if status == 2 and tpm is not None:
             raise _refusal(principal, "tpm", tpm, self._window, wait)
-
-    async def _call(self, script: Any, keys: list[str], args: tuple[str, ...]) -> Any:
-        """Run a script; None when Redis failed (or is being skipped after a failure)."""
-        if self._monotonic() < self._skip_until:
-            return None
-        try:
-            result = await script(keys=keys, args=args)
-        except RedisError as exc:
-            self.failures += 1
-            self._skip_until = self._monotonic() + self._retry_s
-            if not self._down:
-                # The exception text names host and port, never the URL's password.
-                log.warning(
-                    "rate limiter: Redis unavailable (%s: %s); failing %s",
-                    type(exc).__name__,
-                    exc,
-                    self._failure_mode,
-                )
-            self._down = True
-            return None
-        if self._down:
-            log.info("rate limiter: Redis reachable again")
-            self._down = False
-        return result
 
     def _key(self, key_id: str, kind: str) -> str:
         # The {hash tag} keeps both keys of one API key in one Redis Cluster slot.

@@ -3,8 +3,9 @@
 Shipped as product code so tests, the demo and the gateway benchmark run without API keys. Knobs
 (latency, pacing, errors, prices) are in :class:`SimulatorConfig` and can be overridden per
 request with ``x-sim-*`` headers; model names containing "error", "slow" or "ratelimit" fail,
-slow down or rate-limit. See ``server.py`` for the request pipeline and ``oracle.py`` for how it
-answers IDE task prompts registered through ``POST /sim/oracle``.
+slow down or rate-limit. See ``server.py`` for the request pipeline, ``oracle.py`` for how it
+answers IDE task prompts registered through ``POST /sim/oracle``, and ``agent_policy.py`` for how
+it plays a coding agent through a registered agent task's tool-calling episode.
 """
 
 from loadtests.frontier_sim.answers import RequestView, compose_answer

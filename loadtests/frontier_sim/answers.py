@@ -3,6 +3,8 @@
 Both wire modules parse a request into a :class:`RequestView`; everything below decides the answer
 from that view alone, so OpenAI and Anthropic endpoints behave the same:
 
+- a registered agent task (``loadtests/agent``) offered with tools: the scripted agent's next
+  step of the episode (``agent_policy.py``), a tool call or its final text;
 - a tool call when tools are offered and the tool choice forces one, or when it is ``auto`` and
   the last message is a user message containing the word "tool" or "call" (except a registered
   IDE task prompt: an agent client offers its tools with every task, and the task shows all it
@@ -26,8 +28,10 @@ from typing import Any, Literal
 
 import orjson
 
+from loadtests.frontier_sim.agent_policy import decide
 from loadtests.frontier_sim.config import SimulatorConfig
-from loadtests.frontier_sim.oracle import OracleBook, known_task, oracle_answer
+from loadtests.frontier_sim.oracle import OracleBook, known_agent_task, known_task, oracle_answer
+from loadtests.frontier_sim.transcript import ToolStep
 
 ANSWER_PREFIX = "Simulated answer from {model}:"
 ToolMode = Literal["auto", "none", "required"]
@@ -77,6 +81,7 @@ class RequestView:
     stop: tuple[str, ...] = ()
     seed: int | None = None
     choice_index: int = 0
+    tool_steps: tuple[ToolStep, ...] = ()  # the tool calls made so far and their results
 
 
 @dataclass(frozen=True, slots=True)
@@ -213,6 +218,14 @@ def answer_request(
     view: RequestView, config: SimulatorConfig, book: OracleBook | None = None
 ) -> Answer:
     """The complete answer for one choice: a tool call or finished text."""
+    agent_task = known_agent_task(view.last_user_text, config, book)
+    if agent_task is not None and view.tools and view.tool_mode != "none":
+        tools = {tool.name: dict(tool.parameters) for tool in view.tools}
+        move = decide(agent_task, view.tool_steps, tools, config)
+        if move.call is not None:
+            args = move.call.arguments
+            return ToolCall(move.call.name, args, orjson.dumps(args).decode())
+        return finish_answer(move.text, view)
     in_text = view.tool_mode == "auto" and known_task(view.last_user_text, config, book) is not None
     call = None if in_text else decide_tool_call(view)
     if call is not None:

@@ -35,6 +35,7 @@ from loadtests.frontier_sim.prompt_cache import (
     MarkedBlocks,
     PromptBlock,
 )
+from loadtests.frontier_sim.transcript import StepCollector
 
 _STOP_REASONS = {"natural": "end_turn", "length": "max_tokens", "stop": "stop_sequence"}
 _ERROR_TYPES = {
@@ -135,6 +136,15 @@ def parse_messages_request(body: Any) -> ParsedMessages:
     tool_result = _blocks_text(last["content"], "tool_result") if has_result else ""
     tools, tool_mode, forced_tool = _tools(body)
     system = _blocks_text(body.get("system") or "")
+    steps = StepCollector()
+    for m in messages:
+        for block in m.get("content") if isinstance(m.get("content"), list) else ():
+            if not isinstance(block, dict):
+                continue
+            if block.get("type") == "tool_use":
+                steps.call(block.get("id"), block.get("name"), block.get("input"))
+            elif block.get("type") == "tool_result":
+                steps.result(block.get("tool_use_id"), _blocks_text(block.get("content") or ""))
     tools_text = orjson.dumps(body["tools"]).decode() if tools else ""
     view = RequestView(
         model=model,
@@ -146,6 +156,7 @@ def parse_messages_request(body: Any) -> ParsedMessages:
         forced_tool=forced_tool,
         max_tokens=max_tokens,
         stop=tuple(stop),
+        tool_steps=steps.steps(),
     )
     return ParsedMessages(view, bool(body.get("stream")), _marked_blocks(model, body, messages))
 

@@ -91,6 +91,23 @@ class SimulatorConfig(BaseModel):
         "plausible wrong one).",
     )
 
+    # The scripted agent for agent tasks (see agent_policy.py)
+    agent_success_rate: float = Field(
+        default=0.9,
+        ge=0,
+        le=1,
+        description="Probability that the scripted agent solves a registered agent task (else it "
+        "makes one realistic mistake: a wrong fix, a missed file, a wrong line); drawn once per "
+        "task, seeded.",
+    )
+    agent_invalid_call_rate: float = Field(
+        default=0.0,
+        ge=0,
+        le=1,
+        description="Probability that one tool call of the scripted agent breaks its tool's "
+        "schema (a required argument left out); the agent then repeats the call correctly.",
+    )
+
     # Failures
     error_rate: float = Field(
         default=0.0, ge=0, le=1, description="Probability of failing a request (seeded RNG)."

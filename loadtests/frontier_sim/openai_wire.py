@@ -32,6 +32,7 @@ from loadtests.frontier_sim.prompt_cache import (
     CacheablePrompt,
     CacheUse,
 )
+from loadtests.frontier_sim.transcript import StepCollector
 
 DONE_EVENT = b"data: [DONE]\n\n"
 _FINISH_REASONS = {"natural": "stop", "length": "length", "stop": "stop"}
@@ -153,6 +154,14 @@ def parse_chat_request(body: Any) -> ParsedRequest:
     tools, tool_mode, forced_tool = _tools_param(body)
     tools_text = orjson.dumps(body["tools"]).decode() if tools else ""
     prompt_text = " ".join(texts)
+    steps = StepCollector()
+    for message, text in zip(messages, texts, strict=True):
+        for call in message.get("tool_calls") or () if message.get("role") == "assistant" else ():
+            function = call.get("function") if isinstance(call, dict) else None
+            if isinstance(function, dict):
+                steps.call(call.get("id"), function.get("name"), function.get("arguments"))
+        if message.get("role") == "tool":
+            steps.result(message.get("tool_call_id"), text)
     n = _int_param(body, "n", 1, 1) or 1
     max_tokens = _int_param(body, "max_completion_tokens", None, 1)
     seed = body.get("seed")
@@ -167,6 +176,7 @@ def parse_chat_request(body: Any) -> ParsedRequest:
         max_tokens=max_tokens or _int_param(body, "max_tokens", None, 1),
         stop=_stop_param(body),
         seed=seed if isinstance(seed, int) else None,
+        tool_steps=steps.steps(),
     )
     stream, include_usage = _stream_params(body)
     views = tuple(replace(view, choice_index=i) for i in range(n))

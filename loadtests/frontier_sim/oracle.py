@@ -14,6 +14,10 @@ the simulator's seed, the request's seed and choice index, and the task id, so a
 gets the same answer and a run's accept rate is reproducible. A prompt nobody registered (or one
 whose task id names no task) is not the oracle's: :func:`oracle_answer` returns None and the
 simulator answers its default text.
+
+Agent tasks (``loadtests/agent``, ids ``agent_<kind>:<seed>``) register the same way, keyed by
+the user's request; :func:`known_agent_task` finds them for the scripted agent
+(``agent_policy.py``), which plays the whole tool-calling episode instead of answering once.
 """
 
 from __future__ import annotations
@@ -25,6 +29,12 @@ import re
 from collections import OrderedDict
 from collections.abc import Iterable
 
+from loadtests.agent.tasks import (
+    AgentTask,
+    agent_task_from_id,
+    is_agent_task_id,
+    parse_agent_task_id,
+)
 from loadtests.frontier_sim.config import SimulatorConfig
 from loadtests.tasks.clients import prompt_hash
 from loadtests.tasks.families import FAMILIES, task_from_id
@@ -84,6 +94,12 @@ class OracleBook:
 def _check_registration(digest: str, task_id: str) -> None:
     if not _HASH.match(digest):
         raise RegistrationError("prompt_hash must be 64 lower-case hex digits (sha256)")
+    if is_agent_task_id(task_id):
+        try:
+            parse_agent_task_id(task_id)
+        except TaskIdError as exc:
+            raise RegistrationError(str(exc)) from exc
+        return
     try:
         family, _seed = parse_task_id(task_id)
     except TaskIdError as exc:
@@ -94,6 +110,8 @@ def _check_registration(digest: str, task_id: str) -> None:
 
 @functools.lru_cache(maxsize=4096)
 def _task(task_id: str) -> Task | None:
+    if is_agent_task_id(task_id):
+        return None
     try:
         return task_from_id(task_id)
     except (TaskIdError, RuntimeError, ValueError):
@@ -106,6 +124,24 @@ def known_task(text: str, config: SimulatorConfig, book: OracleBook | None) -> T
         return None
     task_id = book.task_id_for(text)
     return None if task_id is None else _task(task_id)
+
+
+@functools.lru_cache(maxsize=1024)
+def _agent_task(task_id: str) -> AgentTask | None:
+    try:
+        return agent_task_from_id(task_id)
+    except (TaskIdError, RuntimeError, ValueError):
+        return None
+
+
+def known_agent_task(
+    text: str, config: SimulatorConfig, book: OracleBook | None
+) -> AgentTask | None:
+    """The registered agent task whose request is ``text``, or None."""
+    if not config.oracle or book is None:
+        return None
+    task_id = book.task_id_for(text)
+    return None if task_id is None or not is_agent_task_id(task_id) else _agent_task(task_id)
 
 
 def oracle_answer(

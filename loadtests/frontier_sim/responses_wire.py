@@ -45,6 +45,7 @@ from loadtests.frontier_sim.prompt_cache import (
     CacheablePrompt,
     CacheUse,
 )
+from loadtests.frontier_sim.transcript import StepCollector
 
 _TEXT_PARTS = ("input_text", "output_text", "text")
 
@@ -117,6 +118,7 @@ def parse_responses_request(body: Any) -> ParsedResponses:
         raise BadRequest("input must be a string or an array of items", "input")
     texts = [_text(body.get("instructions"), "instructions")]
     user_texts: list[str] = []
+    steps = StepCollector()
     for i, item in enumerate(items):
         kind = item.get("type", "message")
         if kind == "message":
@@ -126,8 +128,10 @@ def parse_responses_request(body: Any) -> ParsedResponses:
                 user_texts.append(text)
         elif kind == "function_call":
             texts.append(str(item.get("arguments") or ""))
+            steps.call(item.get("call_id"), item.get("name"), item.get("arguments"))
         elif kind == "function_call_output":
             texts.append(_text(item.get("output"), f"input[{i}].output"))
+            steps.result(item.get("call_id"), texts[-1])
     last = items[-1] if items else {}
     tool_result = None
     if last.get("type") == "function_call_output":
@@ -149,6 +153,7 @@ def parse_responses_request(body: Any) -> ParsedResponses:
         tool_mode=tool_mode,
         forced_tool=forced,
         max_tokens=max_tokens,
+        tool_steps=steps.steps(),
     )
     echo = {
         "instructions": body.get("instructions"),

@@ -30,7 +30,7 @@ import secrets
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -187,9 +187,11 @@ def _hook(event, args):
         raise PermissionError("sandbox: " + event + " is not allowed")
 
 sys.path.insert(0, _ROOT)
+sys.path.extend({import_paths!r})
+sys.dont_write_bytecode = True
 sys.addaudithook(_hook)
 import runpy
-runpy.run_path("main.py", run_name="__main__")
+runpy.run_path({program!r}, run_name="__main__")
 sys.stdout.flush()
 sys.stdout.write("\n" + _NONCE + "\n")
 sys.stdout.flush()
@@ -208,40 +210,61 @@ def run_python(
     limits: SandboxLimits = DEFAULT_LIMITS,
 ) -> RunResult:
     """Run ``program`` as ``main.py`` in a fresh sandbox with ``files`` beside it (name -> text)."""
-    nonce = secrets.token_hex(16)
-    boot = _BOOT.format(
-        memory=limits.memory_mb,
-        cpu=limits.cpu_s,
-        fsize=limits.file_kb * 1024,
-        nofile=limits.open_files,
-    )
     with tempfile.TemporaryDirectory(prefix="sy-sandbox-") as tmp:
         root = Path(tmp)
         for name, text in {**(files or {}), "main.py": program}.items():
             if "/" in name or name.startswith("."):
                 raise ValueError(f"sandbox file names must be plain names: {name!r}")
             (root / name).write_text(text, encoding="utf-8")
-        boot_path = root / "_sandbox_boot.py"
-        boot_path.write_text(boot, encoding="utf-8")
-        out_path, err_path = root / "_stdout.txt", root / "_stderr.txt"
-        timed_out = False
-        with out_path.open("wb") as out, err_path.open("wb") as err:
-            proc = subprocess.Popen(
-                [sys.executable, "-I", "-S", str(boot_path)],
-                cwd=root,
-                stdin=subprocess.PIPE,
-                stdout=out,
-                stderr=err,
-                env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"},
-                start_new_session=True,
-            )
-            try:
-                proc.communicate((nonce + "\n").encode(), timeout=limits.wall_s)
-            except subprocess.TimeoutExpired:
-                timed_out = True
-                proc.kill()
-                proc.wait()
-        stdout, stderr = _read_bounded(out_path), _read_bounded(err_path)
+        return run_sandboxed(root, "main.py", limits, scratch=root)
+
+
+def run_sandboxed(
+    root: Path,
+    program: str,
+    limits: SandboxLimits = DEFAULT_LIMITS,
+    *,
+    scratch: Path,
+    import_paths: Sequence[str] = (),
+    launcher: Sequence[str] = (),
+) -> RunResult:
+    """Run the Python file ``program`` (a path, relative to ``root`` or absolute) confined to
+    ``root`` (steps 2-5 of the module docstring); :func:`run_python` is this on a fresh folder.
+
+    ``scratch`` holds the boot script and the output files (``root`` itself, or a folder outside
+    it so a workspace is left as it was); ``import_paths`` are appended to ``sys.path`` (the
+    harness's libraries); ``launcher`` prefixes the command (e.g. ``unshare --net``).
+    """
+    nonce = secrets.token_hex(16)
+    boot = _BOOT.format(
+        memory=limits.memory_mb,
+        cpu=limits.cpu_s,
+        fsize=limits.file_kb * 1024,
+        nofile=limits.open_files,
+        import_paths=list(import_paths),
+        program=program,
+    )
+    boot_path = scratch / "_sandbox_boot.py"
+    boot_path.write_text(boot, encoding="utf-8")
+    out_path, err_path = scratch / "_stdout.txt", scratch / "_stderr.txt"
+    timed_out = False
+    with out_path.open("wb") as out, err_path.open("wb") as err:
+        proc = subprocess.Popen(
+            [*launcher, sys.executable, "-I", "-S", str(boot_path)],
+            cwd=root,
+            stdin=subprocess.PIPE,
+            stdout=out,
+            stderr=err,
+            env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"},
+            start_new_session=True,
+        )
+        try:
+            proc.communicate((nonce + "\n").encode(), timeout=limits.wall_s)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            proc.kill()
+            proc.wait()
+    stdout, stderr = _read_bounded(out_path), _read_bounded(err_path)
     lines = stdout.rstrip("\n").splitlines()
     completed = not timed_out and proc.returncode == 0 and bool(lines) and lines[-1] == nonce
     if completed:

@@ -10,7 +10,9 @@ pieces in ``records``, pairs in ``preference``), ``dedup`` (exact and MinHash-LS
 trains on), ``writers`` and ``export`` (the same records as JSONL / Parquet files and a
 manifest); ``config`` holds every setting. ``from_store`` feeds either from the traffic store:
 the rows are chosen by the store's own filter (``traffic.store.InferenceFilter``), validated
-from JSON by ``TRAFFIC_QUERY``.
+from JSON by ``TRAFFIC_QUERY``. ``episodes`` rebuilds an agent's whole trajectory from the turns
+of one episode, and ``episode_export`` writes episodes as multi-turn tool-calling SFT data and
+RL episodes.
 """
 
 from traffic.export.config import (
@@ -22,6 +24,14 @@ from traffic.export.config import (
     SplitConfig,
 )
 from traffic.export.dataset import Dataset, ExportCounts, build_dataset
+from traffic.export.episode_export import (
+    EpisodeExportConfig,
+    EpisodeExportManifest,
+    export_episodes,
+    export_episodes_from_store,
+    load_episode,
+)
+from traffic.export.episodes import Episode, RouteKinds, episode_view, rebuild_episode
 from traffic.export.export import ExportManifest, export_dataset
 from traffic.export.from_store import (
     TRAFFIC_QUERY,
@@ -39,15 +49,24 @@ __all__ = [
     "DatasetConfig",
     "DatasetKind",
     "DedupConfig",
+    "Episode",
+    "EpisodeExportConfig",
+    "EpisodeExportManifest",
     "ExportConfig",
     "ExportCounts",
     "ExportManifest",
     "LegacyTranslator",
+    "RouteKinds",
     "SplitConfig",
     "UnsupportedShape",
     "build_dataset",
     "dataset_from_store",
+    "episode_view",
     "export_dataset",
+    "export_episodes",
+    "export_episodes_from_store",
     "export_from_store",
+    "load_episode",
+    "rebuild_episode",
     "summarize",
 ]

@@ -112,21 +112,28 @@ class Dataset:
     pii: dict[str, int]
 
 
+def scrub_turn(
+    answer: AssistantTurn | None, scrub: TextScrub, counts: Counter[str]
+) -> AssistantTurn | None:
+    """``answer`` with PII scrubbed from its text and tool-call arguments (found: ``counts``)."""
+    if answer is None:
+        return None
+    content = answer.content
+    if content is not None:
+        content, found = scrub(content)
+        counts.update(found)
+    calls = []
+    for call in answer.tool_calls:
+        arguments, found = scrub(call.arguments)
+        counts.update(found)
+        calls.append(ToolCall(call.id, call.name, arguments))
+    return AssistantTurn(content, tuple(calls))
+
+
 def scrub_example(example: Example, scrub: TextScrub = scrub_text) -> tuple[Example, Counter[str]]:
     """``example`` with PII scrubbed (by ``scrub``) from its prompt, answer and user texts."""
     prompt, counts = scrub_messages(example.prompt, scrub)
-    answer = example.answer
-    if answer is not None:
-        content = answer.content
-        if content is not None:
-            content, found = scrub(content)
-            counts.update(found)
-        calls = []
-        for call in answer.tool_calls:
-            arguments, found = scrub(call.arguments)
-            counts.update(found)
-            calls.append(ToolCall(call.id, call.name, arguments))
-        answer = AssistantTurn(content, tuple(calls))
+    answer = scrub_turn(example.answer, scrub, counts)
     edited, demonstration = example.feedback.edited_text, example.feedback.demonstration_text
     if edited is not None:
         edited, found = scrub(edited)

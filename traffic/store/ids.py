@@ -31,14 +31,24 @@ _VERSION_BITS = 0x7 << 76
 _VARIANT_BITS = 0b10 << 62
 
 
-def new_id() -> str:
-    """Return a fresh UUIDv7 in canonical text form."""
-    ns = time.time_ns()
+def _compose(ns: int, rand_b: int) -> str:
     ms, sub_ns = divmod(ns, _NS_PER_MS)
     rand_a = (sub_ns << 12) // _NS_PER_MS  # 0..4095
-    rand_b = secrets.randbits(62)
     value = (ms & 0xFFFF_FFFF_FFFF) << 80 | _VERSION_BITS | rand_a << 64 | _VARIANT_BITS | rand_b
     return str(uuid.UUID(int=value))
+
+
+def new_id() -> str:
+    """Return a fresh UUIDv7 in canonical text form."""
+    return _compose(time.time_ns(), secrets.randbits(62))
+
+
+def id_at(at: datetime, rand_b: int) -> str:
+    """The UUIDv7 of time ``at`` (aware) with the 62 random bits ``rand_b``: records made for
+    a past time (seeded benchmark stores, imports) sort and filter by that time."""
+    if at.tzinfo is None:
+        raise ValueError("id_at needs a timezone-aware datetime")
+    return _compose((at - _EPOCH) // timedelta(microseconds=1) * 1000, rand_b & (2**62 - 1))
 
 
 def id_time(id_: str) -> datetime:

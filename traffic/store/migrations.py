@@ -70,6 +70,11 @@ MIGRATIONS: Final = (
         3,
         "inference.canonical_request, canonical_response: the exchange in the internal format",
     ),
+    Migration(
+        4,
+        "change_log: who changed what and when; traffic_hourly: roll-ups for long windows;"
+        " inference (served_model, id) index",
+    ),
 )
 
 

@@ -203,6 +203,22 @@ class ApiKeyRecord:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class ChangeRecord:
+    """One operator change (a canary started, a policy promoted, a key revoked ...): who
+    (``actor``), when, what (``action`` on ``subject``) and its details."""
+
+    id: str = field(default_factory=new_id)
+    ts: datetime = field(default_factory=utc_now)
+    actor: str
+    action: str
+    subject: str | None = None
+    detail: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        _normalise_times(self, "ts")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class InferenceFilter:
     """Which inferences to read; every condition given must hold, ``None`` means "any".
 

@@ -216,6 +216,44 @@ API_KEY: Final = Table(
         _req("spent_usd", _T.FLOAT),
     ),
 )
+# Who changed what, when: routing policies (canary, promote, roll back), keys, replicas; written
+# by the ops console and the admin API, read by the console's change history.
+CHANGE_LOG: Final = Table(
+    "change_log",
+    (
+        _req("id", _T.ID),
+        _req("ts", _T.TS),
+        _req("actor", _T.TEXT),
+        _req("action", _T.TEXT),
+        _opt("subject", _T.TEXT),
+        _req("detail", _T.JSON),
+    ),
+    since=4,
+)
+# Hourly roll-ups of the inference table, per grouping (``dim``) and route target, that the
+# console reads for long windows (traffic.store.rollup): counts, cost, feedback and latency/TTFT
+# histograms. ``value`` is the group's value as JSON text; rows whose value is the roll-up's
+# marker say which hours of a grouping are rolled up.
+TRAFFIC_HOURLY: Final = Table(
+    "traffic_hourly",
+    (
+        _req("dim", _T.TEXT),
+        _req("hour", _T.TS),
+        _req("value", _T.TEXT),
+        _req("route_target", _T.TEXT),
+        _req("requests", _T.INT),
+        _req("errors", _T.INT),
+        _req("failovers", _T.INT),
+        _req("cost_usd", _T.FLOAT),
+        _req("accepted", _T.INT),
+        _req("rejected", _T.INT),
+        _req("edited", _T.INT),
+        _req("latency_hist", _T.JSON),
+        _req("ttft_hist", _T.JSON),
+    ),
+    primary_key=("dim", "hour", "value", "route_target"),
+    since=4,
+)
 # Bookkeeping of applied migrations; created before any migration runs, never migrated itself.
 SCHEMA_MIGRATIONS: Final = Table(
     "schema_migrations",
@@ -224,7 +262,16 @@ SCHEMA_MIGRATIONS: Final = Table(
     since=0,
 )
 
-TABLES: Final = (INFERENCE, FEEDBACK, SHADOW, MODEL_VERSION, POLICY_VERSION, API_KEY)
+TABLES: Final = (
+    INFERENCE,
+    FEEDBACK,
+    SHADOW,
+    MODEL_VERSION,
+    POLICY_VERSION,
+    API_KEY,
+    CHANGE_LOG,
+    TRAFFIC_HOURLY,
+)
 INDEXES: Final = (
     Index("inference_route_target_id", "inference", ("route_target", "id")),
     Index("inference_api_key_id_id", "inference", ("api_key_id", "id")),
@@ -233,6 +280,8 @@ INDEXES: Final = (
     Index("shadow_inference_id", "shadow", ("inference_id",)),
     Index("model_version_parent", "model_version", ("parent",)),
     Index("api_key_key_hash", "api_key", ("key_hash",), unique=True),
+    # The console's traffic search by served model (target, key and episode have theirs above).
+    Index("inference_served_model_id", "inference", ("served_model", "id"), since=4),
 )
 
 

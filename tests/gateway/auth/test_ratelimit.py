@@ -5,11 +5,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import AsyncIterator
 
 import pytest
 import redis.asyncio as aioredis
-from redis.exceptions import RedisError
 
 from gateway.auth import (
     ANONYMOUS,
@@ -20,8 +18,7 @@ from gateway.auth import (
     build_rate_limiter,
 )
 from gateway.errors import RateLimitedError, error_response_parts
-
-REDIS_URL = "redis://127.0.0.1:6379/0"
+from tests.gateway.auth.conftest import REDIS_URL
 
 
 class FakeClock:
@@ -151,23 +148,6 @@ def test_config_rejects_bad_values_without_echoing_secrets() -> None:
 
 
 # --- Redis ----------------------------------------------------------------------------------
-
-
-@pytest.fixture
-async def redis_ns() -> AsyncIterator[str]:
-    """A namespace of its own per test (deleted afterwards); skips when Redis is not there."""
-    client = aioredis.Redis.from_url(REDIS_URL, socket_connect_timeout=1)
-    try:
-        await client.ping()
-    except (RedisError, OSError) as exc:
-        await client.aclose()
-        pytest.skip(f"Redis not reachable at {REDIS_URL}: {exc}")
-    ns = f"switchyard:rl:test-{uuid.uuid4().hex[:12]}"
-    yield ns
-    keys = [k async for k in client.scan_iter(match=f"{ns}:*")]
-    if keys:
-        await client.delete(*keys)
-    await client.aclose()
 
 
 def redis_limiter(ns: str, clock: FakeClock, **kw: object) -> RedisRateLimiter:

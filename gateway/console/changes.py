@@ -1,0 +1,52 @@
+"""The change log: every operator change with who made it and when (``change_log`` table).
+
+The admin API's operations (:mod:`gateway.api_admin`: canary, promotion, rollback, keys,
+replica drains) write here whether the console or the JSON API called them; a routing policy
+also gets its ``policy_version`` row (``canary``, ``live``, ``retired``, ``rolled_back``).
+A change is applied first and recorded next: a store that cannot be written must not block a
+rollback; the failure is logged and the answer says the change went unrecorded.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from gateway.recording import RecorderHandle
+from traffic.store import PolicyVersionRecord, StoreError
+from traffic.store.console_queries import record_change
+from traffic.store.records import ChangeRecord
+
+log = logging.getLogger(__name__)
+
+API_ACTOR = "admin-api"  # changes made through the JSON admin API (one shared credential)
+
+
+async def record(
+    handle: RecorderHandle | None,
+    actor: str,
+    action: str,
+    subject: str | None,
+    detail: dict[str, Any],
+    *,
+    policy: tuple[dict[str, Any], str] | None = None,
+) -> bool:
+    """Append the change (and upsert the policy version ``subject`` with ``policy``'s config
+    and status); False when it could not be recorded."""
+    if handle is None:
+        log.warning("change not recorded (store off): %s %s by %s", action, subject, actor)
+        return False
+    try:
+        await record_change(
+            handle.backend,
+            ChangeRecord(actor=actor, action=action, subject=subject, detail=detail),
+        )
+        if policy is not None and subject is not None:
+            config, status = policy
+            await handle.backend.upsert_policy_version(
+                PolicyVersionRecord(id=subject, config=config, status=status)
+            )
+    except StoreError as exc:
+        log.error("change not recorded: %s %s by %s: %s", action, subject, actor, exc)
+        return False
+    return True

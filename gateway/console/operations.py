@@ -1,0 +1,198 @@
+"""The ops levers, one implementation each, called by the JSON admin API and by the console.
+
+Each takes the request (for the gateway's state and recorder), the ``actor`` who asked (the
+console's operator, or :data:`~gateway.console.changes.API_ACTOR`) and the operation's inputs;
+each records its change in the change log (:mod:`gateway.console.changes`) after applying it.
+Errors are :class:`~gateway.errors.GatewayError` (404 unknown replica, key or canary; 400 a
+canary that cannot be built), mapped to HTTP by each caller.
+
+- canary: :func:`candidate_policy` (what a routing change would be), :func:`start_canary`,
+  :func:`promote`, :func:`drop` (roll back);
+- keys: :func:`create` (the plaintext is returned once), :func:`revoke`;
+- replicas: :func:`drain`, :func:`undrain` (what a weight hot-swap does to each replica).
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from pydantic import BaseModel, ConfigDict, Field
+from starlette.requests import Request
+
+from gateway.auth.keys import KeyService
+from gateway.backends.replica_pool import ReplicaPool
+from gateway.console import changes
+from gateway.errors import InvalidRequestError, NotFoundError
+from gateway.fleet.apply import applier_of
+from gateway.recording import RecorderHandle
+from gateway.state import Canary, GatewayState, build_policy, read_learned_state
+from router.config import RoutingConfig
+from router.errors import PolicyConfigError
+from router.learned import LearnedPolicy
+from router.policy import RoutingPolicy
+from traffic.store import ApiKeyRecord
+
+
+class KeyCreate(BaseModel):
+    """A new API key's name and limits (``POST /admin/keys``, the console's key form)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(min_length=1)
+    rpm_limit: int | None = Field(default=None, ge=1)
+    tpm_limit: int | None = Field(default=None, ge=1)
+    budget_usd: float | None = Field(default=None, ge=0)
+
+
+def recorder(request: Request) -> RecorderHandle:
+    """The gateway's traffic store (404 when ``store.enabled`` is false)."""
+    handle: RecorderHandle | None = request.app.state.recorder
+    if handle is None:
+        raise NotFoundError("the traffic store is off (store.enabled: false)")
+    return handle
+
+
+async def candidate_policy(state: GatewayState, routing: RoutingConfig) -> RoutingPolicy:
+    """The policy ``routing`` builds against the gateway's targets, with the live learned state
+    or, when it names its own state file, that file's (400 when it cannot be built: unknown
+    targets, an unreadable state file)."""
+    learned = state.learned_state
+    live = state.config.routing.learned
+    candidate = routing.learned
+    try:
+        if candidate is not None and candidate.state_file != (live and live.state_file):
+            # a candidate scorer (its own state file) on a share of live traffic
+            learned = await asyncio.to_thread(read_learned_state, candidate)
+        return build_policy(state.config, routing, learned)
+    except (ValueError, KeyError, OSError, PolicyConfigError) as exc:
+        raise InvalidRequestError(f"invalid routing: {exc}") from exc
+
+
+async def start_canary(
+    request: Request, actor: str, routing: RoutingConfig, share: float
+) -> Canary:
+    """``routing`` decides ``share`` of the requests from now on (see :func:`candidate_policy`)."""
+    state: GatewayState = request.app.state.switchyard
+    policy = await candidate_policy(state, routing)
+    own = policy.state if isinstance(policy, LearnedPolicy) else None  # its own state file's?
+    own = own if own is not state.learned_state else None
+    canary = await applier_of(state).start_canary(routing, share, own)  # every gateway's
+    detail = {"share": share, "current": state.routing.policy.version}
+    await changes.record(
+        request.app.state.recorder,
+        actor,
+        "routing.canary",
+        policy.version,
+        detail,
+        policy=(routing.model_dump(mode="json"), "canary"),
+    )
+    return canary
+
+
+async def promote(request: Request, actor: str) -> str:
+    """The canary decides every request from now on; returns its version (404: no canary)."""
+    state: GatewayState = request.app.state.switchyard
+    canary = state.canary
+    if canary is None:
+        raise NotFoundError("no canary to promote")
+    previous = state.routing.policy.version
+    # A candidate scorer (its own state file) goes live with the state it was tried with.
+    policy = canary.policy
+    learned = policy.state if isinstance(policy, LearnedPolicy) else state.learned_state
+    await applier_of(state).promote(canary.routing, learned)  # every gateway, with its canary
+    version = state.routing.policy.version
+    handle = request.app.state.recorder
+    detail = {"previous": previous, "share_before": canary.share}
+    await changes.record(
+        handle,
+        actor,
+        "routing.promote",
+        version,
+        detail,
+        policy=(canary.routing.model_dump(mode="json"), "live"),
+    )
+    if previous != version:
+        old = {"replaced_by": version}
+        await changes.record(handle, actor, "routing.retire", previous, old, policy=None)
+    return version
+
+
+async def drop(request: Request, actor: str) -> str | None:
+    """Roll the canary back (the live policy decides all); returns its version, if any."""
+    state: GatewayState = request.app.state.switchyard
+    canary = state.canary
+    if canary is None:
+        return None
+    await applier_of(state).drop_canary()  # every gateway's
+    detail = {"current": state.routing.policy.version, "share": canary.share}
+    await changes.record(
+        request.app.state.recorder,
+        actor,
+        "routing.rollback",
+        canary.policy.version,
+        detail,
+        policy=(canary.routing.model_dump(mode="json"), "rolled_back"),
+    )
+    return canary.policy.version
+
+
+def key_service(request: Request) -> KeyService:
+    """The store's keys (404 when the store is off)."""
+    state: GatewayState = request.app.state.switchyard
+    return KeyService(recorder(request).backend, key_prefix=state.config.auth.key_prefix)
+
+
+async def create(request: Request, actor: str, spec: KeyCreate) -> tuple[ApiKeyRecord, str]:
+    """A new key and its plaintext, which is shown once and kept nowhere."""
+    record, plaintext = await key_service(request).create(
+        spec.name, spec.rpm_limit, spec.tpm_limit, spec.budget_usd
+    )
+    detail = {"name": spec.name, "prefix": record.prefix, "budget_usd": spec.budget_usd}
+    await changes.record(request.app.state.recorder, actor, "key.create", record.id, detail)
+    return record, plaintext
+
+
+async def revoke(request: Request, actor: str, key_id: str) -> None:
+    """Revoke a key; it is refused at once by this process (404 when not active)."""
+    state: GatewayState = request.app.state.switchyard
+    if not await key_service(request).revoke(key_id):
+        raise NotFoundError(f"no active key {key_id}")
+    if state.authenticator is not None:
+        state.authenticator.invalidate(key_id)
+    await changes.record(request.app.state.recorder, actor, "key.revoke", key_id, {})
+
+
+def replica_pool(state: GatewayState, target: str, replica: str) -> tuple[ReplicaPool, str]:
+    """The pool of local ``target`` and the replica's URL as it keys it (404 when unknown)."""
+    pool = state.pools().get(target)
+    url = replica.rstrip("/")
+    if pool is None or url not in pool.replicas:
+        raise NotFoundError(f"no replica {replica} in local target {target}")
+    return pool, url
+
+
+async def drain(
+    request: Request, actor: str, target: str, replica: str, timeout_s: float
+) -> tuple[str, int]:
+    """Take a replica out of rotation and wait for its in-flight requests (weight swaps);
+    returns its URL and the requests still in flight (0: drained)."""
+    state: GatewayState = request.app.state.switchyard
+    _, url = replica_pool(state, target, replica)
+    left = await applier_of(state).drain(target, url, timeout_s)  # across the fleet
+    detail = {"target": target, "in_flight": left}
+    await changes.record(request.app.state.recorder, actor, "replica.drain", url, detail)
+    return url, left
+
+
+async def undrain(
+    request: Request, actor: str, target: str, replica: str, weights_version: str | None
+) -> tuple[str, str | None]:
+    """Put a replica back into rotation, optionally with the weights version it now serves;
+    returns its URL and weights version."""
+    state: GatewayState = request.app.state.switchyard
+    pool, url = replica_pool(state, target, replica)
+    control = await applier_of(state).undrain(target, url, weights_version)  # every gateway
+    version = control.weights_version or pool.replicas[url].weights_version
+    detail = {"target": target, "weights_version": version}
+    await changes.record(request.app.state.recorder, actor, "replica.undrain", url, detail)
+    return url, version

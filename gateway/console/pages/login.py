@@ -1,0 +1,104 @@
+"""Login and logout: the admin token, given once, is exchanged for a signed session cookie.
+
+See :mod:`gateway.console.session` for the cookie and CSRF rules. A failed login answers 401
+with the form again (nothing about why beyond "wrong token"); ``next`` only ever points inside
+the console.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from urllib.parse import parse_qsl
+
+from starlette.requests import Request
+from starlette.responses import RedirectResponse, Response
+from starlette.templating import Jinja2Templates
+
+from gateway.api_admin import admin_token, token_matches
+from gateway.console import session as sessions
+from gateway.console.web import FORM_LIMIT, PREFIX, SECURITY_HEADERS, Ctx, error_page
+from gateway.door import read_body
+from gateway.errors import GatewayError
+from gateway.state import GatewayState
+
+log = logging.getLogger(__name__)
+
+
+def _next(value: str | None) -> str:
+    """Where to go after logging in: a console path, never another site."""
+    if (
+        value
+        and value.startswith(PREFIX + "/")
+        and not value.startswith("//")
+        and "\\" not in value
+    ):
+        return value
+    return f"{PREFIX}/overview"
+
+
+def _form(request: Request, templates: Jinja2Templates, status: int, **values: str) -> Response:
+    state: GatewayState = request.app.state.switchyard
+    context = {
+        "prefix": PREFIX,
+        "operator": "",
+        "csrf": "",
+        "token_env": state.config.gateway.admin_token_env,
+        "next": values.get("next", _next(request.query_params.get("next"))),
+        "name": values.get("name", ""),
+        "error": values.get("error", ""),
+        "page": "login",
+    }
+    return templates.TemplateResponse(
+        request, "login.html", context, status_code=status, headers=SECURITY_HEADERS
+    )
+
+
+async def login_form(request: Request) -> Response:
+    templates: Jinja2Templates = request.app.state.console.templates
+    state: GatewayState = request.app.state.switchyard
+    if not admin_token(state):
+        env = state.config.gateway.admin_token_env
+        return error_page(templates, request, 403, f"console disabled: set {env}")
+    return _form(request, templates, 200)
+
+
+async def login(request: Request) -> Response:
+    templates: Jinja2Templates = request.app.state.console.templates
+    state: GatewayState = request.app.state.switchyard
+    expected = admin_token(state)
+    if not expected:
+        env = state.config.gateway.admin_token_env
+        return error_page(templates, request, 403, f"console disabled: set {env}")
+    try:
+        raw = await read_body(request, FORM_LIMIT)
+    except GatewayError as exc:
+        return error_page(templates, request, exc.status, exc.message)
+    fields = dict(parse_qsl(raw.decode(errors="replace")))
+    name = fields.get("operator", "").strip()
+    target = _next(fields.get("next"))
+    if not name or not token_matches(expected, fields.get("token")):
+        log.warning("console: failed login from %s", request.client.host if request.client else "?")
+        return _form(
+            request, templates, 401, next=target, name=name, error="Wrong admin token or no name."
+        )
+    ttl = state.config.console.session_ttl_s
+    _, cookie = sessions.issue(expected, name, ttl, time.time())
+    response = RedirectResponse(target, 303, SECURITY_HEADERS)
+    secure = request.url.scheme == "https" or request.headers.get("x-forwarded-proto") == "https"
+    response.set_cookie(
+        sessions.COOKIE,
+        cookie,
+        max_age=int(ttl),
+        path=PREFIX,
+        httponly=True,
+        samesite="strict",
+        secure=secure,
+    )
+    return response
+
+
+async def logout(ctx: Ctx) -> Response:
+    response = RedirectResponse(f"{PREFIX}/login", 303, SECURITY_HEADERS)
+    response.delete_cookie(sessions.COOKIE, path=PREFIX, httponly=True, samesite="strict")
+    return response

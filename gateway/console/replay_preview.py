@@ -1,0 +1,123 @@
+"""A routing change previewed on recorded traffic: the live policy and the candidate replayed
+side by side (:func:`router.replay.replay`) on the newest successful exchanges of a window.
+
+Each recorded exchange becomes a :class:`router.replay.ReplayItem`: the router's view of the
+recorded request (:func:`recorded_features`, the reading ``python -m rl_loop.replay`` makes:
+prompt size estimated from the messages, tags without ``note.*``, the scorer's text from the
+exporter's conversation), the arm that served it (a ``vllm`` target is local, any other
+frontier), the user's verdict (the latest accepted / rejected feedback), its cost and latency,
+and the verdict of a shadow answer when the RL loop recorded one
+(``comparison["verdict"]``). The class of an item is the console's class tag.
+
+Reading the rows is the store's work; replaying is pure CPU and runs on a worker thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from router.chat_text import request_text
+from router.features import ENDPOINTS, Endpoint, RequestFeatures, estimate_tokens
+from router.learned import class_key
+from router.policy import RoutingPolicy
+from router.replay import Arm, ReplayItem, ReplayReport, replay
+from traffic.export.conversation import UnsupportedShape, to_messages, tools_of
+from traffic.export.labels import summarize_feedback
+from traffic.store import InferenceRecord, InferenceRow, StoreBackend
+from traffic.store.console_queries import Window, recent_ok
+
+
+@dataclass(frozen=True, slots=True)
+class Preview:
+    live: ReplayReport
+    candidate: ReplayReport
+    replayed: int  # recorded exchanges replayed
+    judged: int  # of which with a user verdict or a shadow verdict
+
+
+def recorded_features(inf: InferenceRecord) -> RequestFeatures:
+    """The router's view of a recorded request."""
+    request = inf.request or {}
+    endpoint: Endpoint = next((e for e in ENDPOINTS if e == inf.endpoint), "chat.completions")
+    try:
+        body = {"messages": to_messages(inf), "tools": tools_of(inf)}
+    except UnsupportedShape:
+        body = request
+    return RequestFeatures(
+        endpoint=endpoint,
+        requested_model=str(request.get("model") or ""),
+        prompt_tokens=estimate_tokens(len(json.dumps(request.get("messages") or ""))),
+        has_tools=bool(request.get("tools")),
+        stream=bool(request.get("stream")),
+        tags={k: v for k, v in inf.tags.items() if not k.startswith("note.")},
+        api_key_id=inf.api_key_id,
+        episode_id=inf.episode_id,
+        request_id=inf.id,
+        text=request_text(inf.endpoint, body),
+    )
+
+
+def replay_items(
+    rows: Sequence[InferenceRow], arms: Mapping[str, Arm], class_tag: str
+) -> list[ReplayItem]:
+    """One item per recorded exchange served by a known target."""
+    items = []
+    for row in rows:
+        inf = row.inference
+        arm = arms.get(inf.route_target)
+        if arm is None:
+            continue
+        verdict = summarize_feedback(row.feedback).verdict
+        shadow: bool | None = None
+        for s in row.shadows:
+            recorded = s.comparison.get("verdict")
+            if isinstance(recorded, bool):
+                shadow = recorded
+        features = recorded_features(inf)
+        items.append(
+            ReplayItem(
+                features=features,
+                served_arm=arm,
+                accepted=None if verdict is None else verdict == "accepted",
+                cost_usd=inf.cost_usd or 0.0,
+                latency_ms=inf.latency_ms,
+                shadow_accepted=shadow,
+                class_key=class_key(features, [class_tag]),
+            )
+        )
+    return items
+
+
+def _compare(
+    rows: Sequence[InferenceRow],
+    arms: Mapping[str, Arm],
+    class_tag: str,
+    live: RoutingPolicy,
+    candidate: RoutingPolicy,
+) -> Preview:
+    items = replay_items(rows, arms, class_tag)
+
+    def arm_of(target: str) -> Arm:
+        return arms.get(target, "frontier")
+
+    judged = sum(1 for i in items if i.accepted is not None or i.shadow_accepted is not None)
+    return Preview(
+        replay(live, items, arm_of), replay(candidate, items, arm_of), len(items), judged
+    )
+
+
+async def preview(
+    store: StoreBackend,
+    window: Window,
+    sample: int,
+    arms: Mapping[str, Arm],
+    class_tag: str,
+    live: RoutingPolicy,
+    candidate: RoutingPolicy,
+) -> Preview:
+    """Replay ``live`` and ``candidate`` on the newest ``sample`` successful exchanges."""
+    rows = await recent_ok(store, window, sample)
+    return await asyncio.to_thread(_compare, rows, arms, class_tag, live, candidate)

@@ -1,0 +1,241 @@
+"""What every console page shares: the guard (session or admin token, CSRF on writes), the
+request context a page handler gets, template rendering and the mapping of errors to pages.
+
+A page handler is ``async (Ctx) -> Response``; :func:`guarded` wraps it into a Starlette
+endpoint that answers, before the handler runs:
+
+- no admin token configured: 403, the console is off like the admin API;
+- no valid session cookie and no ``Authorization: Bearer <admin token>``: a browser navigation
+  is redirected (303) to ``/ui/login?next=...``; an htmx request gets 401 with ``HX-Redirect``
+  to the login; a JSON client (``Accept: application/json``) gets 401 in the gateway's error
+  shape. No admin data is rendered without the credential;
+- a write (POST) with a session but without its CSRF token: 403. A bearer-token write needs no
+  CSRF token: browsers never attach that header on their own.
+
+Errors of the handler: :class:`~gateway.errors.GatewayError` renders its status and message
+(a fragment for htmx, a page otherwise); :class:`~traffic.store.StoreError` is a 503 "store
+unavailable". Every answer carries ``Cache-Control: no-store``, a Content-Security-Policy
+allowing only the console's own scripts (no inline script; the bundled assets need no network)
+and ``Server-Timing: app;dur=<ms>`` (the benchmark reads it).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any, Final
+from urllib.parse import parse_qsl, quote
+
+import orjson
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, RedirectResponse, Response
+from starlette.templating import Jinja2Templates
+
+from gateway.api_admin import admin_token, token_matches
+from gateway.console import session as sessions
+from gateway.console.config import BUCKET_SECONDS, WINDOW_SECONDS, ConsoleConfig
+from gateway.door import read_body
+from gateway.errors import (
+    AuthenticationError,
+    GatewayError,
+    InvalidRequestError,
+    PermissionDeniedError,
+    error_body,
+)
+from gateway.recording import RecorderHandle
+from gateway.state import GatewayState
+from traffic.store import StoreBackend, StoreError
+from traffic.store.console_queries import Window
+
+log = logging.getLogger(__name__)
+
+PREFIX: Final = "/ui"
+FORM_LIMIT: Final = 1024 * 1024
+BEARER_OPERATOR: Final = "admin-token"  # who a change is by when made with the bearer token
+OPERATOR_HEADER: Final = "x-switchyard-operator"
+TEMPLATES_DIR: Final = Path(__file__).parent / "templates"
+NONE: Final = "-"  # how a figure without data shows
+SECURITY_HEADERS: Final = {
+    "cache-control": "no-store",
+    "content-security-policy": (
+        "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; "
+        "img-src 'self' data:; frame-ancestors 'none'; form-action 'self'; base-uri 'none'"
+    ),
+    "x-frame-options": "DENY",
+    "x-content-type-options": "nosniff",
+    "referrer-policy": "same-origin",
+}
+
+
+def build_templates() -> Jinja2Templates:
+    """The console's Jinja2 templates (autoescaped) with its number formats as filters."""
+    templates = Jinja2Templates(directory=TEMPLATES_DIR)
+    env = templates.env
+    env.filters["pct"] = lambda v, d=1: NONE if v is None else f"{100 * v:.{d}f}%"
+    env.filters["usd"] = lambda v, d=4: NONE if v is None else f"${v:,.{d}f}"
+    env.filters["ms"] = lambda v: NONE if v is None else f"{v:,.0f} ms"
+    env.filters["num"] = lambda v, d=0: NONE if v is None else f"{v:,.{d}f}"
+    env.filters["when"] = lambda v: NONE if v is None else v.strftime("%Y-%m-%d %H:%M:%S")
+    env.filters["json"] = lambda v: orjson.dumps(v, option=orjson.OPT_INDENT_2).decode()
+    env.filters["jsattr"] = lambda v: orjson.dumps(v).decode()
+    return templates
+
+
+@dataclass(frozen=True, slots=True)
+class Ctx:
+    """One console request: who asks, the gateway's state, and rendering."""
+
+    request: Request
+    state: GatewayState
+    templates: Jinja2Templates
+    operator: str
+    session: sessions.Session | None  # None: the admin token came as a bearer header
+    fields: tuple[tuple[str, str], ...] = ()  # a write's url-encoded form, in order
+
+    @property
+    def config(self) -> ConsoleConfig:
+        return self.state.config.console
+
+    @property
+    def handle(self) -> RecorderHandle | None:
+        handle: RecorderHandle | None = self.request.app.state.recorder
+        return handle
+
+    @property
+    def store(self) -> StoreBackend:
+        """The traffic store (a 404 page when ``store.enabled`` is false)."""
+        if self.handle is None:
+            raise InvalidRequestError("the traffic store is off (store.enabled: false)")
+        return self.handle.backend
+
+    @property
+    def htmx(self) -> bool:
+        return self.request.headers.get("hx-request") == "true"
+
+    def param(self, name: str) -> str | None:
+        value = self.request.query_params.get(name, "").strip()
+        return value or None
+
+    def window(self) -> tuple[str, Window, int]:
+        """The window the page shows (``?window=24h``), ending now, and its chart bucket."""
+        name = self.param("window") or self.config.window
+        if name not in WINDOW_SECONDS:
+            raise InvalidRequestError(f"window must be one of {sorted(WINDOW_SECONDS)}")
+        until = datetime.now(UTC) + timedelta(seconds=1)
+        return (
+            name,
+            Window(until - timedelta(seconds=WINDOW_SECONDS[name]), until),
+            BUCKET_SECONDS[name],
+        )
+
+    def local_targets(self) -> list[str]:
+        return [n for n, b in self.state.config.backends.items() if b.kind == "vllm"]
+
+    def render(self, template: str, status: int = 200, **values: Any) -> Response:
+        values.update(
+            operator=self.operator,
+            csrf=self.session.csrf if self.session else "",
+            prefix=PREFIX,
+            path=self.request.url.path,
+        )
+        return self.templates.TemplateResponse(
+            self.request, template, values, status_code=status, headers=SECURITY_HEADERS
+        )
+
+    def form(self) -> dict[str, str]:
+        """A write's form fields (the last value of a repeated field)."""
+        return dict(self.fields)
+
+    def form_list(self, name: str) -> list[str]:
+        """Every value of a repeated form field, in order."""
+        return [v for k, v in self.fields if k == name]
+
+
+Handler = Callable[[Ctx], Awaitable[Response]]
+
+
+def session_of(request: Request, state: GatewayState) -> sessions.Session | None:
+    return sessions.read(
+        admin_token(state) or "", request.cookies.get(sessions.COOKIE), time.time()
+    )
+
+
+def _who(request: Request, state: GatewayState) -> tuple[str, sessions.Session | None]:
+    """The operator and their session; raises when neither a session nor the token is here."""
+    expected = admin_token(state)
+    if not expected:
+        raise PermissionDeniedError(
+            f"console disabled: set {state.config.gateway.admin_token_env}", code="admin_disabled"
+        )
+    found = session_of(request, state)
+    if found is not None:
+        return found.operator, found
+    bearer = request.headers.get("authorization", "").removeprefix("Bearer ").strip()
+    if token_matches(expected, bearer):
+        return request.headers.get(OPERATOR_HEADER) or BEARER_OPERATOR, None
+    raise AuthenticationError("log in to the console with the admin token")
+
+
+def _login_answer(request: Request, exc: AuthenticationError) -> Response:
+    target = f"{PREFIX}/login?next={quote(request.url.path)}"
+    if "application/json" in request.headers.get("accept", ""):
+        body = error_body(exc.message, exc.error_type, None, exc.code)
+        return Response(orjson.dumps(body), 401, SECURITY_HEADERS, "application/json")
+    if request.headers.get("hx-request") == "true" or request.method != "GET":
+        headers = {**SECURITY_HEADERS, "hx-redirect": target}
+        return HTMLResponse("<p class=error>Log in again.</p>", 401, headers)
+    return RedirectResponse(target, 303, SECURITY_HEADERS)
+
+
+def error_page(templates: Jinja2Templates, request: Request, status: int, message: str) -> Response:
+    name = "fragments/error.html" if request.headers.get("hx-request") == "true" else "error.html"
+    return templates.TemplateResponse(
+        request,
+        name,
+        {"status": status, "message": message, "prefix": PREFIX, "operator": "", "csrf": ""},
+        status_code=status,
+        headers=SECURITY_HEADERS,
+    )
+
+
+def guarded(handler: Handler, *, write: bool = False) -> Callable[[Request], Awaitable[Response]]:
+    """The endpoint for ``handler``; ``write``: a POST that needs the CSRF token."""
+
+    async def endpoint(request: Request) -> Response:
+        started = time.perf_counter()
+        response = await _answer(request)
+        ms = (time.perf_counter() - started) * 1000
+        response.headers["server-timing"] = f"app;dur={ms:.1f}"
+        return response
+
+    async def _answer(request: Request) -> Response:
+        state: GatewayState = request.app.state.switchyard
+        templates: Jinja2Templates = request.app.state.console.templates
+        try:
+            operator, found = _who(request, state)
+        except AuthenticationError as exc:
+            return _login_answer(request, exc)
+        except PermissionDeniedError as exc:
+            return error_page(templates, request, 403, exc.message)
+        try:
+            fields: tuple[tuple[str, str], ...] = ()
+            if write:
+                raw = await read_body(request, FORM_LIMIT)
+                fields = tuple(parse_qsl(raw.decode(errors="replace"), keep_blank_values=True))
+                presented = request.headers.get(sessions.CSRF_HEADER)
+                if presented is None:
+                    presented = dict(fields).get(sessions.CSRF_FIELD)
+                if found is not None and not sessions.csrf_matches(found, presented):
+                    raise PermissionDeniedError("CSRF token missing or wrong: reload the page")
+            return await handler(Ctx(request, state, templates, operator, found, fields))
+        except GatewayError as exc:
+            return error_page(templates, request, exc.status, exc.message)
+        except StoreError as exc:
+            log.warning("console: store error on %s: %s", request.url.path, exc)
+            return error_page(templates, request, 503, f"the traffic store is unavailable: {exc}")
+
+    return endpoint

@@ -1,0 +1,182 @@
+"""`switchyard traffic episode ...`: one agent episode rebuilt from the record, and exports.
+
+    switchyard traffic episode cache-key:0f94a6... --store sqlite:///.cache/demo/traffic.db
+    switchyard traffic episode agent-742c29... --config switchyard.yaml --json
+    switchyard traffic episode-export --store URL --kind episode_sft --out runs/agent-sft \\
+        --format jsonl,parquet --since 2026-11-01T00:00Z
+
+``episode`` prints each step (route target and kind, served model, status, latency, cost, the
+tool calls and their validity, the first line of each tool result), the verdict and the episode's
+figures; ``--json`` prints what ``GET /admin/episodes/{id}`` answers. ``episode-export`` writes
+every episode with an inference the filters select (``episode_sft``: TRL conversational with
+tools; ``episode_rl``: per-step records and the terminal reward) and prints the counts. With
+``--config`` a step is ``local`` when its target is a ``kind: vllm`` back-end of that config;
+with ``--store`` alone, when its target does not start with ``frontier``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+from pathlib import Path
+from typing import Any, get_args
+
+from rich.console import Console
+from rich.table import Table
+
+from gateway.api_episodes import route_kinds
+from gateway.cli import _add_filter_args, _add_store_args, _query, _with_store
+from gateway.config import load_config
+from gateway.legacy_records import LIVE_TRANSLATOR
+from traffic.export import (
+    TRAFFIC_QUERY,
+    EpisodeExportConfig,
+    RouteKinds,
+    SplitConfig,
+    episode_view,
+    export_episodes_from_store,
+    load_episode,
+)
+from traffic.export.episode_export import EpisodeKind
+
+_CELL = 60
+
+
+def _routes(args: argparse.Namespace) -> RouteKinds:
+    return route_kinds(load_config(args.config)) if args.config else RouteKinds()
+
+
+def _short(text: str | None, width: int = _CELL) -> str:
+    line = (text or "").strip().splitlines()[0] if (text or "").strip() else ""
+    return line if len(line) <= width else line[: width - 1] + "…"
+
+
+def _answer_cell(step: dict[str, Any]) -> str:
+    answer = step["answer"] or {}
+    calls = answer.get("tool_calls") or []
+    if not calls:
+        return _short(answer.get("content")) or ("(no answer)" if not step["answer"] else "")
+    checks = {c["id"]: c for c in step["tool_calls"]}
+    cells = []
+    for call in calls:
+        fn = call["function"]
+        check = checks.get(call["id"], {})
+        mark = "" if check.get("valid", True) else f" [invalid: {check.get('problem')}]"
+        cells.append(_short(f"{fn['name']}({fn['arguments']})") + mark)
+    return "\n".join(cells)
+
+
+def print_episode(view: dict[str, Any], console: Console) -> None:
+    """The episode as a table of steps, with its verdict and figures."""
+    summary = view["summary"]
+    table = Table(title=f"episode {view['episode_id']}", show_lines=True)
+    for column in ("#", "target", "model", "status", "ms", "cost $", "answer", "tool result"):
+        table.add_column(column)
+    for step in view["steps"]:
+        results = "\n".join(_short(r.get("content")) for r in step["tool_results"])
+        cost = step["cost_usd"]
+        table.add_row(
+            str(step["index"]),
+            f"{step['route_target']} ({step['route_kind']})",
+            step["served_model"],
+            str(step["status"]) + (f" {step['error']}" if step["error"] else ""),
+            f"{step['latency_ms']:.1f}",
+            "" if cost is None else f"{cost:.6f}",
+            _answer_cell(step),
+            results,
+        )
+    console.print(table)
+    verdict = view["verdict"] or "none"
+    reason = f": {view['verdict_reason']}" if view["verdict_reason"] else ""
+    console.print(f"verdict: {verdict}{reason}")
+    cost = summary["cost_usd"]
+    console.print(
+        f"steps {summary['steps']} (local {summary['local_steps']}, frontier "
+        f"{summary['frontier_steps']}, failed {summary['failed_steps']}); tool calls "
+        f"{summary['tool_calls']} (invalid {summary['invalid_tool_calls']}); "
+        f"latency {summary['latency_ms']:.1f} ms; cost "
+        + ("unknown" if cost is None else f"${cost:.6f}")
+    )
+    if view["problems"]:
+        console.print("problems: " + "; ".join(view["problems"]))
+
+
+def cmd_episode(args: argparse.Namespace) -> int:
+    routes = _routes(args)
+    episode = asyncio.run(
+        _with_store(
+            args,
+            lambda b: load_episode(b, args.episode_id, legacy=LIVE_TRANSLATOR, routes=routes),
+        )
+    )
+    if episode is None:
+        print(f"no inference in episode {args.episode_id}")
+        return 1
+    view = episode_view(episode)
+    if args.json:
+        print(json.dumps(view, indent=2, default=str))
+    else:
+        print_episode(view, Console())
+    return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    config = EpisodeExportConfig(
+        kind=args.kind,
+        out_dir=Path(args.out),
+        formats=tuple(args.format.split(",")),
+        split=SplitConfig(eval_fraction=args.eval_fraction),
+        scrub_pii=not args.no_scrub,
+        sft_route=args.sft_route,
+    )
+    query = _query(args)
+    routes = _routes(args)
+    manifest = asyncio.run(
+        _with_store(
+            args,
+            lambda b: export_episodes_from_store(
+                b,
+                query,
+                config,
+                filters=TRAFFIC_QUERY.dump_python(query, mode="json"),
+                legacy=LIVE_TRANSLATOR,
+                routes=routes,
+            ),
+        )
+    )
+    print(json.dumps(manifest.model_dump(mode="json")["counts"], indent=2))
+    print(f"manifest: {Path(args.out) / 'manifest.json'}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="switchyard traffic", description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="verb", required=True)
+    show = sub.add_parser("episode", help="one episode's whole trajectory")
+    show.add_argument("episode_id")
+    _add_store_args(show)
+    show.add_argument("--json", action="store_true", help="the admin API's JSON")
+    export = sub.add_parser("episode-export", help="export episodes as SFT or RL data")
+    _add_store_args(export)
+    _add_filter_args(export)
+    export.add_argument("--kind", required=True, choices=get_args(EpisodeKind))
+    export.add_argument("--out", required=True)
+    export.add_argument("--format", default="jsonl", help="jsonl, parquet or jsonl,parquet")
+    export.add_argument("--eval-fraction", type=float, default=SplitConfig().eval_fraction)
+    export.add_argument("--no-scrub", action="store_true", help="keep PII (not recommended)")
+    export.add_argument(
+        "--sft-route",
+        choices=("any", "frontier"),
+        default=EpisodeExportConfig.model_fields["sft_route"].default,
+        help="episode_sft: any accepted episode, or only those the frontier served",
+    )
+    return parser
+
+
+def main(argv: list[str]) -> int:
+    """``argv`` after ``switchyard traffic`` (it starts with ``episode`` or ``episode-export``)."""
+    args = build_parser().parse_args(argv)
+    if args.verb == "episode":
+        return cmd_episode(args)
+    return cmd_export(args)

@@ -1,0 +1,58 @@
+"""``GET /admin/fleet``: the fleet as this gateway sees it (admin credential required).
+
+The levers themselves (reload, canary, replica drain and undrain) are the admin API's and the
+console's (:mod:`gateway.api_admin`, :mod:`gateway.console.operations`); with a fleet, each of
+them reaches every gateway process from whichever one is asked.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from gateway.api_admin import check_admin
+from gateway.errors import GatewayError, error_response_parts
+from gateway.fleet.apply import applier_of
+from gateway.fleet.snapshot import split_replica_key
+
+
+async def fleet_status(request: Request) -> Response:
+    try:
+        state = check_admin(request)
+        members = await state.fleet.live_members()
+    except GatewayError as exc:
+        status, headers, body = error_response_parts(exc)
+        return Response(orjson.dumps(body), status, headers, media_type="application/json")
+    applied = applier_of(state).applied
+    replicas: list[dict[str, Any]] = []
+    for key, control in sorted(applied.replicas.items()):
+        target, url = split_replica_key(key)
+        replicas.append(
+            {
+                "target": target,
+                "replica": url,
+                "drained": control.drained,
+                "weights_version": control.weights_version,
+            }
+        )
+    body = {
+        "backend": state.config.fleet.backend,
+        "member": state.fleet.member_id,
+        "members": members,
+        "revision": applied.revision,
+        "epoch": applied.epoch,
+        "routing_version": applied.routing_version,
+        "policy_version": state.routing.policy.version,
+        "canary": state.canary.policy.version if state.canary is not None else None,
+        "replicas": replicas,
+        "stats": state.fleet.stats(),
+    }
+    return Response(orjson.dumps(body), media_type="application/json")
+
+
+def routes() -> list[Route]:
+    return [Route("/admin/fleet", fleet_status, methods=["GET"])]

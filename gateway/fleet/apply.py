@@ -1,0 +1,274 @@
+"""Applying the fleet's snapshot to this gateway, and the fleet-wide operations built on it.
+
+:class:`FleetApplier` turns a :class:`~gateway.fleet.snapshot.FleetSnapshot` into this process's
+serving state in two phases: *prepare* (validate the routing document, decode the learned state,
+load the tokenizers a new target needs: the awaits) and *commit* (swap the routing, the canary and
+the replica controls with no await in between). A request reads ``state.routing`` and
+``state.canary`` once, so its decision is made by one routing version and one canary, never a mix.
+Snapshots are applied in revision order (an older or equal revision of the same epoch is
+skipped); a document that does not validate here is logged and skipped, and this process keeps
+serving what it served.
+
+Fleet-wide operations (the admin API calls them on any gateway):
+
+- :meth:`FleetApplier.reload`: re-read this process's config file and the learned state file,
+  publish their routing document; every member applies it.
+- :meth:`FleetApplier.drain`: publish the replica as drained; every member stops routing to it
+  when it applies the change and reports, under the drain's id, its requests still in flight
+  there once they are done (or at the timeout). The call returns when every live member reported
+  none left (a member that leaves the fleet is no longer waited for), or at the timeout with the
+  sum still in flight.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from pydantic import ValidationError
+
+from gateway.config import ConfigFileError, SwitchyardConfig, load_config
+from gateway.errors import InvalidRequestError
+from gateway.fleet.base import KEPT_DRAINS, Fleet
+from gateway.fleet.snapshot import (
+    CLEAR,
+    ROUTING_SECTIONS,
+    CanaryDoc,
+    FleetChange,
+    FleetSnapshot,
+    ReplicaControl,
+    RoutingDoc,
+    replica_key,
+    split_replica_key,
+)
+from gateway.local_targets import load_tokenizers
+from gateway.state import Canary, GatewayState, build_policy, load_learned_state
+from router.config import RoutingConfig
+from router.learned import LearnedState
+
+log = logging.getLogger(__name__)
+
+DRAIN_POLL_S = 0.02
+
+
+def routing_doc(config: SwitchyardConfig, learned: LearnedState | None) -> RoutingDoc:
+    """What a config publishes to the fleet (see :mod:`gateway.fleet.snapshot`)."""
+    sections = config.model_dump(mode="json", include=set(ROUTING_SECTIONS))
+    return RoutingDoc(sections, learned.to_json() if learned is not None else None)
+
+
+def _learned(data: dict[str, Any] | None) -> LearnedState | None:
+    return LearnedState.from_json(data) if data is not None else None
+
+
+class FleetApplier:
+    """Applies fleet snapshots to one :class:`GatewayState` (see the module docstring)."""
+
+    def __init__(self, state: GatewayState, fleet: Fleet) -> None:
+        self.state = state
+        self.fleet = fleet
+        self.local = state.config  # this process's own sections (listen, store, auth, ...)
+        self.applied = FleetSnapshot()
+        self.apply_failures = 0
+        self._lock = asyncio.Lock()
+        self._reported: dict[str, None] = {}  # drain ids this member reports on (the newest)
+
+    def seed(self) -> FleetSnapshot:
+        """This process's state as a first snapshot (the fleet's if it has none yet)."""
+        doc = routing_doc(self.state.config, self.state.learned_state)
+        self.applied = FleetSnapshot(revision=0, routing=doc, routing_version=0)
+        return self.applied
+
+    async def apply(self, snapshot: FleetSnapshot) -> None:
+        async with self._lock:
+            current = self.applied
+            if snapshot.epoch == current.epoch and snapshot.revision <= current.revision:
+                return
+            try:
+                commit = await self._prepare(snapshot)
+            except (ConfigFileError, ValueError, KeyError, TypeError) as exc:
+                self.apply_failures += 1
+                log.error(
+                    "fleet revision %d not applied, serving revision %d still: %s",
+                    snapshot.revision,
+                    current.revision,
+                    exc,
+                )
+                self.applied = snapshot_without_routing(snapshot, current)
+                self._apply_replicas(self.applied)
+                return
+            commit()
+            self.applied = snapshot
+            self._apply_replicas(snapshot)
+
+    async def _prepare(self, snapshot: FleetSnapshot) -> Callable[[], None]:
+        """The awaits (validation, tokenizers); returns the commit, which has none."""
+        state, current = self.state, self.applied
+        config: SwitchyardConfig | None = None
+        learned = state.learned_state
+        tokenizers = state.tokenizers
+        doc = snapshot.routing
+        new_version = (
+            snapshot.routing_version != current.routing_version or snapshot.epoch != current.epoch
+        )
+        adopting_own = current.revision == 0 and doc == current.routing  # joined with our seed
+        if doc is not None and new_version and not adopting_own:
+            data = self.local.model_dump(mode="json", exclude=set(ROUTING_SECTIONS))
+            try:
+                config = SwitchyardConfig.model_validate({**data, **doc.sections})
+            except ValidationError as exc:
+                raise ConfigFileError(f"fleet routing document: {exc}") from exc
+            learned = _learned(doc.learned)
+            if learned is None and config.routing.learned is not None:
+                learned = LearnedState("unfitted")
+            tokenizers = load_tokenizers(config, state.tokenizers)
+            for tokenizer in tokenizers.values():  # a target it adds hashes from the start
+                await tokenizer.await_load()
+        canary = state.canary
+        canary_changed = (
+            snapshot.canary_version != current.canary_version or snapshot.epoch != current.epoch
+        )
+        if canary_changed:
+            canary = self._canary(snapshot.canary, config or state.config, learned)
+
+        def commit() -> None:
+            if config is not None:
+                state.tokenizers = tokenizers
+                state.apply_config(config, learned)
+            if canary_changed:
+                state.canary = canary
+
+        return commit
+
+    def _canary(
+        self, doc: CanaryDoc | None, config: SwitchyardConfig, learned: LearnedState | None
+    ) -> Canary | None:
+        if doc is None:
+            return None
+        routing = RoutingConfig.model_validate(doc.routing)
+        own = _learned(doc.learned) if doc.learned is not None else learned
+        return Canary(build_policy(config, routing, own), doc.share, routing)
+
+    def _apply_replicas(self, snapshot: FleetSnapshot) -> None:
+        """Controls onto the pools (after every apply: a rebuilt target starts afresh)."""
+        pools = self.state.pools()
+        for key, control in snapshot.replicas.items():
+            target, url = split_replica_key(key)
+            pool = pools.get(target)
+            if pool is None or url not in pool.replicas:
+                continue
+            pool.replicas[url].drained = control.drained
+            if control.weights_version is not None:
+                pool.set_weights_version(url, control.weights_version)
+            drain_id = control.drain_id
+            if control.drained and drain_id and drain_id not in self._reported:
+                self._reported[drain_id] = None
+                while len(self._reported) > KEPT_DRAINS:
+                    del self._reported[next(iter(self._reported))]
+                timeout = control.drain_timeout_s
+                self.state.spawn(self._report_drain(target, url, drain_id, timeout))
+
+    async def _report_drain(self, target: str, url: str, drain_id: str, timeout_s: float) -> None:
+        pool = self.state.pools().get(target)
+        left = await pool.drain(url, timeout_s) if pool is not None else 0
+        try:
+            await self.fleet.ack_drain(drain_id, left)
+        except Exception as exc:  # the drain's caller sees the missing report as in flight
+            log.warning("fleet: could not report drain %s: %s", drain_id, exc)
+
+    def reapply_replicas(self) -> None:
+        """After a local rebuild of targets (a reload): controls onto the new pools."""
+        self._apply_replicas(self.applied)
+
+    # Fleet-wide operations.
+
+    async def reload(self) -> FleetSnapshot:
+        """Re-read the config file and learned state here; every member serves them."""
+        state = self.state
+        config = state.config  # no file: the routing served now, its learned state re-read
+        if state.config_path is not None:
+            config = await asyncio.to_thread(load_config, state.config_path)
+            self.local = config
+        learned = await asyncio.to_thread(load_learned_state, config)
+        return await self.fleet.publish(FleetChange(routing=routing_doc(config, learned)))
+
+    async def start_canary(
+        self, routing: RoutingConfig, share: float, own_learned: LearnedState | None
+    ) -> Canary:
+        """Every member lets ``routing`` decide ``share`` of its requests (``own_learned``: the
+        candidate's own fitted state, when it names another state file than the live one)."""
+        learned = own_learned.to_json() if own_learned is not None else None
+        doc = CanaryDoc(routing.model_dump(mode="json"), share, learned)
+        await self.fleet.publish(FleetChange(canary=doc))
+        if self.state.canary is None:
+            raise InvalidRequestError("invalid canary: the fleet could not apply it (see logs)")
+        return self.state.canary
+
+    async def promote(self, routing: RoutingConfig, learned: LearnedState | None) -> None:
+        """Every member routes by ``routing`` (with ``learned``) and drops its canary, in one
+        change."""
+        sections = {**self.applied_sections(), "routing": routing.model_dump(mode="json")}
+        doc = RoutingDoc(sections, learned.to_json() if learned is not None else None)
+        await self.fleet.publish(FleetChange(routing=doc, canary=CLEAR))
+
+    async def drop_canary(self) -> None:
+        await self.fleet.publish(FleetChange(canary=CLEAR))
+
+    def applied_sections(self) -> dict[str, Any]:
+        doc = self.applied.routing or routing_doc(self.state.config, None)
+        return dict(doc.sections)
+
+    async def drain(self, target: str, url: str, timeout_s: float) -> int:
+        """Take ``url`` out of rotation on every member; the requests still in flight there
+        across the fleet after ``timeout_s`` (0: drained)."""
+        key = replica_key(target, url)
+        previous = self.applied.replicas.get(key, ReplicaControl())
+        drain_id = f"{self.fleet.member_id}:{time.time_ns()}"
+        control = ReplicaControl(True, previous.weights_version, drain_id, timeout_s)
+        await self.fleet.publish(FleetChange(replicas={key: control}))
+        return await wait_drained(self.fleet, drain_id, timeout_s)
+
+    async def undrain(self, target: str, url: str, weights_version: str | None) -> ReplicaControl:
+        key = replica_key(target, url)
+        previous = self.applied.replicas.get(key, ReplicaControl())
+        version = weights_version if weights_version is not None else previous.weights_version
+        control = ReplicaControl(False, version)
+        await self.fleet.publish(FleetChange(replicas={key: control}))
+        return control
+
+
+def applier_of(state: GatewayState) -> FleetApplier:
+    """The applier the app attached at start-up (:func:`gateway.fleet.wiring.start_fleet`)."""
+    if state.applier is None:
+        raise RuntimeError("the gateway's fleet is not started")
+    return state.applier
+
+
+def snapshot_without_routing(snapshot: FleetSnapshot, current: FleetSnapshot) -> FleetSnapshot:
+    """``snapshot`` with the routing and canary this process still serves (it could not apply
+    the new ones); its replica controls apply."""
+    return FleetSnapshot(
+        revision=snapshot.revision,
+        epoch=snapshot.epoch,
+        routing=current.routing,
+        routing_version=current.routing_version,
+        canary=current.canary,
+        canary_version=current.canary_version,
+        replicas=snapshot.replicas,
+    )
+
+
+async def wait_drained(fleet: Fleet, drain_id: str, timeout_s: float) -> int:
+    """Wait until every live member reported no request in flight on ``drain_id``; the sum
+    still in flight (members not yet reporting count 1) at ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        members = await fleet.live_members()
+        acks = await fleet.drain_acks(drain_id)
+        left = sum(acks.get(m, 1) for m in members)
+        if left == 0 or time.monotonic() >= deadline:
+            return left
+        await asyncio.sleep(DRAIN_POLL_S)

@@ -1,0 +1,292 @@
+"""Small Python repositories for agent tasks, generated deterministically from a seed.
+
+Every repository has the same shape, as a small project of a real user would::
+
+    README.md
+    <pkg>/__init__.py
+    <pkg>/<numbers>.py     four numeric helpers (one reads a list and returns a number)
+    <pkg>/<text>.py        four text helpers (one maps a string to a string)
+    <pkg>/<report>.py      two functions built on one helper of each module (imported by name)
+    tests/test_<numbers>.py, tests/test_<text>.py, tests/test_<report>.py
+
+The helpers come from :data:`CATALOGUE`: small pure functions with a few alternative names and
+the calls their tests make. Test expectations are computed by running the reference source
+(trusted, generated here), so a generated repository's tests always pass before a task breaks it.
+The two helpers ``report`` imports are tested through ``report`` only (their own module's tests
+leave them out), so renaming one touches exactly two files. Names, module names and which helpers
+appear are drawn from one ``random.Random(seed)``: the same seed gives the same files.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+Role = Literal["list_to_number", "str_to_str", "other"]
+
+
+@dataclass(frozen=True, slots=True)
+class Helper:
+    """One catalogue function: alternative names, signature, body and the calls its test makes.
+
+    ``body`` is the function's indented body; ``calls`` are argument lists as Python source.
+    ``role`` says whether ``report`` can build on it (a list -> number or a str -> str helper).
+    """
+
+    names: tuple[str, ...]
+    params: str
+    doc: str
+    body: str
+    calls: tuple[str, ...]
+    role: Role = "other"
+
+
+NUMERIC: tuple[Helper, ...] = (
+    Helper(("clamp", "bound", "limit_to"), "value, low, high",
+           "Return value kept within [low, high].",
+           "    return max(low, min(value, high))",
+           ("5, 0, 10", "-3, 0, 10", "12, 0, 10")),
+    Helper(("mean", "average", "arithmetic_mean"), "values",
+           "Return the arithmetic mean of values.",
+           "    return sum(values) / len(values)",
+           ("[1, 2, 3, 4]", "[10]", "[2, 7]"), "list_to_number"),
+    Helper(("span", "value_range", "spread"), "values",
+           "Return the difference between the largest and smallest value.",
+           "    return max(values) - min(values)",
+           ("[3, 9, 4]", "[5]", "[-2, 8, 1]"), "list_to_number"),
+    Helper(("count_positive", "positives", "num_positive"), "values",
+           "Return how many values are greater than zero.",
+           "    return sum(1 for v in values if v > 0)",
+           ("[1, -2, 3, 0]", "[-1, -5]", "[4, 4, 4]"), "list_to_number"),
+    Helper(("running_total", "cumulative", "prefix_sums"), "values",
+           "Return the running totals of values.",
+           "    total = 0\n    out = []\n    for v in values:\n        total += v\n"
+           "        out.append(total)\n    return out",
+           ("[1, 2, 3]", "[]", "[5, -5, 5]")),
+    Helper(("percent", "percentage", "share_of"), "part, whole",
+           "Return part as a percentage of whole, rounded to one decimal.",
+           "    return round(100 * part / whole, 1)",
+           ("1, 4", "2, 3", "5, 5")),
+    Helper(("is_even", "even", "divisible_by_two"), "n",
+           "Return whether n is even.",
+           "    return n % 2 == 0",
+           ("4", "7", "0")),
+    Helper(("last_index", "rindex_of", "find_last"), "values, target",
+           "Return the index of the last occurrence of target, or -1.",
+           "    for i in range(len(values) - 1, -1, -1):\n        if values[i] == target:\n"
+           "            return i\n    return -1",
+           ("[1, 2, 1, 3], 1", "[4, 5], 9", "[7], 7")),
+    Helper(("digit_sum", "sum_of_digits", "digits_total"), "n",
+           "Return the sum of the decimal digits of n.",
+           "    return sum(int(d) for d in str(abs(n)))",
+           ("123", "-45", "0")),
+)  # fmt: skip
+
+TEXT: tuple[Helper, ...] = (
+    Helper(("initials", "name_initials", "monogram"), "name",
+           "Return the upper-case initials of a name.",
+           '    return "".join(part[0].upper() for part in name.split())',
+           ('"ada lovelace"', '"Grace Brewster Hopper"', '"alan"'), "str_to_str"),
+    Helper(("count_vowels", "vowel_count", "vowels_in"), "text",
+           "Return how many vowels text contains.",
+           '    return sum(1 for ch in text.lower() if ch in "aeiou")',
+           ('"Hello World"', '"rhythm"', '"AEIOU"')),
+    Helper(("is_palindrome", "palindromic", "reads_same_backwards"), "text",
+           "Return whether text reads the same backwards, ignoring case and spaces.",
+           '    cleaned = text.lower().replace(" ", "")\n    return cleaned == cleaned[::-1]',
+           ('"Never odd or even"', '"python"', '"a"')),
+    Helper(("slugify", "to_slug", "slug"), "text",
+           "Return text in lower case with words joined by dashes.",
+           '    return "-".join(text.lower().split())',
+           ('"Hello World"', '"  Many   spaces here "', '"one"'), "str_to_str"),
+    Helper(("truncate", "shorten", "clip_text"), "text, width",
+           "Return text cut to width characters, ending in '...' when cut.",
+           '    if len(text) <= width:\n        return text\n    return text[: width - 3] + "..."',
+           ('"short", 10', '"a long sentence here", 10', '"exactly", 7')),
+    Helper(("title_words", "capitalize_words", "title_case"), "text",
+           "Return text with every word capitalized.",
+           '    return " ".join(word.capitalize() for word in text.split())',
+           ('"hello big world"', '"ALREADY up"', '""'), "str_to_str"),
+    Helper(("pad_left", "left_pad", "align_right"), "text, width, fill",
+           "Return text padded on the left with fill up to width characters.",
+           "    return fill * (width - len(text)) + text",
+           ('"7", 3, "0"', '"abc", 2, "*"', '"x", 4, "."')),
+    Helper(("longest_word", "max_word", "widest_word"), "text",
+           "Return the longest word of text (the first one on ties).",
+           "    return max(text.split(), key=len)",
+           ('"a quick brown fox"', '"tie tie"', '"single"')),
+)  # fmt: skip
+
+PACKAGES = ("acme", "corelib", "kit", "toolbox", "shop")
+NUMERIC_MODULES = ("mathutil", "numbers_ops", "calc", "arith")
+TEXT_MODULES = ("textutil", "strings", "text_ops", "wordtools")
+REPORT_MODULES = ("report", "summary", "render", "formatting")
+DESCRIBE_NAMES = ("describe", "summarize_values", "figure_line")
+TABULATE_NAMES = ("tabulate", "report_lines", "all_lines")
+HELPERS_PER_MODULE = 4
+_REPORT_ROWS = '[("weekly sales", [3, 5, 4]), ("Team Size", [8, 2])]'
+
+
+@dataclass(frozen=True, slots=True)
+class PlacedHelper:
+    """A catalogue helper as it appears in one repository: its name and module."""
+
+    helper: Helper
+    name: str
+    module: str  # path, e.g. "acme/mathutil.py"
+
+    def source(self) -> str:
+        return f'def {self.name}({self.helper.params}):\n    """{self.helper.doc}"""\n' + (
+            self.helper.body
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Repo:
+    """A generated repository: its files and what the tasks need to know about them."""
+
+    seed: int
+    package: str
+    numeric_module: str
+    text_module: str
+    report_module: str
+    helpers: tuple[PlacedHelper, ...]
+    report_numeric: PlacedHelper  # the numeric helper report imports
+    report_text: PlacedHelper  # the text helper report imports
+    describe: str
+    tabulate: str
+    files: Mapping[str, str]
+
+    def helper(self, name: str) -> PlacedHelper:
+        return next(h for h in self.helpers if h.name == name)
+
+    def directly_tested(self) -> tuple[PlacedHelper, ...]:
+        """Helpers their own module's test file calls (not the two report builds on)."""
+        imported = (self.report_numeric.name, self.report_text.name)
+        return tuple(h for h in self.helpers if h.name not in imported)
+
+    def test_path(self, module: str) -> str:
+        return f"tests/test_{module.rsplit('/', 1)[-1]}"
+
+
+def _pick(rng: random.Random, pool: tuple[Helper, ...], role: Role) -> tuple[list[Helper], Helper]:
+    """``HELPERS_PER_MODULE`` helpers of ``pool``, one of them of ``role`` (report's)."""
+    for_report = rng.choice([h for h in pool if h.role == role])
+    rest = rng.sample([h for h in pool if h is not for_report], HELPERS_PER_MODULE - 1)
+    chosen = [for_report, *rest]
+    rng.shuffle(chosen)
+    return chosen, for_report
+
+
+def _module_source(doc: str, helpers: list[PlacedHelper]) -> str:
+    return f'"""{doc}"""\n\n\n' + "\n\n\n".join(h.source() for h in helpers) + "\n"
+
+
+def _evaluate(source: str, call: str) -> Any:
+    namespace: dict[str, Any] = {}
+    exec(compile(source, "<generated>", "exec"), namespace)  # our own generated source
+    return eval(call, namespace)
+
+
+def _test_source(import_line: str, cases: list[tuple[str, list[tuple[str, Any]]]]) -> str:
+    parts = [import_line]
+    for test_name, checks in cases:
+        lines = [f"def test_{test_name}():"]
+        lines.extend(f"    assert {call} == {want!r}" for call, want in checks)
+        parts.append("\n".join(lines))
+    return "\n\n\n".join(parts) + "\n"
+
+
+def report_source(
+    numeric: PlacedHelper, text: PlacedHelper, names: tuple[str, str], module_paths: tuple[str, str]
+) -> str:
+    """The report module's source: imports one helper of each module and builds two lines."""
+    describe, tabulate = names
+    num_mod, txt_mod = (p.removesuffix(".py").replace("/", ".") for p in module_paths)
+    return (
+        '"""Lines of the weekly report."""\n\n'
+        f"from {num_mod} import {numeric.name}\n"
+        f"from {txt_mod} import {text.name}\n\n\n"
+        f"def {describe}(label, values):\n"
+        '    """The label and the figure of its values, on one line."""\n'
+        f"    figure = {numeric.name}(values)\n"
+        f'    return f"{{{text.name}(label)}}: {{figure}}"\n\n\n'
+        f"def {tabulate}(rows):\n"
+        '    """One line per (label, values) pair."""\n'
+        f"    return [{describe}(label, values) for label, values in rows]\n"
+    )
+
+
+def generate_repo(seed: int) -> Repo:
+    """The repository of ``seed`` (see the module docstring)."""
+    rng = random.Random(f"agent-repo:{seed}")
+    package = rng.choice(PACKAGES)
+    num_name, txt_name = rng.choice(NUMERIC_MODULES), rng.choice(TEXT_MODULES)
+    rep_name = rng.choice(REPORT_MODULES)
+    num_path, txt_path = f"{package}/{num_name}.py", f"{package}/{txt_name}.py"
+    rep_path = f"{package}/{rep_name}.py"
+    numeric, num_report = _pick(rng, NUMERIC, "list_to_number")
+    text, txt_report = _pick(rng, TEXT, "str_to_str")
+    placed_num = [PlacedHelper(h, rng.choice(h.names), num_path) for h in numeric]
+    placed_txt = [PlacedHelper(h, rng.choice(h.names), txt_path) for h in text]
+    report_numeric = next(p for p in placed_num if p.helper is num_report)
+    report_text = next(p for p in placed_txt if p.helper is txt_report)
+    describe, tabulate = rng.choice(DESCRIBE_NAMES), rng.choice(TABULATE_NAMES)
+    files: dict[str, str] = {
+        "README.md": f"# {package}\n\nSmall helpers for numbers, text and the weekly report.\n"
+        "Run the tests with `pytest`.\n",
+        f"{package}/__init__.py": f'"""The {package} package."""\n',
+        num_path: _module_source("Numeric helpers.", placed_num),
+        txt_path: _module_source("Text helpers.", placed_txt),
+        rep_path: report_source(
+            report_numeric, report_text, (describe, tabulate), (num_path, txt_path)
+        ),
+    }
+    repo = Repo(
+        seed=seed,
+        package=package,
+        numeric_module=num_path,
+        text_module=txt_path,
+        report_module=rep_path,
+        helpers=(*placed_num, *placed_txt),
+        report_numeric=report_numeric,
+        report_text=report_text,
+        describe=describe,
+        tabulate=tabulate,
+        files=files,
+    )
+    for path, placed in ((num_path, placed_num), (txt_path, placed_txt)):
+        tested = [h for h in placed if h in repo.directly_tested()]
+        files[repo.test_path(path)] = module_tests(repo, path, tested, files[path])
+    files[repo.test_path(rep_path)] = report_tests(repo, files)
+    return repo
+
+
+def module_tests(repo: Repo, path: str, tested: list[PlacedHelper], source: str) -> str:
+    """The test file of one helper module, expectations computed from ``source``."""
+    module = path.removesuffix(".py").replace("/", ".")
+    names = ", ".join(h.name for h in tested)
+    cases = [
+        (h.name, [(f"{h.name}({c})", _evaluate(source, f"{h.name}({c})")) for c in h.helper.calls])
+        for h in tested
+    ]
+    return _test_source(f"from {module} import {names}", cases)
+
+
+def report_tests(repo: Repo, files: Mapping[str, str]) -> str:
+    """The report module's tests: both functions, expectations computed from the sources."""
+    combined = "\n".join(
+        files[p].replace(f"from {repo.package}.", "# from ")
+        for p in (repo.numeric_module, repo.text_module, repo.report_module)
+    )
+    module = repo.report_module.removesuffix(".py").replace("/", ".")
+    describe_calls = ['"monthly total", [4, 6]', '"Open Issues", [1, 2, 3]']
+    cases = [
+        (repo.describe, [(f"{repo.describe}({c})", _evaluate(combined, f"{repo.describe}({c})"))
+                         for c in describe_calls]),
+        (repo.tabulate, [(f"{repo.tabulate}({_REPORT_ROWS})",
+                          _evaluate(combined, f"{repo.tabulate}({_REPORT_ROWS})"))]),
+    ]  # fmt: skip
+    return _test_source(f"from {module} import {repo.describe}, {repo.tabulate}", cases)

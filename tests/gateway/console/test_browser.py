@@ -1,0 +1,247 @@
+"""The console in headless Chromium (Debian's ``chromium``, driven by Playwright): every page
+renders with its charts, a routing change goes from replay preview to canary to promotion (and
+another is rolled back), the record is searched down to one exchange and its episode, a key is
+shown once then revoked, a replica drains, a weight swap shows its progress, the flywheel's
+rounds open, and a browser without a session lands on the login.
+
+Screenshots of each page go to ``$SWITCHYARD_CONSOLE_SHOTS`` when set (``docs/console`` for the
+documentation), else to a temporary folder.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import (
+    Browser,
+    ConsoleMessage,
+    Page,
+    ViewportSize,
+    expect,
+    sync_playwright,
+)
+
+from tests.gateway.console.site import ADMIN_TOKEN, CANDIDATE_VERSION, OPERATOR, Site, wait_recorded
+from traffic.store.console_queries import changes
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+pytestmark = pytest.mark.skipif(
+    not Path(CHROMIUM).exists(), reason="Debian's chromium is not installed (make setup)"
+)
+VIEWPORT: ViewportSize = {"width": 1400, "height": 900}
+PAGES = ("overview", "routing", "traffic", "models", "flywheel", "keys", "history")
+LATER_SHOTS = ("routing", "history")  # taken once a canary runs, and after the changes
+
+
+@pytest.fixture(scope="module")
+def browser(site: Site) -> Iterator[Browser]:
+    """One browser for the module, started after the site (whose seeding runs its own loop)."""
+    with sync_playwright() as p:
+        chromium = p.chromium.launch(executable_path=CHROMIUM, headless=True)
+        yield chromium
+        chromium.close()
+
+
+@pytest.fixture
+def page(site: Site, browser: Browser) -> Iterator[Page]:
+    """A logged-in page; fails the test on any script error or failed request."""
+    context = browser.new_context(viewport=VIEWPORT, base_url=site.url)
+    tab = context.new_page()
+    problems: list[str] = []
+    tab.on("pageerror", lambda exc: problems.append(f"script error: {exc}"))
+
+    def console_error(msg: ConsoleMessage) -> None:
+        # a refusal the page shows (400 invalid change, 403) is the test's to check
+        if msg.type == "error" and not re.search(r"(status of|Error Code) 40[03]", msg.text):
+            problems.append(f"console: {msg.text}")
+
+    tab.on("console", console_error)
+    tab.goto("/ui/overview")
+    tab.fill("input[name=operator]", OPERATOR)
+    tab.fill("input[name=token]", ADMIN_TOKEN)
+    tab.click("button[type=submit]")
+    tab.wait_for_url("**/ui/overview")
+    yield tab
+    context.close()
+    assert problems == []
+
+
+@pytest.fixture(scope="module")
+def shots(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    where = os.environ.get("SWITCHYARD_CONSOLE_SHOTS")
+    path = Path(where) if where else tmp_path_factory.mktemp("shots")
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def _drawn_charts(tab: Page) -> int:
+    drawn: int = tab.locator("canvas[data-drawn='1']").count()
+    return drawn
+
+
+def test_every_page_renders_with_its_charts(page: Page, shots: Path) -> None:
+    expected_charts = {"overview": 4, "flywheel": 4}
+    for name in PAGES:
+        page.goto(f"/ui/{name}")
+        assert page.locator(f"nav a[aria-current=page][href='/ui/{name}']").count() == 1
+        assert page.locator(".error-box").count() == 0, name
+        assert _drawn_charts(page) == expected_charts.get(name, 0), name
+        if name not in LATER_SHOTS:
+            page.screenshot(path=str(shots / f"{name}.png"), full_page=True)
+    page.goto("/ui/overview?window=7d&by=decision")
+    assert "learned:local" in page.inner_text("#breakdown")
+    assert "roll-ups" in page.inner_text("h2")
+
+
+def test_a_routing_change_is_previewed_then_canaried_then_promoted_or_rolled_back(
+    page: Page, site: Site, shots: Path
+) -> None:
+    live = site.gw.state.routing.policy.version
+    page.goto("/ui/routing")
+    assert page.inner_text("#live-policy").count("scorer") >= 1
+    page.fill("input[name=version]", "v1-c1")
+    page.fill("input[name=quality_target]", "0.5")
+    page.fill("input[name=exploration_share]", "0.2")
+    page.click("#preview-button")
+    page.wait_for_selector("#preview-result")
+    assert _drawn_charts(page) == 4
+    table = page.inner_text("#preview-table")
+    assert "overall" in table
+    page.screenshot(path=str(shots / "routing-preview.png"), full_page=True)
+    page.fill("input[name=share]", "0.25")
+    page.click("#apply-canary")
+    page.wait_for_url("**/ui/routing")
+    canary = site.gw.state.canary
+    assert canary is not None and canary.share == 0.25 and canary.routing.version == "v1-c1"
+    assert "25.0%" in page.inner_text("#canary")
+    page.screenshot(path=str(shots / "routing.png"), full_page=True)
+    page.click("#promote")
+    page.wait_for_url("**/ui/routing")
+    assert site.gw.state.canary is None
+    promoted = site.gw.state.routing.policy.version
+    assert promoted != live and promoted.startswith("v1-c1+")
+    learned = site.gw.state.config.routing.learned
+    assert learned is not None and learned.quality_target == 0.5
+    # a second change, canaried then rolled back: the promoted policy stays live
+    page.fill("input[name=version]", "v1-c2")
+    page.click("#preview-button")
+    page.wait_for_selector("#preview-result")
+    page.click("#apply-canary")
+    page.wait_for_url("**/ui/routing")
+    assert site.gw.state.canary is not None
+    page.click("#rollback")
+    page.wait_for_url("**/ui/routing")
+    assert site.gw.state.canary is None and site.gw.state.routing.policy.version == promoted
+    history = page.inner_text("#history")
+    for action in ("routing.canary", "routing.promote", "routing.rollback"):
+        assert action in history
+    recorded = site.gw.call(changes(site.gw.app.state.recorder.backend, action_prefix="routing."))
+    assert {c.actor for c in recorded} == {OPERATOR}
+    assert [c.action for c in recorded][:4] == [
+        "routing.rollback",
+        "routing.canary",
+        "routing.retire",
+        "routing.promote",
+    ]
+    page.goto("/ui/history")
+    page.screenshot(path=str(shots / "history.png"), full_page=True)
+
+
+def test_an_invalid_routing_change_says_why(page: Page) -> None:
+    page.goto("/ui/routing")
+    page.fill(
+        "textarea[name=rules]", "- name: broken\n  match: {has_tools: true}\n  target: nowhere"
+    )
+    page.fill("input[name=version]", "v1-bad")
+    page.click("#preview-button")
+    page.wait_for_selector("#preview .error-box")
+    assert "nowhere" in page.inner_text("#preview")
+
+
+def test_the_record_is_searched_down_to_one_exchange_and_its_episode(
+    page: Page, shots: Path
+) -> None:
+    page.goto("/ui/traffic")
+    page.fill("input[name=text]", "live_0")
+    page.click("#traffic-filters button[type=submit]")
+    page.wait_for_url(re.compile(r".*text=live_0.*"))
+    rows = page.locator("#hits tbody tr")
+    assert rows.count() == 1 and "live_0" not in page.inner_text("#hits")  # bodies not listed
+    rows.first.get_by_role("link", name="open").click()
+    page.wait_for_url(re.compile(r".*/ui/traffic/[0-9a-f-]{36}"))
+    assert "live_0" in page.inner_text(".conversation")
+    assert page.inner_text("#reason")
+    page.screenshot(path=str(shots / "exchange.png"), full_page=True)
+    page.get_by_text("ep-live-session").first.click()
+    page.wait_for_url("**/ui/episodes/ep-live-session")
+    assert page.locator("#hits tbody tr").count() == 2
+
+
+def test_a_key_is_shown_once_then_revoked(page: Page, site: Site) -> None:
+    page.goto("/ui/keys")
+    page.fill("#key-form input[name=name]", "browser-made")
+    page.fill("#key-form input[name=budget_usd]", "5")
+    page.click("#create-key")
+    plaintext = page.inner_text("#plaintext").strip()
+    assert plaintext.startswith("sy-")
+    page.goto("/ui/keys")
+    assert plaintext not in page.content()
+    row = page.locator("#keys tbody tr", has_text="browser-made")
+    assert "$5.00" in row.inner_text()
+    row.get_by_role("button", name="Revoke").click()
+    page.wait_for_url("**/ui/keys")
+    assert "revoked" in page.locator("#keys tbody tr", has_text="browser-made").inner_text()
+
+
+def test_a_replica_drains_and_a_weight_swap_shows_its_progress(page: Page, site: Site) -> None:
+    pool = site.gw.state.pools()["local"]
+    (replica,) = pool.replicas.values()
+    page.goto("/ui/models")
+    page.get_by_role("button", name="Drain").click()
+    page.wait_for_url("**/ui/models")
+    assert replica.drained and "drained" in page.inner_text("#swap-status")
+    page.get_by_role("button", name="Undrain").click()
+    page.wait_for_url("**/ui/models")
+    assert not replica.drained
+    assert "passed" in page.inner_text("#versions") or "failed" in page.inner_text("#versions")
+    page.select_option("#publish-form select[name=version]", CANDIDATE_VERSION)
+    page.click("#publish")
+    page.wait_for_url("**/ui/models")
+    assert page.inner_text("#swap-state") in ("running", "failed")
+    # the page polls the swap until the command ends: this checkpoint has no version file
+    expect(page.locator("#swap-state")).to_have_text("failed", timeout=90_000)
+    assert "switchyard_version.json" in page.inner_text("#swap-job")
+    assert not replica.drained  # nothing was drained: the command stopped before
+    wait_recorded(site.gw)
+    recorded = site.gw.call(changes(site.gw.app.state.recorder.backend, action_prefix="model."))
+    assert [c.action for c in recorded][:2] == ["model.publish.end", "model.publish"]
+    assert recorded[0].detail["state"] == "failed" and recorded[1].actor == OPERATOR
+
+
+def test_the_flywheel_rounds_and_their_reports_open(page: Page, shots: Path) -> None:
+    page.goto("/ui/flywheel")
+    assert page.locator("#round-figures tbody tr").count() == 4
+    assert page.locator("#rounds tbody tr").count() == 4
+    page.locator("#rounds tbody tr", has_text="failed").get_by_text("report").click()
+    page.wait_for_url(re.compile(r".*/rounds/2$"))
+    assert "refactor: accept 0.41 < 0.45" in page.inner_text("main")
+    assert "gate round 2: failed" in page.inner_text("main")
+    page.screenshot(path=str(shots / "flywheel-round.png"), full_page=True)
+
+
+def test_a_browser_without_a_session_lands_on_the_login(browser: Browser, site: Site) -> None:
+    context = browser.new_context(base_url=site.url)
+    tab = context.new_page()
+    tab.goto("/ui/keys")
+    assert tab.url.endswith("/ui/login?next=/ui/keys")
+    assert "ide-team-a" not in tab.content()
+    tab.fill("input[name=operator]", OPERATOR)
+    tab.fill("input[name=token]", "not-the-token")
+    tab.click("button[type=submit]")
+    assert "Wrong admin token" in tab.inner_text("main")
+    context.close()

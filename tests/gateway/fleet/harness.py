@@ -1,0 +1,327 @@
+"""A fleet under test: gateway processes (``python -m gateway``) sharing Redis and PostgreSQL,
+two simulated replicas, and a round-robin client that retries on the next gateway.
+
+Each gateway gets a config file of its own (so that a reload through one gateway can only reach
+the others through the fleet) and a spool directory of its own.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import shutil
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psycopg
+import pytest
+import redis
+import yaml
+
+from loadtests.bench.servers import Server, ServerFleet, free_port
+from serving.names import ADMIN_TOKEN_ENV, LOCAL_MODEL_NAME
+
+REPO = Path(__file__).resolve().parents[3]
+REDIS_URL = "redis://127.0.0.1:6379/0"
+PG_URL = os.environ.get("SWITCHYARD_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")
+ADMIN_TOKEN = "fleet-test-admin"
+ENV = {
+    "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+    ADMIN_TOKEN_ENV: ADMIN_TOKEN,
+    "PYTHONUNBUFFERED": "1",
+}
+ADMIN = {"authorization": f"Bearer {ADMIN_TOKEN}"}
+EPISODE = "x-switchyard-episode"
+READY_S = 120.0
+# Local-target prices high enough that one small request costs a visible fraction of a cent.
+PRICE_USD_PER_MTOK = 1000.0
+
+
+def pg_dsn(schema: str) -> str:
+    return f"{PG_URL}?options=-csearch_path%3D{schema}"
+
+
+def new_schema() -> str:
+    name = f"fleet_test_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(PG_URL, connect_timeout=3, autocommit=True) as conn:
+        conn.execute(f"CREATE SCHEMA {name}")
+    return name
+
+
+def drop_schema(name: str) -> None:
+    with psycopg.connect(PG_URL, autocommit=True) as conn:
+        conn.execute(f"DROP SCHEMA IF EXISTS {name} CASCADE")
+
+
+def drop_redis_keys(url: str, prefix: str) -> None:
+    client = redis.Redis.from_url(url)
+    try:
+        keys = list(client.scan_iter(match=f"{prefix}:*"))
+        if keys:
+            client.delete(*keys)
+    finally:
+        client.close()
+
+
+def fleet_config(
+    *,
+    port: int,
+    replicas: Sequence[str],
+    tokenizer_dir: Path,
+    store_url: str,
+    spool: Path,
+    fleet_name: str,
+    redis_url: str = REDIS_URL,
+    state_file: Path | None = None,
+    version: str = "v1",
+    drain_timeout_s: float = 10.0,
+) -> dict[str, Any]:
+    """A gateway config: ``local`` (cache-aware over ``replicas``, priced) and ``big`` (a
+    second local-kind target on the first replica, the learned policy's frontier arm)."""
+    routing: dict[str, Any] = {
+        "version": version,
+        "default": "local",
+        "aliases": {"auto": None, LOCAL_MODEL_NAME: "local", "big": "big"},
+    }
+    if state_file is not None:
+        routing["learned"] = {
+            "local_target": "local",
+            "frontier_target": "big",
+            "state_file": str(state_file),
+        }
+    return {
+        "gateway": {
+            "listen": {"host": "127.0.0.1", "port": port},
+            "limits": {"drain_timeout_s": drain_timeout_s},
+        },
+        "backends": {
+            "local": {
+                "kind": "vllm",
+                "model": "sim-local",
+                "replicas": list(replicas),
+                "tokenizer_dir": str(tokenizer_dir),
+                "replica_selector": {"kind": "cache_aware", "block_size": 32},
+                "input_usd_per_mtok": PRICE_USD_PER_MTOK,
+                "output_usd_per_mtok": PRICE_USD_PER_MTOK,
+            },
+            "big": {"kind": "vllm", "model": "sim-big", "replicas": [replicas[0]]},
+        },
+        "routing": routing,
+        "store": {
+            "url": store_url,
+            "spool_dir": str(spool),
+            "retry_initial_s": 0.1,
+            "retry_max_s": 0.5,
+        },
+        "auth": {
+            "required": False,
+            "cache_ttl_s": 0.2,
+            "rate_limit_backend": "redis",
+            "redis_url": redis_url,
+            "redis_namespace": f"{fleet_name}:rl",
+        },
+        "fleet": {"backend": "redis", "redis_url": redis_url, "name": fleet_name},
+    }
+
+
+@dataclass
+class Gateway:
+    server: Server
+    config_path: Path
+
+    @property
+    def url(self) -> str:
+        return self.server.base_url
+
+    def admin(self, method: str, path: str, body: Any = None, timeout: float = 60) -> Any:
+        r = httpx.request(method, self.url + path, json=body, headers=ADMIN, timeout=timeout)
+        assert r.status_code in (200, 201), f"{method} {path}: {r.status_code} {r.text}"
+        return r.json()
+
+    def fleet(self) -> dict[str, Any]:
+        result: dict[str, Any] = self.admin("GET", "/admin/fleet")
+        return result
+
+    def metric(self, name: str) -> float | None:
+        text = httpx.get(self.url + "/metrics", timeout=10).text
+        for line in text.splitlines():
+            if line.startswith(name + " ") or line.startswith(name + "{"):
+                return float(line.rsplit(" ", 1)[1])
+        return None
+
+
+@dataclass
+class Fleet:
+    """Gateways started by :func:`start_gateways`, with what they share."""
+
+    gateways: list[Gateway]
+    servers: ServerFleet
+    name: str
+    schema: str
+    replicas: list[str]
+    work: Path
+    configs: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def urls(self) -> list[str]:
+        return [g.url for g in self.gateways]
+
+    def client(self) -> RoundRobin:
+        return RoundRobin(self.urls)
+
+
+def start_gateways(
+    servers: ServerFleet,
+    configs: Sequence[dict[str, Any]],
+    work: Path,
+    *,
+    extra_args: Sequence[str] = ("--workers", "1"),
+) -> list[Gateway]:
+    """Spawn one ``python -m gateway`` per config (started together), wait until all serve
+    (one worker process each unless ``extra_args`` says otherwise)."""
+    gateways = []
+    for i, config in enumerate(configs):
+        path = work / f"gateway-{i}.yaml"
+        path.write_text(yaml.safe_dump(config))
+        port = config["gateway"]["listen"]["port"]
+        argv = [sys.executable, "-m", "gateway", "--config", str(path), *extra_args]
+        server = servers.spawn(f"gateway-{i}", argv, port, "/ready", env=ENV, cwd=REPO)
+        gateways.append(Gateway(server, path))
+    for gateway in gateways:
+        servers.wait_ready(gateway.server, READY_S, poll_s=0.05)
+    return gateways
+
+
+class RoundRobin:
+    """A client of several gateways: each request to the next one; a connection failure or a
+    503 (shutting down) is retried on the following gateways, as a balancer's client would."""
+
+    def __init__(self, urls: Sequence[str], timeout_s: float = 30.0) -> None:
+        self.urls = list(urls)
+        self._next = itertools.cycle(range(len(self.urls)))
+        self._client = httpx.Client(timeout=timeout_s)
+        self.retries = 0
+
+    def post(
+        self, path: str, body: Any, headers: dict[str, str] | None = None
+    ) -> tuple[int, httpx.Response]:
+        """(index of the gateway that answered, its answer)."""
+        start = next(self._next)
+        last: Exception | None = None
+        for step in range(len(self.urls)):
+            i = (start + step) % len(self.urls)
+            try:
+                r = self._client.post(self.urls[i] + path, json=body, headers=headers)
+            except httpx.TransportError as exc:
+                last = exc
+                self.retries += 1
+                continue
+            if r.status_code == 503 and step < len(self.urls) - 1:
+                self.retries += 1
+                continue
+            return i, r
+        raise AssertionError(f"no gateway answered: {last}")
+
+    def chat(
+        self, content: str, *, episode: str | None = None, key: str | None = None
+    ) -> tuple[int, httpx.Response]:
+        headers = {}
+        if episode:
+            headers[EPISODE] = episode
+        if key:
+            headers["authorization"] = f"Bearer {key}"
+        # The local target (the learned policy's `auto` prefers the other one while unfitted).
+        body = {"model": LOCAL_MODEL_NAME, "messages": [{"role": "user", "content": content}]}
+        return self.post("/v1/chat/completions", body, headers)
+
+    def close(self) -> None:
+        self._client.close()
+
+
+def sim_requests(base_url: str) -> int:
+    """Requests a simulated replica has served."""
+    stats = httpx.get(base_url + "/sim/stats", timeout=5).json()
+    return int(sum(stats["requests"].values()))
+
+
+def wait_until(check: Callable[[], bool], timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        assert time.monotonic() < deadline, f"never happened: {what}"
+        time.sleep(0.02)
+
+
+def gateway_configs(
+    n: int,
+    *,
+    replicas: Sequence[str],
+    tokenizer_dir: Path,
+    schema: str,
+    work: Path,
+    fleet_name: str,
+    **overrides: Any,
+) -> list[dict[str, Any]]:
+    return [
+        fleet_config(
+            port=free_port(),
+            replicas=replicas,
+            tokenizer_dir=tokenizer_dir,
+            store_url=pg_dsn(schema),
+            spool=work / f"spool-{i}",
+            fleet_name=fleet_name,
+            **overrides,
+        )
+        for i in range(n)
+    ]
+
+
+class PrivateRedis:
+    """A redis-server of the test's own on a free port, which the test may stop and start again
+    (the shared one must stay up for everyone else)."""
+
+    def __init__(self, work: Path) -> None:
+        self.port = free_port()
+        self.work = work
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    @staticmethod
+    def available() -> bool:
+        return shutil.which("redis-server") is not None
+
+    def start(self) -> PrivateRedis:
+        binary = shutil.which("redis-server")
+        if binary is None:
+            pytest.skip("no redis-server binary to run a private Redis")
+        argv = [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", ""]
+        argv += ["--appendonly", "no", "--dir", str(self.work)]
+        self.process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        client = redis.Redis.from_url(self.url, socket_connect_timeout=0.2)
+        try:
+            wait_until(lambda: _pings(client), 10, "the private Redis answers")
+        finally:
+            client.close()
+        return self
+
+    def stop(self) -> None:
+        if self.process is not None:
+            self.process.terminate()
+            self.process.wait(10)
+            self.process = None
+
+
+def _pings(client: redis.Redis) -> bool:
+    try:
+        return bool(client.ping())
+    except (redis.RedisError, OSError):
+        return False
