@@ -122,7 +122,7 @@ def hf_config(spec: ModelSpec, *, eos_token_id: int, pad_token_id: int) -> Qwen3
     )
 
 
-def _add_legacy_config_keys(config_path: Path) -> None:
+def add_legacy_config_keys(config_path: Path) -> None:
     # transformers 5 writes `num_local_experts` and `rope_parameters`; transformers 4 (an older
     # vLLM on a GPU box) reads `num_experts` and `rope_theta`. Both spellings load in 5.
     config = json.loads(config_path.read_text())
@@ -171,7 +171,7 @@ def build_model(
 def save_hf_model(model: Qwen3MoeForCausalLM, target: Path) -> None:
     """`save_pretrained` plus the config keys older transformers/vLLM versions read."""
     model.save_pretrained(str(target))
-    _add_legacy_config_keys(target / "config.json")
+    add_legacy_config_keys(target / "config.json")
 
 
 @contextmanager

