@@ -79,6 +79,7 @@ def parse_args(argv: list[str] | None) -> BenchSettings:
         "--profile", type=float, metavar="SECONDS", help="py-spy a gateway under load (SECONDS)"
     )
     parser.add_argument("--profile-system", help="whose gateway --profile records (switchyard)")
+    parser.add_argument("--profile-mode", help="under which load --profile records (unary)")
     parser.add_argument(
         "--ready-samples", type=int, help="starts per gateway; its time to ready is the median"
     )
@@ -100,6 +101,7 @@ def parse_args(argv: list[str] | None) -> BenchSettings:
         ("out_dir", args.out_dir),
         ("profile_s", args.profile),
         ("profile_system", args.profile_system),
+        ("profile_mode", args.profile_mode),
         ("ready_samples", args.ready_samples),
     ):
         if value is not None:
@@ -117,8 +119,9 @@ def parse_args(argv: list[str] | None) -> BenchSettings:
 def profile_gateway(
     settings: BenchSettings, systems: Systems, out_dir: Path, log: Console
 ) -> tuple[dict[str, profile.ProfileSummary] | None, str | None]:
-    """py-spy ``settings.profile_system``'s gateway under non-streamed load at the headline
-    concurrency (see :mod:`loadtests.bench.profile`); the raw samples go to ``profile.raw.txt``."""
+    """py-spy ``settings.profile_system``'s gateway under ``settings.profile_mode`` load at the
+    headline concurrency (see :mod:`loadtests.bench.profile`); the raw samples go to
+    ``profile.raw.txt``."""
     if settings.profile_s <= 0:
         return None, "not asked (--profile SECONDS)"
     system = settings.profile_system
@@ -128,7 +131,7 @@ def profile_gateway(
     if profile.pyspy_executable() is None:
         return None, "py-spy not installed (.venv/bin/pip install py-spy)"
     spec = dataclasses.replace(
-        cell_spec(settings, systems, system, "unary", HEADLINE_CONCURRENCY),
+        cell_spec(settings, systems, system, settings.profile_mode, HEADLINE_CONCURRENCY),
         duration_s=2 * (settings.profile_s + 2) + 4,  # room for the fallback recording
     )
     argv = [sys.executable, "-m", "loadtests.bench.loadgen", json.dumps(asdict(spec))]

@@ -213,6 +213,9 @@ class PriceBook:
     def __init__(self, models: Mapping[str, ModelPrices]) -> None:
         self._models = dict(models)
         self._lower = {key.lower(): key for key in self._models}
+        # Lookups by configured model name: a gateway has a handful, asked on every answer (the
+        # lookup was 5% of a recording gateway's CPU). Bounded: cleared when it fills up.
+        self._found: dict[str, ModelPrices | None] = {}
 
     @classmethod
     def empty(cls) -> PriceBook:
@@ -249,6 +252,16 @@ class PriceBook:
 
     def model_prices(self, model: str) -> ModelPrices | None:
         """The entry of a ``provider/model`` name, looked up as litellm does (module docstring)."""
+        try:
+            return self._found[model]
+        except KeyError:
+            pass
+        if len(self._found) >= _FOUND_MAX:
+            self._found.clear()
+        found = self._found[model] = self._look_up(model)
+        return found
+
+    def _look_up(self, model: str) -> ModelPrices | None:
         provider = provider_of(model)
         bare = model.partition("/")[2] if provider else model
         stripped = _strip_version(bare)
@@ -269,6 +282,9 @@ class PriceBook:
             prices = self.model_prices(config.model)
             rates = prices.rates_for(usage.prompt_tokens or 0) if prices else None
         return None if rates is None else call_cost(rates, usage)
+
+
+_FOUND_MAX = 1024
 
 
 def bundled_price_map() -> Path:

@@ -98,21 +98,39 @@ def iter_events(blob: bytes) -> Iterator[bytes]:
                 yield line[5:].strip()
 
 
+_EMPTY_CHOICES = b'"choices":[]'
+
+
 def drop_usage_only_events(blob: bytes) -> tuple[bytes, dict[str, Any] | None]:
     """Remove the usage-only chunk (``"choices":[]`` with usage) a client did not ask for.
 
-    Returns the remaining bytes and the usage found. Called only on blocks that contain
-    ``"usage"`` with a non-null value, so the common path is a substring search.
+    Returns the remaining bytes (the others unchanged) and the usage found. Called only on
+    blocks that contain ``"usage":{`` and ``"choices":[]``. Only the events holding
+    ``"choices":[]`` are looked at, found by substring search (those bytes cannot occur inside a
+    JSON string, where quotes are escaped): a block holding a whole 256-token answer costs a few
+    searches, not a Python loop over its events.
     """
     kept: list[bytes] = []
     usage: dict[str, Any] | None = None
-    for raw in blob.split(EVENT_SEP):
-        if not raw:
-            continue
-        if raw.startswith(b"data: {") and b'"choices":[]' in raw:
-            chunk = orjson.loads(raw[6:])
-            if chunk.get("usage"):
+    start = 0  # the first byte not yet kept
+    pos = blob.find(_EMPTY_CHOICES)
+    while pos >= 0:
+        head = blob.rfind(EVENT_SEP, 0, pos)
+        head = 0 if head < 0 else head + len(EVENT_SEP)
+        tail = blob.find(EVENT_SEP, pos)
+        tail = len(blob) if tail < 0 else tail + len(EVENT_SEP)
+        event = blob[head:tail]
+        if event.startswith(b"data: {"):
+            try:
+                chunk = orjson.loads(event[6:])
+            except orjson.JSONDecodeError:
+                chunk = None
+            if isinstance(chunk, dict) and chunk.get("usage"):
                 usage = chunk["usage"]
-                continue
-        kept.append(raw + EVENT_SEP)
+                kept.append(blob[start:head])
+                start = tail
+        pos = blob.find(_EMPTY_CHOICES, tail)
+    if start == 0:
+        return blob, usage
+    kept.append(blob[start:])
     return b"".join(kept), usage

@@ -190,6 +190,7 @@ class BenchSettings:
     cell_timeout_margin_s: float = 60.0  # a cell's load generator is killed past its window + this
     profile_s: float = 0.0  # > 0: py-spy records the gateway this long under load
     profile_system: SystemName = "switchyard"  # which system's gateway --profile records
+    profile_mode: Mode = "unary"  # under which load --profile records it
     quick: bool = False
 
     def __post_init__(self) -> None:

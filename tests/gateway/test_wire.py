@@ -35,7 +35,15 @@ def test_usage_only_chunk_is_cut_out_and_returned() -> None:
     )
     kept, found = drop_usage_only_events(blob)
     assert found == usage
-    assert b'"choices":[]' not in kept and kept.endswith(b"data: [DONE]\n\n")
+    assert kept == encode_event(_chunk({"content": "x"}, "stop")) + b"data: [DONE]\n\n"
+    # Text that mentions it, an empty-choices chunk without usage and a broken event all stay.
+    others = (
+        encode_event(_chunk({"content": 'say "choices":[] twice'}))
+        + encode_event({"id": "c1", "choices": [], "usage": None})
+        + b'data: {"choices":[], broken\n\n'
+    )
+    assert drop_usage_only_events(others + blob) == (others + kept, usage)
+    assert drop_usage_only_events(others) == (others, None)
 
 
 def test_chat_stream_assembles_content_and_tool_call_fragments() -> None:

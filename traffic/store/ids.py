@@ -35,7 +35,8 @@ def _compose(ns: int, rand_b: int) -> str:
     ms, sub_ns = divmod(ns, _NS_PER_MS)
     rand_a = (sub_ns << 12) // _NS_PER_MS  # 0..4095
     value = (ms & 0xFFFF_FFFF_FFFF) << 80 | _VERSION_BITS | rand_a << 64 | _VARIANT_BITS | rand_b
-    return str(uuid.UUID(int=value))
+    h = f"{value:032x}"  # str(uuid.UUID(int=value)), at a third of the cost (every request)
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
 
 def new_id() -> str:
