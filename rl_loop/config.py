@@ -2,12 +2,13 @@
 that uses it (`rl_loop/train.py` and the rest read these values; presets and YAML override them,
 never restate them).
 
-Groups, in the loop's order: ``data`` (which recorded traffic becomes which dataset), ``sft``
-(supervised fine-tuning / distillation on accepted answers), ``rl`` (on-policy RL on the served
-model's own samples), ``gate`` (the evaluation that accepts or rejects a candidate), ``refit``
-(the learned routing policy refitted after a promotion). ``LoopConfig`` holds them all plus the
-device and the MoE experts' kernels. Unknown keys are errors; an invalid combination raises an
-error naming what to set.
+Groups, in the loop's order: ``data`` (which recorded traffic becomes which dataset), ``rl``
+(on-policy RL on the served model's own samples), ``sft`` (supervised fine-tuning /
+distillation on accepted answers), ``dpo`` (preference training on the record's pairs),
+``engine`` (precision, memory savers, LoRA), ``gate`` (the evaluation that accepts or rejects a
+candidate), ``refit`` (the learned routing policy refitted after a promotion). ``LoopConfig``
+holds them all plus the device and the MoE experts' kernels. Unknown keys are errors; an invalid
+combination raises an error naming what to set.
 """
 
 from __future__ import annotations
@@ -65,12 +66,6 @@ class SftConfig(_Strict):
     min_lr_ratio: float = Field(default=0.1, ge=0, le=1, description="Final lr / peak lr.")
     weight_decay: float = Field(default=0.0, ge=0)
     grad_clip: float = Field(default=1.0, gt=0, description="Max global gradient norm.")
-    prompt_loss_weight: float = Field(
-        default=0.0,
-        ge=0,
-        description="Weight of a language-modelling loss on the prompt tokens (the code the "
-        "user shows): more signal per step for a small model learning to read and copy code.",
-    )
     replay_windows: int = Field(
         default=8,
         ge=0,
@@ -119,6 +114,78 @@ class RlConfig(_Strict):
         ge=0,
         description="Weight of hint-conditioned self-distillation on rejected rollouts (the "
         "verifier's feedback as the hint; 0: off).",
+    )
+    distill_weight: float = Field(
+        default=0.0,
+        ge=0,
+        description="lambda of on-policy distillation: the teacher's logprob minus the "
+        "policy's, per token, added to the advantage (rollouts a teacher scored; 0: off).",
+    )
+    teacher_url: str | None = Field(
+        default=None,
+        description="Base URL of a vLLM server whose model (same tokenizer) scores the "
+        "rollouts for on-policy distillation.",
+    )
+    teacher_model: str | None = Field(
+        default=None, description="The teacher's served model name (None: the loop's own)."
+    )
+
+
+class DpoConfig(_Strict):
+    """Preference training (DPO) on the record's pairs: an edit over the rejected answer, an
+    accepted answer over a rejected one to the same prompt."""
+
+    steps: int = Field(default=0, ge=0, description="Optimizer steps per round (0: no DPO).")
+    max_epochs: float = Field(
+        default=4.0, gt=0, description="At most this many passes over the pairs."
+    )
+    min_pairs: int = Field(
+        default=8, ge=1, description="Fewer pairs than this: the phase is skipped."
+    )
+    batch_size: int = Field(default=8, ge=1, description="Pairs per step.")
+    lr: float = Field(default=1e-4, gt=0, description="Peak learning rate (AdamW).")
+    warmup_steps: int = Field(default=5, ge=0)
+    min_lr_ratio: float = Field(default=0.1, ge=0, le=1, description="Final lr / peak lr.")
+    beta: float = Field(
+        default=0.1, gt=0, description="DPO's beta: how far the policy may move from the reference."
+    )
+    grad_clip: float = Field(default=1.0, gt=0, description="Max global gradient norm.")
+    sft_weight: float = Field(
+        default=0.0,
+        ge=0,
+        description="Weight of a negative log-likelihood term on the chosen answers (RPO): the "
+        "margin grows without the chosen answer itself becoming less likely.",
+    )
+
+
+class LoraConfig(_Strict):
+    """LoRA adapters through PEFT: only the adapters train (large models, many GPUs)."""
+
+    r: int = Field(default=16, ge=1, description="Rank of each adapter.")
+    alpha: int = Field(default=32, ge=1, description="Scale numerator (scale = alpha / r).")
+    dropout: float = Field(default=0.0, ge=0, lt=1)
+    target_modules: tuple[str, ...] = Field(
+        default=("q_proj", "k_proj", "v_proj", "o_proj"),
+        description="Modules adapted. Attention only by default: vLLM loads LoRA on a MoE's "
+        "experts only on GPUs.",
+    )
+    save_adapters: bool = Field(
+        default=False,
+        description="Also save each phase's adapter (for vLLM's --enable-lora on GPUs); the "
+        "checkpoint holds the merged weights either way (what the fp8 export and the hot-swap "
+        "take).",
+    )
+
+
+class EngineConfig(_Strict):
+    """How the trainers run on TRL + accelerate (the processes come from `accelerate launch`)."""
+
+    bf16: bool = Field(default=False, description="bf16 mixed precision (GPUs).")
+    gradient_checkpointing: bool = Field(
+        default=False, description="Recompute activations in the backward pass (less memory)."
+    )
+    lora: LoraConfig | None = Field(
+        default=None, description="Train LoRA adapters instead of every weight (None: full)."
     )
 
 
@@ -216,11 +283,15 @@ class LoopConfig(_Strict):
     data: DataConfig = Field(default_factory=DataConfig)
     sft: SftConfig = Field(default_factory=SftConfig)
     rl: RlConfig = Field(default_factory=RlConfig)
+    dpo: DpoConfig = Field(default_factory=DpoConfig)
+    engine: EngineConfig = Field(default_factory=EngineConfig)
     gate: GateConfig = Field(default_factory=GateConfig)
     refit: RefitConfig = Field(default_factory=RefitConfig)
 
     @model_validator(mode="after")
     def _something_to_train(self) -> Self:
-        if self.sft.steps == 0 and not (self.rl.enabled and self.rl.steps > 0):
-            raise ValueError("nothing trains: set sft.steps > 0 or rl.enabled with rl.steps > 0")
+        if self.sft.steps == 0 and self.dpo.steps == 0 and not (self.rl.enabled and self.rl.steps):
+            raise ValueError(
+                "nothing trains: set sft.steps > 0, dpo.steps > 0 or rl.enabled with rl.steps > 0"
+            )
         return self

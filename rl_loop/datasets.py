@@ -3,6 +3,9 @@
 - SFT: ``kind="sft"`` with the ``explicit`` label policy: accepted answers (frontier answers, so
   this is distillation; the local model's own accepted answers, self-distillation) and the text
   of user edits / demonstrations. Rejected answers never become targets.
+- Preference pairs (when the round trains DPO): ``kind="preference_trl"``: an edit or
+  demonstration chosen over the model's answer, a better-graded answer over a worse one to the
+  same prompt, in TRL's conversational format.
 - RL prompts: ``kind="rl_prompts"``: each recorded prompt with its tags (``family``,
   ``task_id``...) and feedback summary; the RL phase samples fresh completions for them and the
   gate uses the eval split as held-out traffic.
@@ -14,9 +17,10 @@ examples.
 
 from __future__ import annotations
 
+import json
 import random
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -38,9 +42,12 @@ Messages = list[dict[str, Any]]
 
 @dataclass(frozen=True, slots=True)
 class SftExample:
+    """A prompt and the assistant turn to learn: text, or tool calls (with optional text)."""
+
     prompt: Messages
     answer: str
     tools: list[dict[str, Any]] | None = None
+    tool_calls: list[dict[str, Any]] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +68,8 @@ class RoundData:
     prompts_train: list[PromptRecord]
     prompts_eval: list[PromptRecord]
     exports: dict[DatasetKind, ExportCounts]  # what the exporter read, skipped, dropped
+    pairs_train: list[dict[str, Any]] = field(default_factory=list)  # TRL preference pairs
+    pairs_eval: list[dict[str, Any]] = field(default_factory=list)
 
     def counts(self) -> dict[str, int]:
         return {
@@ -68,6 +77,8 @@ class RoundData:
             "sft_eval": len(self.sft_eval),
             "prompts_train": len(self.prompts_train),
             "prompts_eval": len(self.prompts_eval),
+            "pairs_train": len(self.pairs_train),
+            "pairs_eval": len(self.pairs_eval),
         }
 
 
@@ -83,14 +94,18 @@ def _dataset_config(kind: DatasetKind, config: DataConfig) -> DatasetConfig:
     )
 
 
-def _sft(rows: list[dict[str, Any]]) -> list[SftExample]:
+def sft_examples(rows: Sequence[Mapping[str, Any]]) -> list[SftExample]:
+    """The exporter's SFT records (OpenAI chat fine-tuning format) as examples; a record whose
+    last message is not an assistant turn is left out."""
     out: list[SftExample] = []
     for row in rows:
         messages = row["messages"]
-        answer = messages[-1].get("content")
-        if messages[-1]["role"] != "assistant" or not isinstance(answer, str):
-            continue  # tool-call answers are not trained on here
-        out.append(SftExample(messages[:-1], answer, row.get("tools")))
+        last = messages[-1]
+        answer, calls = last.get("content"), last.get("tool_calls")
+        if last["role"] != "assistant" or not (isinstance(answer, str) or calls):
+            continue
+        text = answer if isinstance(answer, str) else ""
+        out.append(SftExample(messages[:-1], text, row.get("tools"), calls or None))
     return out
 
 
@@ -108,34 +123,61 @@ def _prompts(rows: list[dict[str, Any]]) -> list[PromptRecord]:
 
 
 async def build_round_data(
-    store: StoreBackend, config: DataConfig, *, until: datetime | None = None
+    store: StoreBackend,
+    config: DataConfig,
+    *,
+    until: datetime | None = None,
+    pairs: bool = False,
 ) -> RoundData:
-    """The SFT and RL-prompt datasets of everything recorded before ``until``."""
+    """The SFT and RL-prompt datasets of everything recorded before ``until``, and the
+    preference pairs (TRL's conversational format) when ``pairs``."""
     query = InferenceFilter(ok_only=True, until=until)
     sft = await dataset_from_store(store, query, _dataset_config("sft", config))
     prompts = await dataset_from_store(store, query, _dataset_config("rl_prompts", config))
+    exports: dict[DatasetKind, ExportCounts] = {"sft": sft.counts, "rl_prompts": prompts.counts}
+    pairs_train: list[dict[str, Any]] = []
+    pairs_eval: list[dict[str, Any]] = []
+    if pairs:
+        kind: DatasetKind = "preference_trl"
+        preference = await dataset_from_store(store, query, _dataset_config(kind, config))
+        pairs_train, pairs_eval = preference.train, preference.eval
+        exports[kind] = preference.counts
     return RoundData(
-        sft_train=_sft(sft.train),
-        sft_eval=_sft(sft.eval),
+        sft_train=sft_examples(sft.train),
+        sft_eval=sft_examples(sft.eval),
         prompts_train=_prompts(prompts.train),
         prompts_eval=_prompts(prompts.eval),
-        exports={"sft": sft.counts, "rl_prompts": prompts.counts},
+        exports=exports,
+        pairs_train=pairs_train,
+        pairs_eval=pairs_eval,
     )
 
 
-def encode_sft(
+def within_caps(
     policy: Policy, examples: Sequence[SftExample], config: DataConfig
-) -> tuple[list[Encoded], int]:
-    """Token ids of the examples that fit the length caps, and how many were left out."""
-    out: list[Encoded] = []
+) -> tuple[list[SftExample], int]:
+    """The examples whose prompt and answer fit the token caps (a compute budget), and how many
+    were left out; a tool-call answer counts its calls' JSON."""
+    kept: list[SftExample] = []
     for ex in examples:
+        calls = "".join(json.dumps(c) for c in ex.tool_calls or [])
         prompt = policy.encode_prompt(ex.prompt, ex.tools)
-        completion = policy.encode_completion(ex.answer)
+        completion = policy.encode_completion(ex.answer + calls)
         if len(prompt) <= config.max_prompt_tokens and len(completion) <= (
             config.max_completion_tokens
         ):
-            out.append(Encoded(prompt, completion))
-    return out, len(examples) - len(out)
+            kept.append(ex)
+    return kept, len(examples) - len(kept)
+
+
+def encode_sft(policy: Policy, examples: Sequence[SftExample]) -> list[Encoded]:
+    """Token ids of the text answers (the reference loop's input; tool-call answers are
+    rendered by the chat template, which only the TRL trainers use)."""
+    return [
+        Encoded(policy.encode_prompt(ex.prompt, ex.tools), policy.encode_completion(ex.answer))
+        for ex in examples
+        if not ex.tool_calls
+    ]
 
 
 def pick_rl_prompts(

@@ -8,8 +8,8 @@ once per round (a trickle of traffic keeps flowing during the swap):
    split).
 2. The served model is evaluated on the gate's items first; its per-class accept rates choose
    the RL prompts (classes it sometimes passes teach RL the most).
-3. RL on rollouts sampled by the replicas, then SFT (``rl_loop.train``); the candidate is saved
-   as a new checkpoint and recorded ``candidate``.
+3. Rollouts sampled by the replicas, then RL, SFT and DPO (``rl_loop.train``, on TRL +
+   accelerate); the candidate is saved as a new checkpoint and recorded ``candidate``.
 4. Gate (``rl_loop.evaluate``): same items, same verifier; report written as JSON and text.
 5. Promotion through the hot-swap (``rl_loop.promote``) when the gate passed, else the candidate
    is recorded ``rejected``.
@@ -35,7 +35,7 @@ from typing import Any
 import torch
 
 from rl_loop.config import LoopConfig
-from rl_loop.datasets import PromptRecord, RoundData, build_round_data, encode_sft, pick_rl_prompts
+from rl_loop.datasets import PromptRecord, RoundData, build_round_data, pick_rl_prompts
 from rl_loop.evaluate import (
     AnswerCache,
     EvalItem,
@@ -45,13 +45,13 @@ from rl_loop.evaluate import (
     gate,
 )
 from rl_loop.model_registry import record_checkpoint
-from rl_loop.modeling import Policy, code_windows, load_policy, save_checkpoint
+from rl_loop.modeling import Policy, load_policy, save_checkpoint
 from rl_loop.outcomes import VerdictCache
 from rl_loop.promote import promote
 from rl_loop.refit import RefitReport, refit_policy
 from rl_loop.rewards import Verify, combine, degenerate_reward, verifier_reward
-from rl_loop.rollouts import collect_rollouts
-from rl_loop.train import PhaseStats, Rollout, train_rl, train_sft
+from rl_loop.rollouts import Rollout, collect_rollouts, teacher_logprobs
+from rl_loop.train import PhaseData, train_candidate
 from router.features import RequestFeatures
 from router.learned import Outcome, class_key
 from serving.build import read_version
@@ -59,7 +59,6 @@ from serving.hotswap import HotSwapConfig
 from traffic.store import StoreBackend
 
 logger = logging.getLogger(__name__)
-REPLAY_CORPUS_BYTES = 1_500_000  # of stdlib training files: ~6,000 windows of 64 tokens
 
 
 @dataclass(frozen=True)
@@ -84,6 +83,7 @@ class RoundResult:
     data: dict[str, int] = field(default_factory=dict)
     rl: dict[str, Any] = field(default_factory=dict)
     sft: dict[str, Any] = field(default_factory=dict)
+    dpo: dict[str, Any] = field(default_factory=dict)
     gate: dict[str, Any] = field(default_factory=dict)
     swap: dict[str, Any] = field(default_factory=dict)
     refit: dict[str, Any] = field(default_factory=dict)
@@ -91,17 +91,6 @@ class RoundResult:
 
     def to_json(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in self.__slots__}  # type: ignore[attr-defined]
-
-
-def _phase(stats: PhaseStats) -> dict[str, Any]:
-    return {
-        "steps": stats.steps,
-        "examples": stats.examples,
-        "seconds": round(stats.seconds, 1),
-        "first_loss": stats.first_loss,
-        "last_loss": stats.last_loss,
-        **stats.extra,
-    }
 
 
 def gate_items(
@@ -151,8 +140,12 @@ async def rollouts_for(
         prompts=prompts,
         penalty=rl.degenerate_penalty,
     )
+    taught: list[tuple[float, ...] | None] = [None] * len(samples)
+    if rl.distill_weight > 0 and rl.teacher_url is not None:
+        model = rl.teacher_model or config.served_model_name
+        taught = list(await teacher_logprobs(rl.teacher_url, model, samples))
     out = []
-    for s, reward in zip(samples, rewards, strict=True):
+    for s, reward, teacher in zip(samples, rewards, taught, strict=True):
         if not s.completion_ids:
             continue
         hint_ids = None
@@ -163,7 +156,9 @@ async def rollouts_for(
                     with_hint(s.record.prompt, feedback), s.record.tools
                 )
         out.append(
-            Rollout(s.prompt_ids, s.completion_ids, s.logprobs, s.record.id, reward, hint_ids)
+            Rollout(
+                s.prompt_ids, s.completion_ids, s.logprobs, s.record.id, reward, hint_ids, teacher
+            )
         )
     return out
 
@@ -217,7 +212,7 @@ async def prepare_candidate(
         logger.info("round %d: %s done in %.1fs", round_index, name, now - clock)
         clock = now
 
-    data = await build_round_data(services.store, config.data)
+    data = await build_round_data(services.store, config.data, pairs=config.dpo.steps > 0)
     result.data = data.counts()
     lap("datasets")
 
@@ -238,34 +233,23 @@ async def prepare_candidate(
     lap("eval_current")
 
     rl = config.rl
+    rollouts: list[Rollout] = []
     if rl.enabled and rl.steps > 0 and services.replicas:
         rates = current.class_rates()
         records = pick_rl_prompts(data.prompts_train, rl.prompts, rates, seed=round_index)
         if any(0.0 < r < 1.0 for r in rates.values()) and records:
             rollouts = await rollouts_for(policy, records, services, config, verify, round_index)
-            reference = policy.clone()
-            trained = await asyncio.to_thread(
-                train_rl, policy, reference, rollouts, rl, seed=round_index
-            )
-            result.rl = _phase(trained)
-            del reference
         else:
             result.rl = {"skipped": "no class is partly solved: every group would be uniform"}
-    lap("rl")
+    lap("rollouts")
 
-    def supervised(model: Policy) -> tuple[PhaseStats, int]:
-        """SFT of ``model`` on the round's accepted answers (plus replayed code windows)."""
-        encoded, too_long = encode_sft(model, data.sft_train, config.data)
-        replay = None
-        if config.sft.replay_windows > 0:
-            replay = code_windows(
-                str(served_dir), "train", config.sft.replay_seq_len, REPLAY_CORPUS_BYTES
-            )
-        return train_sft(model, encoded, config.sft, seed=round_index, replay=replay), too_long
-
-    sft, too_long = await asyncio.to_thread(supervised, policy)
-    result.sft = {**_phase(sft), "too_long": too_long}
-    lap("sft")
+    phases = PhaseData(rollouts=rollouts, sft=data.sft_train, pairs=data.pairs_train)
+    policy, stats = await asyncio.to_thread(
+        train_candidate, policy, phases, config, out / "train", round_index
+    )
+    for name, figures in stats.items():
+        setattr(result, name, figures.to_json())
+    lap("train")
 
     metadata: dict[str, Any] = {
         "kind": "flywheel-round",
@@ -273,6 +257,7 @@ async def prepare_candidate(
         "data": result.data,
         "rl": result.rl,
         "sft": result.sft,
+        "dpo": result.dpo,
         "torch": torch.__version__,
     }
     candidate_dir = await asyncio.to_thread(

@@ -1,14 +1,9 @@
-"""The trained model as the RL loop sees it: load, encode chat turns, score tokens, sample, save.
+"""The trained model as the RL loop sees it: load, encode chat turns, sample, save.
 
 Token layout. A prompt is the checkpoint's own chat template rendered with the generation prompt
 (exactly what vLLM renders for ``/v1/chat/completions``); a completion is the answer's tokens
 plus ``<|im_end|>``, tokenized apart from the prompt, which is how a served model produces them.
-A batch is right-padded: with a causal mask, padding after a sequence changes nothing before it,
-so no attention mask is needed and the fast causal attention path is kept.
-
-Scoring. ``completion_logprobs`` runs the decoder once and applies the LM head only at the
-positions that predict completion tokens: prompts are long (~200 tokens) and answers short, and
-the head (vocabulary x hidden) is most of the tiny model's compute.
+Scoring tokens for training is ``rl_loop.scoring``'s.
 
 Saving. ``save_checkpoint`` writes the weights in the checkpoint's dtype (bf16, what vLLM serves)
 beside byte-identical tokenizer files, with a probe (the saved weights' own logprobs of a fixed
@@ -48,18 +43,6 @@ class Encoded:
 
     prompt_ids: tuple[int, ...]
     completion_ids: tuple[int, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class Batch:
-    """Right-padded ``input_ids [B, T]``; ``targets``/``mask`` ``[B, C]`` are the completion
-    tokens and which of them are real; ``positions [B, C]`` index the hidden states that predict
-    them (``prompt_len - 1 + j``)."""
-
-    input_ids: torch.Tensor
-    targets: torch.Tensor
-    mask: torch.Tensor
-    positions: torch.Tensor
 
 
 class Policy:
@@ -117,101 +100,6 @@ def load_policy(
     model = load_float32(checkpoint_dir, experts_implementation)
     model.to(device)  # type: ignore[arg-type]
     return Policy(model, load_tokenizer(checkpoint_dir), checkpoint_dir)
-
-
-def make_batch(seqs: Sequence[Encoded], pad_id: int, device: torch.device) -> Batch:
-    """Right-pad ``seqs`` into a :class:`Batch`."""
-    total = max(len(s.prompt_ids) + len(s.completion_ids) for s in seqs)
-    width = max(len(s.completion_ids) for s in seqs)
-    ids = torch.full((len(seqs), total), pad_id, dtype=torch.long)
-    targets = torch.full((len(seqs), width), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(seqs), width), dtype=torch.bool)
-    positions = torch.zeros((len(seqs), width), dtype=torch.long)
-    for i, s in enumerate(seqs):
-        full = s.prompt_ids + s.completion_ids
-        ids[i, : len(full)] = torch.tensor(full)
-        n = len(s.completion_ids)
-        targets[i, :n] = torch.tensor(s.completion_ids)
-        mask[i, :n] = True
-        positions[i] = torch.arange(width) + len(s.prompt_ids) - 1
-        positions[i, n:] = len(s.prompt_ids) - 1
-    return Batch(ids.to(device), targets.to(device), mask.to(device), positions.to(device))
-
-
-MIN_SHARED_PREFIX = 16  # tokens; below this a shared-prefix pass saves less than it costs
-
-
-def shared_prefix_length(input_ids: torch.Tensor) -> int:
-    """How many leading columns of ``input_ids [B, T]`` are the same in every row."""
-    same = (input_ids == input_ids[:1]).all(dim=0)
-    differs = (~same).nonzero()
-    return int(differs[0, 0]) if len(differs) else input_ids.shape[1]
-
-
-def hidden_states(model: PreTrainedModel, batch: Batch) -> torch.Tensor:
-    """The decoder's last hidden states ``[B, T, H]`` (no LM head).
-
-    Every IDE prompt starts with the same system prompt, about half of a quick question's
-    tokens. When the rows share a prefix of at least ``MIN_SHARED_PREFIX`` tokens, it is run
-    once (batch 1, its KV cache repeated for the batch) and only the rest per row: the same
-    hidden states as one full pass (causal attention; right padding), gradients included,
-    for about half the compute."""
-    base = model.model
-    ids = batch.input_ids
-    shared = shared_prefix_length(ids)
-    if len(ids) < 2 or shared < MIN_SHARED_PREFIX or shared >= ids.shape[1]:
-        hidden: torch.Tensor = base(input_ids=ids).last_hidden_state
-        return hidden
-    head = base(input_ids=ids[:1, :shared], use_cache=True)
-    cache = head.past_key_values
-    cache.batch_repeat_interleave(len(ids))
-    rest = base(input_ids=ids[:, shared:], past_key_values=cache, use_cache=True)
-    prefix = head.last_hidden_state.expand(len(ids), -1, -1)
-    return torch.cat([prefix, rest.last_hidden_state], dim=1)
-
-
-def completion_logprobs(
-    model: PreTrainedModel, batch: Batch, hidden: torch.Tensor | None = None
-) -> torch.Tensor:
-    """log p(completion token | everything before it), ``[B, C]`` (0 where ``mask`` is off)."""
-    if hidden is None:
-        hidden = hidden_states(model, batch)
-    index = batch.positions.unsqueeze(-1).expand(-1, -1, hidden.shape[-1])
-    picked = hidden.gather(1, index)
-    head: torch.nn.Module = model.lm_head
-    logits = head(picked).float()
-    logp = torch.log_softmax(logits, dim=-1).gather(-1, batch.targets.unsqueeze(-1))[..., 0]
-    return logp * batch.mask
-
-
-def completion_log_dists(model: PreTrainedModel, batch: Batch) -> torch.Tensor:
-    """Log-probabilities over the whole vocabulary at each completion position, ``[B, C, V]``."""
-    hidden = hidden_states(model, batch)
-    index = batch.positions.unsqueeze(-1).expand(-1, -1, hidden.shape[-1])
-    head: torch.nn.Module = model.lm_head
-    return torch.log_softmax(head(hidden.gather(1, index)).float(), dim=-1)
-
-
-def prompt_nll(model: PreTrainedModel, batch: Batch, hidden: torch.Tensor) -> torch.Tensor:
-    """Mean next-token loss over the prompt tokens (language modelling on the context)."""
-    head: torch.nn.Module = model.lm_head
-    logits = head(hidden[:, :-1]).float()
-    targets = batch.input_ids[:, 1:]
-    nll = torch.nn.functional.cross_entropy(
-        logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), reduction="none"
-    ).view(targets.shape)
-    prompt_end = batch.positions[:, :1]  # prompt_len - 1: the last position inside the prompt
-    steps = torch.arange(targets.shape[1], device=targets.device).unsqueeze(0)
-    mask = (steps < prompt_end).float()
-    return (nll * mask).sum() / mask.sum().clamp(min=1)
-
-
-def lm_loss(model: PreTrainedModel, windows: torch.Tensor) -> torch.Tensor:
-    """Mean next-token loss over token windows ``[n, L + 1]`` (plain language modelling)."""
-    logits = model(input_ids=windows[:, :-1]).logits.float()
-    return torch.nn.functional.cross_entropy(
-        logits.reshape(-1, logits.shape[-1]), windows[:, 1:].reshape(-1)
-    )
 
 
 @lru_cache(maxsize=8)

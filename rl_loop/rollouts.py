@@ -6,6 +6,11 @@ chat request) and sent as token ids to a replica's OpenAI ``/v1/completions`` wi
 back as ``token_id:<id>``, so no detokenize/retokenize round trip can shift them). Replicas are
 called directly, not through the gateway: rollouts are training data, not user traffic, and must
 not be recorded or routed. Prompts are spread round-robin over the replicas.
+
+A teacher (a bigger model served by vLLM) scores the samples for on-policy distillation: each
+prompt + completion is sent as token ids with ``prompt_logprobs: 0`` and ``max_tokens: 1``, and
+the teacher's logprob of each completion token is read from the prompt logprobs
+(``teacher_logprobs``). Teacher and student must share the tokenizer.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import httpx
 
@@ -22,6 +28,30 @@ from rl_loop.modeling import Policy
 
 class RolloutError(Exception):
     """A replica refused or garbled a rollout request."""
+
+
+@dataclass(frozen=True, slots=True)
+class Rollout:
+    """One sampled completion as the trainers take it: the rollout engine's logprob of each of
+    its tokens, its reward and group (completions of one prompt share a group, the baseline's
+    scope), the prompt with the verifier's feedback when it failed (the hint's teacher context)
+    and a teacher's logprob of each token when one scored it (on-policy distillation)."""
+
+    prompt_ids: tuple[int, ...]
+    completion_ids: tuple[int, ...]
+    rollout_logprobs: tuple[float, ...]
+    group: str
+    reward: float = 0.0
+    hint_prompt_ids: tuple[int, ...] | None = None
+    teacher_logprobs: tuple[float, ...] | None = None
+
+    def __post_init__(self) -> None:
+        if len(self.completion_ids) != len(self.rollout_logprobs):
+            raise ValueError("one rollout logprob per completion token is needed")
+        if self.teacher_logprobs is not None and len(self.teacher_logprobs) != len(
+            self.completion_ids
+        ):
+            raise ValueError("one teacher logprob per completion token is needed")
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,3 +164,47 @@ async def collect_rollouts(
 
         groups = await asyncio.gather(*(one(i, r) for i, r in enumerate(records)))
     return [s for group in groups for s in group]
+
+
+def _teacher_row(choice: dict[str, Any], sample: Sample, teacher: str) -> tuple[float, ...]:
+    rows = choice.get("prompt_logprobs") or []
+    start = len(sample.prompt_ids)
+    if len(rows) != start + len(sample.completion_ids):
+        raise RolloutError(f"{teacher}: {len(rows)} prompt logprobs for {start} + completion")
+    out = []
+    for token, row in zip(sample.completion_ids, rows[start:], strict=True):
+        entry = (row or {}).get(str(token))
+        if entry is None:
+            raise RolloutError(f"{teacher}: no prompt logprob for token {token}")
+        out.append(float(entry["logprob"]))
+    return tuple(out)
+
+
+async def teacher_logprobs(
+    teacher: str,
+    model: str,
+    samples: Sequence[Sample],
+    *,
+    concurrency: int = 8,
+    timeout_s: float = 300.0,
+) -> list[tuple[float, ...]]:
+    """The teacher's logprob of each completion token of each sample (see the module
+    docstring); ``teacher`` is the base URL of an OpenAI-compatible vLLM server."""
+    limit = asyncio.Semaphore(concurrency)
+    async with httpx.AsyncClient(timeout=httpx.Timeout(timeout_s, connect=5.0)) as client:
+
+        async def one(sample: Sample) -> tuple[float, ...]:
+            body = {
+                "model": model,
+                "prompt": [*sample.prompt_ids, *sample.completion_ids],
+                "max_tokens": 1,
+                "temperature": 0.0,
+                "prompt_logprobs": 0,
+            }
+            async with limit:
+                response = await client.post(f"{teacher.rstrip('/')}/v1/completions", json=body)
+            if response.status_code != 200:
+                raise RolloutError(f"{teacher}: {response.status_code} {response.text[:300]}")
+            return _teacher_row(response.json()["choices"][0], sample, teacher)
+
+        return list(await asyncio.gather(*(one(s) for s in samples)))

@@ -51,6 +51,7 @@ ORCHESTRATORS = {
     "loadtests/hostile_run.py",  # --with-vllm boots a real replica
     "loadtests/bench_routing.py",  # the RL loop's outcome type; the store is read in routing_items
     "loadtests/routing_items.py",  # bench_routing's reader of the store and the RL loop's verdicts
+    "rl_loop/bench_train.py",  # `make bench-train`: the task families' data and verifier
 }
 
 

@@ -51,7 +51,14 @@ async def test_round_data_is_built_in_process(store: StoreBackend, tmp_path: Pat
     data = await build_round_data(store, config)
     assert _files(tmp_path) == before  # no dataset files
     # time split: the latest quarter of the rows each dataset's records come from
-    assert data.counts() == {"sft_train": 4, "sft_eval": 2, "prompts_train": 6, "prompts_eval": 2}
+    assert data.counts() == {
+        "sft_train": 4,
+        "sft_eval": 2,
+        "prompts_train": 6,
+        "prompts_eval": 2,
+        "pairs_train": 0,  # pairs are built only for a round that trains DPO
+        "pairs_eval": 0,
+    }
     assert data.sft_train[0] == SftExample([{"role": "user", "content": "What is 1+1?"}], "2")
     assert data.prompts_eval[-1] == PromptRecord(
         id=ids[-1],
