@@ -14,8 +14,9 @@ the positions that predict a labelled token. And every IDE prompt starts with th
 prompt, about half of a quick question's tokens: when the rows of a batch share a prefix of at
 least ``MIN_SHARED_PREFIX`` tokens it runs once (batch 1, its KV cache repeated) and only the
 rest per row: the same hidden states and gradients as one full pass, for about half the
-compute. (TRL's fused LM head scores every position on the CPU and runs the whole prefix per
-row: about 1.7x slower on this model, measured by ``rl_loop.bench_train``.)
+compute. (TRL's own SFT step, whose fused LM head scores every position on the CPU and which
+runs the whole prefix per row, took 59-89 s for 30 steps of 16 IDE examples on the tiny model
+where this scoring took 3-31 s; a shared 2-core box, so the spread is other jobs'.)
 
 Distribution. Trainers call the model through the wrapper accelerate gives them (DDP, FSDP,
 DeepSpeed), so that its gradient hooks fire: ``add_completion_scoring`` makes
