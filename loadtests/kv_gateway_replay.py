@@ -243,45 +243,59 @@ async def run_policy(
 ) -> RealResult:
     """Replay ``trace`` at its arrival times through ``gateway`` routed by ``selector``."""
     urls = [r.url for r in gateway.replicas]
-    outcomes: list[_Outcome | None] = [None] * len(trace)
-    errors = 0
     timeout = aiohttp.ClientTimeout(total=900)
     connector = aiohttp.TCPConnector(limit=0)
     async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
         await reset_prefix_caches(session, urls)
         await gateway.use(session, with_endpoints(selector, gateway.replicas, topic))
         await asyncio.sleep(1.5)  # the new selector's first /metrics scrape; ZMQ subscriptions
-        before = await prefix_counters(session, urls)
+        result = await replay(session, name, [gateway.url], urls, trace, tokens)
+        result.kv_events = await gateway.kv_event_counters(session)
+    return result
 
-        async def issue(i: int, request: KvRequest) -> None:
-            nonlocal errors
-            ids = tokens.prompt_ids(request)
-            try:
-                outcomes[i] = await _send(session, gateway.url, request, ids)
-            except (aiohttp.ClientError, RuntimeError, TimeoutError, ValueError):
-                errors += 1
 
-        start = time.perf_counter()
-        tasks = []
-        for i, request in enumerate(trace):
-            delay = request.arrival_s - trace[0].arrival_s - (time.perf_counter() - start)
-            if delay > 0:
-                await asyncio.sleep(delay)
-            tasks.append(asyncio.create_task(issue(i, request)))
-        await asyncio.gather(*tasks)
-        elapsed = time.perf_counter() - start
-        await asyncio.sleep(1.0)  # vLLM updates its counters once per engine step
-        after = await prefix_counters(session, urls)
-        events_after = await gateway.kv_event_counters(session)
+async def replay(
+    session: aiohttp.ClientSession,
+    name: str,
+    gateways: Sequence[str],
+    replicas: Sequence[str],
+    trace: Sequence[KvRequest],
+    tokens: SegmentTokens,
+) -> RealResult:
+    """Replay ``trace`` at its arrival times, request i through ``gateways[i % n]`` (one gateway,
+    or several behind a round-robin client), judged by ``replicas``' vLLM counters."""
+    outcomes: list[_Outcome | None] = [None] * len(trace)
+    errors = 0
+    before = await prefix_counters(session, replicas)
+
+    async def issue(i: int, request: KvRequest) -> None:
+        nonlocal errors
+        ids = tokens.prompt_ids(request)
+        try:
+            outcomes[i] = await _send(session, gateways[i % len(gateways)], request, ids)
+        except (aiohttp.ClientError, RuntimeError, TimeoutError, ValueError):
+            errors += 1
+
+    start = time.perf_counter()
+    tasks = []
+    for i, request in enumerate(trace):
+        delay = request.arrival_s - trace[0].arrival_s - (time.perf_counter() - start)
+        if delay > 0:
+            await asyncio.sleep(delay)
+        tasks.append(asyncio.create_task(issue(i, request)))
+    await asyncio.gather(*tasks)
+    elapsed = time.perf_counter() - start
+    await asyncio.sleep(1.0)  # vLLM updates its counters once per engine step
+    after = await prefix_counters(session, replicas)
     done = [o for o in outcomes if o is not None]
-    counts = dict.fromkeys(urls, 0)
+    counts = dict.fromkeys(replicas, 0)
     for o in done:
         counts[o.replica] = counts.get(o.replica, 0) + 1
     ttfts = [o.ttft_s for o in done if o.ttft_s >= 0] or [float("nan")]
     deciles = statistics.quantiles(ttfts, n=10, method="inclusive") if len(ttfts) > 1 else ttfts * 9
     queries = after["queries"] - before["queries"]
     prompt_tokens = sum(o.prompt_tokens for o in done)
-    loads = [counts[u] for u in urls]
+    loads = [counts[u] for u in replicas]
     mean = sum(loads) / len(loads)
     return RealResult(
         policy=name,
@@ -294,7 +308,6 @@ async def run_policy(
         throughput_rps=len(done) / elapsed,
         max_mean_requests=max(loads) / mean if mean > 0 else 0.0,
         per_replica=counts,
-        kv_events=events_after,
         outcomes=[
             ("", -1, -1, -1.0)
             if o is None

@@ -4,7 +4,8 @@ same figures, percentiles within a histogram bucket), so a page reads hundreds o
 much traffic its window holds.
 
 :class:`RollUps` keeps the roll-ups current: a background task rolls up the closed hours every
-``console.rollup_interval_s`` (each gateway process does; the roll-up is idempotent).
+``console.rollup_interval_s`` (by one gateway process of the fleet, which holds the roll-up
+lease: ``Fleet.lead``; the roll-up is idempotent).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
@@ -54,20 +55,25 @@ class RollUps:
         store: Callable[[], StoreBackend | None],
         class_tag: Callable[[], str],
         interval_s: Callable[[], float],
+        lead: Callable[[float], Awaitable[bool]],
     ) -> None:
-        """Roll up now, then every ``interval_s()`` (read each time: a reload may change it)."""
+        """Roll up now, then every ``interval_s()`` (read each time: a reload may change it),
+        while ``lead(lease_s)`` says this process holds the fleet's roll-up lease: one gateway
+        process of a fleet rolls up, not every one (each would take the store's write lock)."""
         if self._task is None:
-            self._task = asyncio.create_task(self._loop(store, class_tag, interval_s))
+            self._task = asyncio.create_task(self._loop(store, class_tag, interval_s, lead))
 
     async def _loop(
         self,
         store: Callable[[], StoreBackend | None],
         class_tag: Callable[[], str],
         interval_s: Callable[[], float],
+        lead: Callable[[float], Awaitable[bool]],
     ) -> None:
         while True:
             backend = store()
-            if backend is not None:
+            # The lease outlives two missed rounds, so a live leader keeps it.
+            if backend is not None and await lead(3 * interval_s()):
                 try:
                     done = await roll_up(backend, dims(class_tag()), datetime.now(UTC))
                     log.debug("roll-ups: %s", done)

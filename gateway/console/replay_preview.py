@@ -2,7 +2,7 @@
 side by side (:func:`router.replay.replay`) on the newest successful exchanges of a window.
 
 Each recorded exchange becomes a :class:`router.replay.ReplayItem`: the router's view of the
-recorded request (:func:`recorded_features`, the reading ``python -m rl_loop.replay`` makes:
+recorded request (:func:`features_of`, the reading ``python -m rl_loop.replay`` makes:
 prompt size estimated from the messages, tags without ``note.*``, the scorer's text from the
 exporter's conversation), the arm that served it (a ``vllm`` target is local, any other
 frontier), the user's verdict (the latest accepted / rejected feedback), its cost and latency,
@@ -15,16 +15,15 @@ Reading the rows is the store's work; replaying is pure CPU and runs on a worker
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from router.chat_text import request_text
-from router.features import ENDPOINTS, Endpoint, RequestFeatures, estimate_tokens
+from router.features import RequestFeatures, recorded_features
 from router.learned import class_key
 from router.policy import RoutingPolicy
 from router.replay import Arm, ReplayItem, ReplayReport, replay
-from traffic.export.conversation import UnsupportedShape, to_messages, tools_of
+from traffic.export.conversation import canonical_body
 from traffic.export.labels import summarize_feedback
 from traffic.store import InferenceRecord, InferenceRow, StoreBackend
 from traffic.store.console_queries import Window, recent_ok
@@ -38,25 +37,16 @@ class Preview:
     judged: int  # of which with a user verdict or a shadow verdict
 
 
-def recorded_features(inf: InferenceRecord) -> RequestFeatures:
-    """The router's view of a recorded request."""
-    request = inf.request or {}
-    endpoint: Endpoint = next((e for e in ENDPOINTS if e == inf.endpoint), "chat.completions")
-    try:
-        body = {"messages": to_messages(inf), "tools": tools_of(inf)}
-    except UnsupportedShape:
-        body = request
-    return RequestFeatures(
-        endpoint=endpoint,
-        requested_model=str(request.get("model") or ""),
-        prompt_tokens=estimate_tokens(len(json.dumps(request.get("messages") or ""))),
-        has_tools=bool(request.get("tools")),
-        stream=bool(request.get("stream")),
-        tags={k: v for k, v in inf.tags.items() if not k.startswith("note.")},
+def features_of(inf: InferenceRecord) -> RequestFeatures:
+    """The router's view of a recorded request, as ``python -m rl_loop.replay`` reads it."""
+    return recorded_features(
+        inf.endpoint,
+        inf.request or {},
+        request_text(inf.endpoint, canonical_body(inf)),
+        tags=inf.tags,
         api_key_id=inf.api_key_id,
         episode_id=inf.episode_id,
         request_id=inf.id,
-        text=request_text(inf.endpoint, body),
     )
 
 
@@ -76,7 +66,7 @@ def replay_items(
             recorded = s.comparison.get("verdict")
             if isinstance(recorded, bool):
                 shadow = recorded
-        features = recorded_features(inf)
+        features = features_of(inf)
         items.append(
             ReplayItem(
                 features=features,

@@ -63,6 +63,7 @@ class Console:
             store,
             lambda: state.config.console.class_tag,
             lambda: state.config.console.rollup_interval_s,
+            lambda lease_s: state.fleet.lead("console-rollup", lease_s),
         )
 
     def routes(self) -> list[BaseRoute]:

@@ -57,6 +57,12 @@ class Fleet(Protocol):
         """Members' reports on ``drain_id``, by member id."""
         ...
 
+    async def lead(self, role: str, ttl_s: float) -> bool:
+        """Whether this member holds ``role``'s lease (taken or renewed for ``ttl_s``): one member
+        of the fleet does a fleet-wide chore (the console's roll-ups); when it dies another one
+        takes the role over once its lease ran out."""
+        ...
+
     async def live_members(self) -> list[str]:
         """The members heard from lately (this one included)."""
         ...
@@ -106,6 +112,9 @@ class LocalFleet:
 
     async def live_members(self) -> list[str]:
         return [self._member_id]
+
+    async def lead(self, role: str, ttl_s: float) -> bool:
+        return True  # the only member
 
     def share_routing(self, target: str, selector: ObservingSelector) -> None:
         return None

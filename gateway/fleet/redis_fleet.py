@@ -409,6 +409,22 @@ class RedisFleet:
         members = {_text(m) for m in raw if isinstance(m, bytes | str)} | {self._member_id}
         return sorted(members)
 
+    async def lead(self, role: str, ttl_s: float) -> bool:
+        """``SET NX PX`` takes a free lease; its holder renews it. While Redis cannot be reached
+        every member leads (the chores are idempotent: the cost is work done twice, not lost)."""
+        key, ttl_ms = f"{self._ns}:lead:{role}", max(1, int(ttl_s * 1000))
+        try:
+            if await self._redis.set(key, self._member_id, nx=True, px=ttl_ms):
+                return True
+            holder = await self._redis.get(key)
+            if holder is None or _text(holder) != self._member_id:
+                return False
+            await self._redis.pexpire(key, ttl_ms)
+            return True
+        except (RedisError, OSError) as exc:
+            log.debug("fleet lease %s: Redis unreachable (%s); leading meanwhile", role, exc)
+            return True
+
     def share_routing(self, target: str, selector: ObservingSelector) -> None:
         self.routed.attach(target, selector)
 

@@ -12,9 +12,12 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -40,6 +43,7 @@ ENV = {
 ADMIN = {"authorization": f"Bearer {ADMIN_TOKEN}"}
 EPISODE = "x-switchyard-episode"
 READY_S = 120.0
+FLEET_REDIS_TIMEOUT_S = 2.0
 # Local-target prices high enough that one small request costs a visible fraction of a cent.
 PRICE_USD_PER_MTOK = 1000.0
 
@@ -127,7 +131,16 @@ def fleet_config(
             "redis_url": redis_url,
             "redis_namespace": f"{fleet_name}:rl",
         },
-        "fleet": {"backend": "redis", "redis_url": redis_url, "name": fleet_name},
+        # Two seconds before Redis counts as unreachable (0.5 s by default): on the CI box's two
+        # cores three gateways, a vLLM replica and pytest share the CPU, and one starved event
+        # loop turn must not mark a member stale (it then drops the routed decisions published
+        # while it reconnects). The outage tests stop Redis outright, which no timeout hides.
+        "fleet": {
+            "backend": "redis",
+            "redis_url": redis_url,
+            "name": fleet_name,
+            "timeout_s": FLEET_REDIS_TIMEOUT_S,
+        },
     }
 
 
@@ -183,9 +196,12 @@ def start_gateways(
     work: Path,
     *,
     extra_args: Sequence[str] = ("--workers", "1"),
+    following: bool = True,
 ) -> list[Gateway]:
     """Spawn one ``python -m gateway`` per config (started together), wait until all serve
-    (one worker process each unless ``extra_args`` says otherwise)."""
+    (one worker process each unless ``extra_args`` says otherwise) and, if ``following``, until
+    each follows the fleet's Redis (a gateway serves before that, on its seed state, but
+    decisions published before it subscribed never reach it)."""
     gateways = []
     for i, config in enumerate(configs):
         path = work / f"gateway-{i}.yaml"
@@ -196,6 +212,13 @@ def start_gateways(
         gateways.append(Gateway(server, path))
     for gateway in gateways:
         servers.wait_ready(gateway.server, READY_S, poll_s=0.05)
+    if following:
+        for gateway in gateways:
+            wait_until(
+                lambda g=gateway: g.metric("switchyard_fleet_state_stale") == 0.0,
+                READY_S,
+                f"{gateway.server.name} follows the fleet",
+            )
     return gateways
 
 
@@ -325,3 +348,113 @@ def _pings(client: redis.Redis) -> bool:
         return bool(client.ping())
     except (redis.RedisError, OSError):
         return False
+
+
+def require_services() -> None:
+    """Skip unless the shared Redis and PostgreSQL answer."""
+    try:
+        redis.Redis.from_url(REDIS_URL, socket_connect_timeout=1).ping()
+    except (redis.RedisError, OSError) as exc:
+        pytest.skip(f"Redis not reachable at {REDIS_URL}: {exc}")
+    try:
+        psycopg.connect(PG_URL, connect_timeout=3).close()
+    except psycopg.OperationalError as exc:
+        pytest.skip(f"PostgreSQL not reachable at {PG_URL}: {exc}".splitlines()[0])
+
+
+@contextmanager
+def running_fleet(
+    n: int,
+    replicas: Sequence[str],
+    tokenizer_dir: Path,
+    work: Path,
+    label: str,
+    adjust: Callable[[int, dict[str, Any]], None] | None = None,
+) -> Iterator[Fleet]:
+    """``n`` gateways of a fresh fleet (its own Redis namespace and PostgreSQL schema, dropped
+    on the way out) in front of ``replicas``; ``adjust(i, config)`` edits gateway i's config."""
+    require_services()
+    name = f"switchyard:{label}:{uuid.uuid4().hex[:10]}"
+    schema = new_schema()
+    configs = gateway_configs(
+        n, replicas=replicas, tokenizer_dir=tokenizer_dir, schema=schema, work=work,
+        fleet_name=name,
+    )  # fmt: skip
+    for i, config in enumerate(configs):
+        if adjust is not None:
+            adjust(i, config)
+    try:
+        with ServerFleet(work / "logs") as servers:
+            gateways = start_gateways(servers, configs, work)
+            yield Fleet(gateways, servers, name, schema, list(replicas), work, configs)
+    finally:
+        drop_redis_keys(REDIS_URL, name)
+        drop_schema(schema)
+
+
+class Load:
+    """Chats through every gateway in turn, one after another, until stopped (``max_tokens``
+    keeps a real replica quick)."""
+
+    def __init__(self, fleet: Fleet, max_tokens: int | None = None, timeout_s: float = 30.0):
+        self.client = RoundRobin(fleet.urls, timeout_s)
+        self.max_tokens = max_tokens
+        self.replicas: Counter[str] = Counter()
+        self.failures: list[str] = []
+        self.sent = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            body: dict[str, Any] = {
+                "model": LOCAL_MODEL_NAME,
+                "messages": [{"role": "user", "content": f"load {self.sent}"}],
+            }
+            if self.max_tokens is not None:
+                body["max_tokens"] = self.max_tokens
+            headers = {EPISODE: f"load-{self.sent % 7}"}
+            _, r = self.client.post("/v1/chat/completions", body, headers)
+            self.sent += 1
+            if r.status_code != 200:
+                self.failures.append(r.text[:300])
+            else:
+                self.replicas[r.headers["x-switchyard-replica"]] += 1
+
+    def __enter__(self) -> Load:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(120)
+        self.client.close()
+
+
+def check_drain_stops_new_work(
+    fleet: Fleet,
+    drained: str,
+    served: Callable[[str], float],
+    weights_version: str,
+    load: Load,
+    timeout_s: float = 60.0,
+) -> None:
+    """Under ``load``, drain ``drained`` through gateway 1: once the drain has answered, the
+    replica serves nothing new (``served(url)``: the replica's own count) while 30 more requests
+    go through every gateway, and every gateway shows it drained; then undrain it through
+    gateway 2 with ``weights_version`` and wait until it serves again."""
+    wait_until(lambda: len(load.replicas) == 2, timeout_s, "the load reaches both replicas")
+    body = {"target": "local", "replica": drained, "timeout_s": min(timeout_s, 60.0)}
+    answer = fleet.gateways[1].admin("POST", "/admin/replicas/drain", body)
+    assert answer == {"replica": drained, "drained": True, "in_flight": 0}
+    served_at_drain = served(drained)
+    sent_at_drain = load.sent
+    wait_until(lambda: load.sent >= sent_at_drain + 30, timeout_s, "more load after the drain")
+    assert served(drained) == served_at_drain
+    for gateway in fleet.gateways:
+        view = {r["replica"]: r for r in gateway.fleet()["replicas"]}
+        assert view[drained]["drained"] is True
+    undrain = {"target": "local", "replica": drained, "weights_version": weights_version}
+    fleet.gateways[2].admin("POST", "/admin/replicas/undrain", undrain)
+    wait_until(lambda: served(drained) > served_at_drain, timeout_s, "the replica is back")
+    assert not load.failures

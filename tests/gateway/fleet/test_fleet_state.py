@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import threading
-from collections import Counter
 from pathlib import Path
 
 import httpx
@@ -22,7 +20,9 @@ from tests.gateway.fleet.harness import (
     ADMIN,
     ADMIN_TOKEN,
     Fleet,
+    Load,
     RoundRobin,
+    check_drain_stops_new_work,
     sim_requests,
     wait_until,
 )
@@ -42,57 +42,12 @@ def test_every_gateway_process_is_a_member_of_one_fleet(fleet: Fleet) -> None:
     assert len({(v["epoch"], v["policy_version"]) for v in views}) == 1
 
 
-class _Load:
-    """Requests through every gateway, one after another, until stopped."""
-
-    def __init__(self, fleet: Fleet) -> None:
-        self.client = RoundRobin(fleet.urls)
-        self.replicas: Counter[str] = Counter()
-        self.failures: list[str] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self.sent = 0
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            _, r = self.client.chat(f"load {self.sent}", episode=f"load-{self.sent % 7}")
-            self.sent += 1
-            if r.status_code != 200:
-                self.failures.append(r.text)
-            else:
-                self.replicas[r.headers["x-switchyard-replica"]] += 1
-
-    def __enter__(self) -> _Load:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(30)
-        self.client.close()
-
-
 def test_a_drain_through_one_gateway_stops_every_gateway_routing_to_the_replica(
     fleet: Fleet,
 ) -> None:
     drained = fleet.replicas[1]
-    body = {"target": "local", "replica": drained, "timeout_s": 10}
-    with _Load(fleet) as load:
-        wait_until(lambda: len(load.replicas) == 2, 30, "the load reaches both replicas")
-        answer = fleet.gateways[1].admin("POST", "/admin/replicas/drain", body)
-        assert answer == {"replica": drained, "drained": True, "in_flight": 0}
-        # Once the drain answered, no gateway sends the replica anything new.
-        served_at_drain = sim_requests(drained)
-        sent_at_drain = load.sent
-        wait_until(lambda: load.sent >= sent_at_drain + 30, 60, "more load after the drain")
-        assert sim_requests(drained) == served_at_drain
-        for gateway in fleet.gateways:
-            replicas = {r["replica"]: r for r in gateway.fleet()["replicas"]}
-            assert replicas[drained]["drained"] is True
-        undrain = {"target": "local", "replica": drained, "weights_version": "w-fleet-2"}
-        fleet.gateways[2].admin("POST", "/admin/replicas/undrain", undrain)
-        wait_until(lambda: sim_requests(drained) > served_at_drain, 30, "the replica is back")
-    assert not load.failures
+    with Load(fleet) as load:
+        check_drain_stops_new_work(fleet, drained, sim_requests, "w-fleet-2", load)
     # Every gateway now tags the replica's answers with the version given through one of them.
     client = RoundRobin(fleet.urls)
     versions = set()
