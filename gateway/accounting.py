@@ -1,27 +1,27 @@
 """The end of every exchange, exactly once: metrics, cost, the key's spend and tokens, the trace
-span, and one record to the async writer. Sync and cheap: the writer does the I/O later.
+span, and one record to the async writer. Sync and cheap: the record leaves as a draft
+(:mod:`gateway.record_draft`) that the writer assembles and stores later.
 """
 
 from __future__ import annotations
 
 import time
-from datetime import UTC, datetime
 from typing import Any
 
 import orjson
 
 from gateway.backends.base import Usage
 from gateway.exchange import Exchange
+from gateway.record_draft import Deferred, InferenceDraft, build_record, ready
 from gateway.state import GatewayState
 from router.features import RequestFeatures
-from traffic.store.records import InferenceRecord
 
 
 def finish(
     state: GatewayState,
     ex: Exchange,
     status: int,
-    response: dict[str, Any] | None,
+    response: dict[str, Any] | Deferred | None,
     usage: Usage,
     *,
     error: str | None,
@@ -29,7 +29,10 @@ def finish(
 ) -> float | None:
     """Metrics, trace span and the record; sync and cheap (the writer does the I/O later).
 
-    Returns the request's cost in USD (None when unknown). A second call is a no-op."""
+    ``response`` is the answer in the client's format, or a :class:`Deferred` computing it and
+    the canonical answer in the writer (streams); a plain answer goes with
+    ``ex.canonical_response``. Returns the request's cost in USD (None when unknown). A second
+    call is a no-op."""
     if ex.finished:
         return None
     ex.finished = True
@@ -60,38 +63,40 @@ def finish(
     if state.recorder is None:
         return cost
     f = ex.features
-    state.recorder.submit(
-        InferenceRecord(
-            id=ex.id,
-            ts=datetime.now(UTC),
-            api_key_id=ex.principal.key_id,  # known even when the body was refused
-            episode_id=f.episode_id if f else None,
-            endpoint=ex.endpoint,
-            wire_format=ex.wire_format,
-            request=ex.request if ex.request is not None else {},
-            canonical_request=ex.canonical_request,
-            response=response,
-            canonical_response=ex.canonical_response,
-            route_target=ex.target or "",
-            served_model=ex.served_model or "",
-            weights_version=ex.weights_version,
-            replica=ex.replica,
-            policy_version=ex.decision.policy_version if ex.decision else None,
-            policy_reason=ex.decision.reason if ex.decision else None,
-            status=status,
-            error=error,
-            stream=stream,
-            latency_ms=latency * 1000,
-            ttft_ms=ex.ttft_s * 1000 if ex.ttft_s is not None else None,
-            prompt_tokens=usage.prompt_tokens,
-            completion_tokens=usage.completion_tokens,
-            cached_tokens=usage.cached_tokens,
-            cache_creation_tokens=usage.cache_creation_tokens,
-            cost_usd=cost,
-            tags=_tags(f, ex),
-            attempts=ex.attempts,
-        )
+    draft = InferenceDraft(
+        ex.id,
+        time.time(),
+        ex.principal.key_id,  # known even when the body was refused
+        f.episode_id if f else None,
+        ex.endpoint,
+        ex.wire_format,
+        ex.request if ex.request is not None else {},
+        ex.canonical_request,
+        response if isinstance(response, Deferred) else ready(response, ex.canonical_response),
+        ex.target or "",
+        ex.served_model or "",
+        ex.weights_version,
+        ex.replica,
+        ex.decision.policy_version if ex.decision else None,
+        ex.decision.reason if ex.decision else None,
+        status,
+        error,
+        stream,
+        latency * 1000,
+        ex.ttft_s * 1000 if ex.ttft_s is not None else None,
+        usage.prompt_tokens,
+        usage.completion_tokens,
+        usage.cached_tokens,
+        usage.cache_creation_tokens,
+        cost,
+        _tags(f, ex),
+        ex.attempts,
     )
+    submit_draft = getattr(state.recorder, "submit_draft", None)
+    if submit_draft is not None:  # the record is built in the writer (gateway.record_draft)
+        submit_draft(draft)
+    else:  # a plain sink (tests): the record now
+        state.recorder.submit(build_record(draft))
     return cost
 
 

@@ -43,6 +43,7 @@ from gateway.metrics import GatewayMetrics
 from gateway.recording import RecorderHandle, open_recorder
 from gateway.state import GatewayState, RecordSink, new_state
 from gateway.tracing import build_tracer
+from traffic.tool_calls import warm as warm_tool_calls
 
 log = logging.getLogger(__name__)
 
@@ -146,6 +147,8 @@ def create_app(
             state.rate_limiter = build_rate_limiter(config.auth)
         metrics.add_live_gauges(_live_gauges(state, handle))
         fleet = await start_fleet(state)  # the state other gateway processes share
+        # The tool-call validator for agent steps' fallback, imported off the loop.
+        warming = asyncio.get_running_loop().run_in_executor(None, warm_tool_calls)
         metrics.in_flight.set_function(lambda: state.in_flight)  # was declared, never set
         app.state.switchyard = state
         app.state.recorder = handle if handle is not None else _as_handle(sink)
@@ -158,6 +161,7 @@ def create_app(
         try:
             yield
         finally:
+            await warming
             await drain(state, state.config.gateway.limits.drain_timeout_s)
             if console is not None:
                 await console.aclose()  # a weight swap it started is stopped

@@ -183,6 +183,12 @@ class StoreSection(StoreConfig):
     """The traffic store (``traffic.store.config``) plus whether the gateway records at all."""
 
     enabled: bool = True
+    writer_process: bool = Field(
+        default=True,
+        description="The record writer runs in a process of its own (one per gateway process, "
+        "gateway.recorder_process), off the serving loop; false (or an in-memory SQLite "
+        "database) keeps it in the gateway's process.",
+    )
 
 
 class GatewaySection(BaseModel):

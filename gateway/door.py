@@ -221,7 +221,13 @@ async def serve_door(request: Request, door: FrontDoor, translate: Translate) ->
                 len(raw), limits, _prepare, ex, raw, translate, request, limits
             )
             assert ex.features is not None
-            ex.decision = state.decide(routing, ex.features)
+            # The policy decides; an agent episode's fallback may replace a local decision.
+            ex.decision = await state.episodes.route(
+                routing,
+                ex.features,
+                translated.body.get("tools"),
+                state.decide(routing, ex.features),
+            )
         except (GatewayError, RoutingError) as exc:
             if ex.request is None:
                 # Kept whole (not truncated) so the record shows exactly what was refused.

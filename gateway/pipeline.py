@@ -8,7 +8,7 @@
           limits.request_timeout_s past -> 504, no further target (the deadline spans all tries,
                                            until the answer or a stream's first byte)
       none left -> AllBackendsFailedError (every attempt's error, last one's status)
-    finally: metrics, trace span, one InferenceRecord to the async writer
+    finally: metrics, trace span, one record draft to the writer (gateway.record_draft)
 
 A stream fails over only before its first byte. After that a failure is sent to the client as an
 OpenAI error event (``data: {"error": ...}``) and no ``[DONE]``, so the SDK raises instead of
@@ -36,6 +36,7 @@ from typing import Any, TypeVar
 import orjson
 from starlette.responses import Response, StreamingResponse
 
+from gateway import record_draft
 from gateway.accounting import finish
 from gateway.backends.base import Backend, UpstreamCall, UpstreamResult, UpstreamStream, Usage
 from gateway.errors import (
@@ -49,9 +50,10 @@ from gateway.errors import (
     error_response_parts,
 )
 from gateway.exchange import Exchange, StreamEncoder
+from gateway.record_draft import Deferred
 from gateway.shadow import should_shadow, start_shadow
 from gateway.state import GatewayState, Routing
-from gateway.wire.assemble import assemble_chat, assemble_completion, parse_stream
+from gateway.wire.assemble import parse_stream
 from gateway.wire.sse import encode_event
 
 T = TypeVar("T")
@@ -178,9 +180,11 @@ async def serve_unary(
     door = ex.door
     _after_success(state, ex, call)
     if result.native or door is None or door.render is None:
-        if result.native and state.recorder is not None:  # for the record only
-            ex.canonical_response = _native_as_chat(ex, result.parsed)
-        cost = finish(state, ex, 200, result.parsed, result.usage, error=None, stream=False)
+        answer: dict[str, Any] | Deferred | None = result.parsed
+        if state.recorder is not None:  # the body's bytes travel to the writer, which parses
+            as_chat = door.native_as_chat if result.native and door is not None else None
+            answer = Deferred(record_draft.from_body, (result.body, as_chat, ex.canonical_response))
+        cost = finish(state, ex, 200, answer, result.usage, error=None, stream=False)
         return Response(result.body, 200, _with_cost(ex, cost), media_type="application/json")
     rendered = door.render(result.parsed, ex)
     ex.canonical_response = result.parsed  # the internal answer the door rendered
@@ -188,18 +192,6 @@ async def serve_unary(
     return Response(
         orjson.dumps(rendered), 200, _with_cost(ex, cost), media_type="application/json"
     )
-
-
-def _native_as_chat(ex: Exchange, native: dict[str, Any] | None) -> dict[str, Any] | None:
-    """A native answer as a chat completion; None without a converter or when the body is not an
-    answer (``response`` keeps it; a converter never costs a record)."""
-    convert = ex.door.native_as_chat if ex.door is not None else None
-    if convert is None or native is None:
-        return None
-    try:
-        return convert(native)
-    except (ValueError, TypeError):
-        return None
 
 
 def _with_cost(ex: Exchange, cost: float | None) -> dict[str, str]:
@@ -277,22 +269,28 @@ async def _relay(
         raise
     finally:
         # Recorded before the last await: a task cancelled again while closing still records.
+        # The answer is assembled by the writer, from what the stream kept (gateway.record_draft).
         out = stream.outcome
-        response: dict[str, Any] | None = None
+        answers: Deferred | None = None
         if not recording:
             pass  # the assembled answers exist only for the record
         elif stream.native:
-            assemble_native = ex.door.assemble_native if ex.door is not None else None
-            response = assemble_native(b"".join(out.raw)) if assemble_native else None
-            ex.canonical_response = _native_as_chat(ex, response)
+            door = ex.door
+            answers = Deferred(
+                record_draft.from_native_stream,
+                (
+                    door.assemble_native if door is not None else None,
+                    door.native_as_chat if door is not None else None,
+                    out.raw,
+                ),
+            )
         elif encoder is not None:
-            response = encoder.final_response()
-            ex.canonical_response = assemble_chat(consumed) if consumed else None
+            answers = Deferred(record_draft.from_encoded, (encoder.final_response(), consumed))
+        elif out.chunks:
+            answers = Deferred(record_draft.from_chunks, (ex.endpoint, out.chunks))
         else:
-            chunks = out.chunks or parse_stream(b"".join(out.raw))
-            assemble = assemble_chat if ex.endpoint == "chat.completions" else assemble_completion
-            response = assemble(chunks) if chunks else None
-        finish(state, ex, status, response, out.usage, error=error, stream=True)
+            answers = Deferred(record_draft.from_raw, (ex.endpoint, out.raw))
+        finish(state, ex, status, answers, out.usage, error=error, stream=True)
         if status == 200:
             _after_success(state, ex, call)
         await _close_quietly(stream)

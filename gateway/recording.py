@@ -1,6 +1,9 @@
 """The gateway's handle on the traffic store: the backend plus its async record writer.
 
-The request path only calls :meth:`RecorderHandle.submit` (sync, O(1), never blocks or raises).
+The writer runs in a process of its own (:mod:`gateway.recorder_process`) unless the config says
+otherwise or no process can start; then in this one. Either way the request path only calls
+:meth:`RecorderHandle.submit_draft` (or ``submit``; sync, O(1), never blocks or raises), and the
+record is assembled by the writer (:mod:`gateway.record_draft`).
 Feedback needs to know whether an inference exists and which key made it; a record may still be
 queued in the writer, so the ids (with their key) submitted recently are remembered (bounded) and
 checked before the database.
@@ -12,7 +15,10 @@ import dataclasses
 import logging
 from collections import OrderedDict
 
+from gateway.config import StoreSection
 from gateway.errors import ServiceUnavailableError
+from gateway.record_draft import InferenceDraft, build_record
+from gateway.recorder_process import WriterProcess
 from traffic.store import (
     FeedbackRecord,
     InferenceOwner,
@@ -20,7 +26,6 @@ from traffic.store import (
     RecordWriter,
     ShadowRecord,
     StoreBackend,
-    StoreConfig,
     StoreError,
     StoreUnavailable,
     open_store,
@@ -32,15 +37,27 @@ RECENT_IDS = 200_000
 
 
 class RecorderHandle:
-    def __init__(self, backend: StoreBackend, writer: RecordWriter) -> None:
+    def __init__(self, backend: StoreBackend, writer: RecordWriter | WriterProcess) -> None:
         self.backend = backend
         self.writer = writer
         self._recent: OrderedDict[str, str | None] = OrderedDict()  # id -> its api_key_id
 
     def submit(self, record: InferenceRecord) -> None:
         self.writer.submit(record)
+        self._remember(record.id, record.api_key_id)
+
+    def submit_draft(self, draft: InferenceDraft) -> None:
+        """The request path's way: the writer builds the record."""
+        writer = self.writer
+        if isinstance(writer, WriterProcess):
+            writer.submit(draft)
+        else:
+            writer.submit(build_record(draft))
+        self._remember(draft.id, draft.api_key_id)
+
+    def _remember(self, inference_id: str, api_key_id: str | None) -> None:
         recent = self._recent
-        recent[record.id] = record.api_key_id
+        recent[inference_id] = api_key_id
         if len(recent) > RECENT_IDS:
             recent.popitem(last=False)
 
@@ -79,7 +96,7 @@ class RecorderHandle:
             await self.backend.close()
 
 
-async def open_recorder(config: StoreConfig) -> RecorderHandle:
+async def open_recorder(config: StoreSection) -> RecorderHandle:
     """Connect (and migrate) the store and start the writer.
 
     A database that is down at startup does not stop the gateway: the writer spools until it
@@ -90,6 +107,10 @@ async def open_recorder(config: StoreConfig) -> RecorderHandle:
         await backend.connect()
     except StoreError as exc:
         log.error("traffic store unreachable at startup, spooling until it returns: %s", exc)
-    writer = RecordWriter(backend, config)
+    writer: RecordWriter | WriterProcess
+    if config.writer_process and config.url != "sqlite:///:memory:":
+        writer = WriterProcess(config, backend)
+    else:
+        writer = RecordWriter(backend, config)
     await writer.start()
     return RecorderHandle(backend, writer)

@@ -31,6 +31,7 @@ from gateway.backends.replica_pool import ReplicaPool
 from gateway.backends.vllm import VllmBackend
 from gateway.backends.worker_loop import WorkerLoop
 from gateway.config import BackendConfig, SwitchyardConfig, load_config
+from gateway.episode_routing import EpisodeRouting
 from gateway.fleet.base import Fleet, LocalFleet
 from gateway.local_targets import LocalTarget, load_tokenizers
 from gateway.metrics import GatewayMetrics
@@ -128,6 +129,8 @@ class GatewayState:
     # (gateway.fleet), and what applies the fleet's changes here (set at start-up).
     fleet: Fleet = field(default_factory=LocalFleet)
     applier: FleetApplier | None = None
+    # Agent episodes' fallback after a failed local step (set at start-up with the fleet).
+    episodes: EpisodeRouting = field(default_factory=EpisodeRouting)
 
     @property
     def in_flight(self) -> int:
@@ -252,6 +255,7 @@ class GatewayState:
     async def aclose(self) -> None:
         for local in self._locals.values():
             await local.aclose()
+        await self.episodes.aclose()
         await asyncio.to_thread(self.worker.close)
 
 

@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.gateway.conftest import store_gateway
+from tests.fixtures.gateway_fixture import GatewayThread, gateway_config
 from traffic.store import writer as writer_module
 
 CHAT = {"model": "auto", "messages": [{"role": "user", "content": "hello"}]}
@@ -28,7 +28,15 @@ def test_a_failing_writer_makes_the_gateway_unready_until_it_recovers(
 ) -> None:
     monkeypatch.setattr(writer_module, "FAULT_WINDOW_S", 1.0)
     url = f"sqlite:///{tmp_path / 'traffic.db'}"
-    gw = store_gateway(frontier_sim.base_url, url, tmp_path / "spool").start()
+    store = {
+        "enabled": True,
+        "url": url,
+        "spool_dir": str(tmp_path / "spool"),
+        "retry_initial_s": 0.1,
+        "retry_max_s": 0.5,
+        "writer_process": False,  # the fault is planted in this process's writer
+    }
+    gw = GatewayThread(gateway_config(frontier_sim.base_url, store=store), use_store=True).start()
     try:
         assert httpx.get(gw.base_url + "/ready").status_code == 200
         writer = gw.app.state.recorder.writer

@@ -13,34 +13,81 @@ the rows are chosen by the store's own filter (``traffic.store.InferenceFilter``
 from JSON by ``TRAFFIC_QUERY``. ``episodes`` rebuilds an agent's whole trajectory from the turns
 of one episode, and ``episode_export`` writes episodes as multi-turn tool-calling SFT data and
 RL episodes.
+
+Importing a submodule (``traffic.export.turns``, as the gateway does) does not import the rest:
+the names below are loaded on first use (PEP 562), so the gateway's start path does not pay for
+the dataset pipeline (its builders and configs: ~150 ms).
 """
 
-from traffic.export.config import (
-    BuildConfig,
-    DatasetConfig,
-    DatasetKind,
-    DedupConfig,
-    ExportConfig,
-    SplitConfig,
-)
-from traffic.export.dataset import Dataset, ExportCounts, build_dataset
-from traffic.export.episode_export import (
-    EpisodeExportConfig,
-    EpisodeExportManifest,
-    export_episodes,
-    export_episodes_from_store,
-    load_episode,
-)
-from traffic.export.episodes import Episode, RouteKinds, episode_view, rebuild_episode
-from traffic.export.export import ExportManifest, export_dataset
-from traffic.export.from_store import (
-    TRAFFIC_QUERY,
-    dataset_from_store,
-    export_from_store,
-    summarize,
-)
-from traffic.export.turns import UnsupportedShape
-from traffic.export.wire_formats import LegacyTranslator
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from traffic.export.config import (
+        BuildConfig,
+        DatasetConfig,
+        DatasetKind,
+        DedupConfig,
+        ExportConfig,
+        SplitConfig,
+    )
+    from traffic.export.dataset import Dataset, ExportCounts, build_dataset
+    from traffic.export.episode_export import (
+        EpisodeExportConfig,
+        EpisodeExportManifest,
+        export_episodes,
+        export_episodes_from_store,
+        load_episode,
+    )
+    from traffic.export.episodes import Episode, RouteKinds, episode_view, rebuild_episode
+    from traffic.export.export import ExportManifest, export_dataset
+    from traffic.export.from_store import (
+        TRAFFIC_QUERY,
+        dataset_from_store,
+        export_from_store,
+        summarize,
+    )
+    from traffic.export.turns import UnsupportedShape
+    from traffic.export.wire_formats import LegacyTranslator
+
+_LAZY: dict[str, str] = {
+    "BuildConfig": "traffic.export.config",
+    "Dataset": "traffic.export.dataset",
+    "DatasetConfig": "traffic.export.config",
+    "DatasetKind": "traffic.export.config",
+    "DedupConfig": "traffic.export.config",
+    "Episode": "traffic.export.episodes",
+    "EpisodeExportConfig": "traffic.export.episode_export",
+    "EpisodeExportManifest": "traffic.export.episode_export",
+    "ExportConfig": "traffic.export.config",
+    "ExportCounts": "traffic.export.dataset",
+    "ExportManifest": "traffic.export.export",
+    "LegacyTranslator": "traffic.export.wire_formats",
+    "RouteKinds": "traffic.export.episodes",
+    "SplitConfig": "traffic.export.config",
+    "TRAFFIC_QUERY": "traffic.export.from_store",
+    "UnsupportedShape": "traffic.export.turns",
+    "build_dataset": "traffic.export.dataset",
+    "dataset_from_store": "traffic.export.from_store",
+    "episode_view": "traffic.export.episodes",
+    "export_dataset": "traffic.export.export",
+    "export_episodes": "traffic.export.episode_export",
+    "export_episodes_from_store": "traffic.export.episode_export",
+    "export_from_store": "traffic.export.from_store",
+    "load_episode": "traffic.export.episode_export",
+    "rebuild_episode": "traffic.export.episodes",
+    "summarize": "traffic.export.from_store",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'traffic.export' has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)
+
 
 __all__ = [
     "TRAFFIC_QUERY",

@@ -44,6 +44,11 @@ replays the spool if the database is up and time is left; what remains stays in 
 next start. The writer does not own the backend: close the backend after the writer.
 
 :meth:`stats` returns a snapshot for metrics (counters are totals since start).
+
+``on_settled`` (optional) is called with the records the writer is done with: stored, spooled,
+dead-lettered or counted lost (not those replayed from the spool: they were settled when
+spooled). A process feeding this writer through a pipe (:mod:`gateway.recorder_process`) uses it
+to acknowledge what it may forget.
 """
 
 from __future__ import annotations
@@ -67,6 +72,7 @@ from traffic.store.spool import Spool, SpoolClaim, SpoolRecord
 log = logging.getLogger(__name__)
 
 Rejected = list[tuple[SpoolRecord, str]]
+Settled = Callable[[Sequence[SpoolRecord]], None]
 
 FAULT_WINDOW_S: Final = 60.0  # faults this recent count against health ...
 FAULT_BURST: Final = 3  # ... this many of them make the writer unhealthy
@@ -97,8 +103,11 @@ class WriterStats:
 class RecordWriter:
     """Batches inference, feedback and shadow records into a :class:`StoreBackend`."""
 
-    def __init__(self, backend: StoreBackend, config: StoreConfig) -> None:
+    def __init__(
+        self, backend: StoreBackend, config: StoreConfig, on_settled: Settled | None = None
+    ) -> None:
         self._backend = backend
+        self._on_settled = on_settled
         self._cfg = config
         self._queue: asyncio.Queue[SpoolRecord | None] = asyncio.Queue(config.queue_size)
         self._batch_ready = asyncio.Event()  # a full batch is queued, or close() wants it now
@@ -322,6 +331,7 @@ class RecordWriter:
             else:
                 self._stats.written_total += written
                 await self._reject(rejected)
+                self._settled(batch)
                 return
         self._inflight = []  # the spool write below is tracked; close() must not respool them
         await self._to_spool(batch)
@@ -384,6 +394,7 @@ class RecordWriter:
             self._stats.spooled_total += spooled
             self._stats.rejected_total += rejected
             self._spool_ready.set()
+            self._settled(records)
             return
         self._stats.spool_errors_total += 1
         self._fail(error)
@@ -402,6 +413,7 @@ class RecordWriter:
             return
         self._stats.spooled_total += spooled
         self._stats.rejected_total += rejected
+        self._settled(records)
 
     async def _overflow_loop(self) -> None:
         backoff = self._cfg.retry_initial_s
@@ -493,6 +505,15 @@ class RecordWriter:
         if records:
             self._stats.lost_total += len(records)
             log.critical("record writer: %d records lost (no database, no disk)", len(records))
+            self._settled(records)
+
+    def _settled(self, records: Sequence[SpoolRecord]) -> None:
+        if self._on_settled is None or not records:
+            return
+        try:
+            self._on_settled(records)
+        except Exception as e:  # the listener's bug must not stop the writer
+            self._fault("on_settled", e)
 
 
 def _log_death(task: asyncio.Task[None]) -> None:

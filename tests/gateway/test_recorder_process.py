@@ -1,0 +1,262 @@
+"""The record writer in its own process: records arrive assembled, feedback finds ids just
+submitted, a writer process killed under load loses no record, and a gateway where no process
+can start records from its own process."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import pickle
+import signal
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from gateway import recorder_process
+from gateway.record_draft import (
+    Deferred,
+    InferenceDraft,
+    build_record,
+    from_native_stream,
+    from_raw,
+)
+from gateway.recorder_process import WriterProcess
+from gateway.wire.anthropic_answer import completion_of_message
+from gateway.wire.anthropic_stream import assemble_message
+from tests.fixtures.gateway_fixture import GatewayThread
+from tests.gateway.conftest import store_gateway
+from traffic.store import InferenceFilter, InferenceRow, StoreConfig, open_store
+from traffic.store.ids import new_id
+
+CHAT = {"model": "auto", "messages": [{"role": "user", "content": "record me"}]}
+MESSAGES = {
+    "model": "claude-3-5-haiku",
+    "max_tokens": 16,
+    "messages": [{"role": "user", "content": "record me too"}],
+}
+
+
+def _read_all(url: str) -> dict[str, InferenceRow]:
+    async def read() -> list[InferenceRow]:
+        backend = open_store(StoreConfig(url=url))
+        await backend.connect()
+        try:
+            return [row async for row in backend.iter_inferences(InferenceFilter())]
+        finally:
+            await backend.close()
+
+    return {r.inference.id: r for r in asyncio.run(read())}
+
+
+def _writer(gw: GatewayThread) -> WriterProcess:
+    writer = gw.app.state.recorder.writer
+    assert isinstance(writer, WriterProcess)
+    return writer
+
+
+def _child_pid(writer: WriterProcess) -> int:
+    proc = writer._proc
+    assert proc is not None
+    return proc.pid
+
+
+def test_the_writer_process_stores_assembled_answers_and_feedback_finds_them(
+    frontier_sim: Any, tmp_path: Path
+) -> None:
+    url = f"sqlite:///{tmp_path / 'traffic.db'}"
+    gw = store_gateway(frontier_sim.base_url, url, tmp_path / "spool").start()
+    try:
+        writer = _writer(gw)
+        assert not writer.in_process and _child_pid(writer) != os.getpid()
+        base = gw.base_url
+        unary = httpx.post(base + "/v1/chat/completions", json=CHAT, timeout=30)
+        streamed = httpx.post(
+            base + "/v1/chat/completions", json={**CHAT, "stream": True}, timeout=30
+        )
+        native = httpx.post(base + "/v1/messages", json={**MESSAGES, "stream": True}, timeout=30)
+        assert native.status_code == 200, native.text
+        rid = streamed.headers["x-request-id"]
+        # Submitted a moment ago, maybe not stored yet: feedback still finds it.
+        fb = httpx.post(base + "/v1/feedback", json={"inference_id": rid, "kind": "accepted"})
+        assert fb.status_code == 200
+    finally:
+        gw.stop()  # the child drains before the gateway is down
+    rows = _read_all(url)
+    ids = [r.headers["x-request-id"] for r in (unary, streamed, native)]
+    assert set(ids) <= set(rows)
+    s = rows[rid]
+    assert s.inference.stream and s.inference.response is not None
+    assert s.inference.response["choices"][0]["message"]["content"].startswith("Simulated")
+    assert [f.kind for f in s.feedback] == ["accepted"]
+    m = rows[native.headers["x-request-id"]].inference
+    assert m.response is not None and m.response["type"] == "message"
+    assert m.canonical_response is not None and m.canonical_response["object"] == "chat.completion"
+
+
+def test_a_killed_writer_process_loses_no_record(frontier_sim: Any, tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'traffic.db'}"
+    gw = store_gateway(frontier_sim.base_url, url, tmp_path / "spool").start()
+    got: list[str] = []
+
+    def client(n: int) -> None:
+        with httpx.Client(timeout=30) as c:
+            for i in range(n):
+                body = {**CHAT, "stream": i % 2 == 0}
+                got.append(
+                    c.post(gw.base_url + "/v1/chat/completions", json=body).headers["x-request-id"]
+                )
+
+    try:
+        writer = _writer(gw)
+        deadline = time.monotonic() + 30
+        while writer.stats().tasks_alive < 3:  # the child runs (one dead before is "cannot start")
+            assert time.monotonic() < deadline, "the writer process never reported"
+            time.sleep(0.05)
+        with ThreadPoolExecutor(4) as pool:
+            futures = [pool.submit(client, 60) for _ in range(4)]
+            while len(got) < 40 and time.monotonic() < deadline:
+                time.sleep(0.01)
+            first = _child_pid(writer)
+            os.kill(first, signal.SIGKILL)  # records in its memory and in the pipe are gone
+            for fut in futures:
+                fut.result()
+        deadline = time.monotonic() + 20
+        while writer._proc is None or writer._proc.pid == first:
+            assert time.monotonic() < deadline, "no new writer process"
+            time.sleep(0.05)
+        assert not writer.in_process
+    finally:
+        gw.stop()
+    rows = _read_all(url)
+    assert len(got) == 240 and set(got) <= set(rows)
+
+
+def test_where_no_process_can_start_the_gateway_records_itself(
+    frontier_sim: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sys, "executable", str(tmp_path / "no-python-here"))
+    url = f"sqlite:///{tmp_path / 'traffic.db'}"
+    gw = store_gateway(frontier_sim.base_url, url, tmp_path / "spool").start()
+    try:
+        assert _writer(gw).in_process
+        assert httpx.get(gw.base_url + "/ready").status_code == 200
+        r = httpx.post(gw.base_url + "/v1/chat/completions", json={**CHAT, "stream": True})
+    finally:
+        gw.stop()
+    assert r.headers["x-request-id"] in _read_all(url)
+
+
+def test_a_draft_pickles_and_builds_the_record_it_stands_for() -> None:
+    events = [
+        (
+            "message_start",
+            {
+                "type": "message_start",
+                "message": {
+                    "id": "msg_1",
+                    "type": "message",
+                    "role": "assistant",
+                    "model": "claude",
+                    "content": [],
+                    "stop_reason": None,
+                    "usage": {"input_tokens": 3, "output_tokens": 0},
+                },
+            },
+        ),
+        (
+            "content_block_start",
+            {
+                "type": "content_block_start",
+                "index": 0,
+                "content_block": {"type": "text", "text": ""},
+            },
+        ),
+        (
+            "content_block_delta",
+            {
+                "type": "content_block_delta",
+                "index": 0,
+                "delta": {"type": "text_delta", "text": "hello"},
+            },
+        ),
+        ("content_block_stop", {"type": "content_block_stop", "index": 0}),
+        (
+            "message_delta",
+            {
+                "type": "message_delta",
+                "delta": {"stop_reason": "end_turn"},
+                "usage": {"output_tokens": 1},
+            },
+        ),
+        ("message_stop", {"type": "message_stop"}),
+    ]
+    import orjson
+
+    raw = [b"".join(b"event: %s\ndata: %s\n\n" % (n.encode(), orjson.dumps(d)) for n, d in events)]
+    draft = InferenceDraft(
+        "0190a000-0000-7000-8000-000000000001", time.time(), None, None, "messages",
+        "anthropic.messages", {"model": "claude"}, None,
+        Deferred(from_native_stream, (assemble_message, completion_of_message, raw)),
+        "frontier-anthropic", "claude", None, None, None, None, 200, None, True, 1.0, 0.5,
+        3, 1, None, None, None, {}, [],
+    )  # fmt: skip
+    again = pickle.loads(pickle.dumps(draft, protocol=5))
+    record = build_record(again)
+    assert record == build_record(draft)
+    assert record.response is not None and record.response["content"][0]["text"] == "hello"
+    assert record.canonical_response is not None
+    assert record.canonical_response["choices"][0]["message"]["content"] == "hello"
+
+
+def _draft(text: str) -> InferenceDraft:
+    raw = [b'data: {"id":"c1","object":"chat.completion.chunk","created":1,"model":"m","choices"'
+           b':[{"index":0,"delta":{"content":"%s"},"finish_reason":"stop"}]}\n\ndata: [DONE]\n\n'
+           % text.encode()]  # fmt: skip
+    return InferenceDraft(
+        new_id(), time.time(), None, None, "chat.completions", "openai.chat", {"model": "m"},
+        None, Deferred(from_raw, ("chat.completions", raw)), "local", "m", None, None, None,
+        None, 200, None, True, 1.0, 0.5, 1, 1, None, None, None, {}, [],
+    )  # fmt: skip
+
+
+async def test_a_silent_writer_process_is_unhealthy_and_close_drains_what_it_was_given(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(recorder_process, "STALE_STATS_S", 1.0)
+    config = StoreConfig(url=f"sqlite:///{tmp_path / 't.db'}", spool_dir=tmp_path / "spool")
+    backend = open_store(config)
+    await backend.connect()
+    writer = WriterProcess(config, backend)
+    await writer.start()
+    try:
+        await _until(lambda: writer.stats().tasks_alive == 3)
+        assert writer.healthy
+        pid = _child_pid(writer)
+        os.kill(pid, signal.SIGSTOP)  # alive, but it no longer reports
+        await _until(lambda: not writer.healthy)
+        os.kill(pid, signal.SIGCONT)
+        await _until(lambda: writer.healthy)
+        drafts = [_draft(f"answer {i}") for i in range(50)]
+        for d in drafts:
+            writer.submit(d)
+        await writer.close()
+        writer.submit(_draft("after close"))  # spooled, never dropped
+        rows = {r.inference.id: r async for r in backend.iter_inferences(InferenceFilter())}
+    finally:
+        await backend.close()
+    assert {d.id for d in drafts} <= set(rows)
+    answer = rows[drafts[7].id].inference.response
+    assert answer is not None and answer["choices"][0]["message"]["content"] == "answer 7"
+    assert list((tmp_path / "spool").glob("segment-*"))
+
+
+async def _until(condition: Any, timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "condition never held"
+        await asyncio.sleep(0.05)
