@@ -8,9 +8,11 @@ machine, in one run; then DPO on preference pairs on top of the new stack's cand
              trainer is its own rollout engine here, so IS ratios start at 1) and the reference
              answer (the base model fails every task, so without it no group carries signal),
              rewarded by the verifier;
-             preference pairs as the record makes them from the IDE's edits: the SFT
-             candidate's own answer the verifier rejects, and the reference answer (the user's
-             edit) chosen over it
+             preference pairs made by the exporter from recorded feedback
+             (``rl_loop.feedback_pairs``), ``--pair-source``: ``onpolicy`` (default), the SFT
+             candidate's sampled answers accepted or rejected by the verifier, an accepted one
+             chosen over rejected ones; ``edit``, its greedy answer the verifier rejects with
+             the reference answer (the user's edit) chosen over it
     runs     each a fresh process on the same job: previous loop; new stack, 1 process; new
              stack, 2 processes (accelerate launch, gloo DDP); repeated ``--repeats`` times,
              alternating; the best tokens/s of the repeats is the figure (the machine is
@@ -19,8 +21,10 @@ machine, in one run; then DPO on preference pairs on top of the new stack's cand
     measure  training tokens/s per phase (real tokens of the batches / the phase's training
              time), peak RSS per process, the loss after N steps, and the gate (held-out tasks,
              every family) of each candidate against the base model
-    dpo      the new stack's candidate + DPO on the pairs: held-out preference margins and the
-             gate's per-family accept rates, before and after
+    dpo      the new stack's candidate + DPO on the pairs (the ``dpo`` defaults of
+             ``rl_loop.config``): held-out preference margins, the gate, and per family with
+             pairs the accept rate on ``dpo_heldout_per_family`` held-out items before and
+             after, paired (``rl_loop.paired_eval``: McNemar p, 95% CI of the change)
 
 The table goes to stdout and ``<out>/bench_train.json``; the last line is one JSON with the
 same-run ratios (targets: new stack tokens/s >= 0.8x the previous loop, the same gate result;
@@ -39,7 +43,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
 import yaml
@@ -48,8 +52,10 @@ from pydantic import BaseModel, ConfigDict, Field
 from loadtests.tasks import FAMILIES, sample_tasks, task_from_id, verify_reply
 from loadtests.tasks.task import HELDOUT_SEED_START, Task
 from rl_loop.config import GateConfig
-from rl_loop.evaluate import EvalItem, ModelEval, evaluate_policy, gate
+from rl_loop.evaluate import AnswerCache, EvalItem, ModelEval, evaluate_policy, gate
+from rl_loop.feedback_pairs import RecordedAnswer, export_pairs
 from rl_loop.modeling import Encoded, generate, load_policy
+from rl_loop.paired_eval import paired_changes
 from rl_loop.reference_loop import run_job as run_reference_job
 from rl_loop.rewards import combine, degenerate_reward, verifier_reward
 from rl_loop.rollouts import Rollout
@@ -64,6 +70,7 @@ REPO = Path(__file__).resolve().parents[1]
 CPU_DDP = REPO / "rl_loop" / "configs" / "accelerate" / "cpu-ddp.yaml"
 DDP_LOSS_TOLERANCE = 0.02  # relative gap of the last losses, 2 vs 1 process
 SPEED_TARGET = 0.8  # new stack tokens/s over the previous loop's
+PairSource = Literal["onpolicy", "edit"]
 
 
 class BenchSettings(BaseModel):
@@ -79,10 +86,27 @@ class BenchSettings(BaseModel):
     samples_per_prompt: int = Field(default=4, ge=2)
     rl_steps: int = Field(default=8, ge=1)
     pair_prompts: int = Field(
-        default=400, ge=8, description="Train tasks the SFT candidate answers (pairs: the failed)."
+        default=200,
+        ge=8,
+        description="Train tasks the SFT candidate answers (pairs come from them).",
+    )
+    pair_source: PairSource = Field(
+        default="onpolicy",
+        description="onpolicy: sampled answers accepted or rejected; edit: greedy answers "
+        "rejected and edited into the reference answer.",
+    )
+    pair_samples: int = Field(default=8, ge=2, description="Sampled answers per prompt (onpolicy).")
+    pairs_per_prompt: int = Field(
+        default=2, ge=1, description="The exporter's max_pairs_per_prompt."
     )
     dpo_steps: int = Field(default=40, ge=1)
     heldout_per_family: int = Field(default=8, ge=1, description="Gate items per family.")
+    dpo_heldout_per_family: int = Field(
+        default=64, ge=1, description="Held-out items per family with pairs, DPO's paired test."
+    )
+    min_family_pairs: int = Field(
+        default=8, ge=1, description="A family with fewer prompts with pairs is not measured."
+    )
     repeats: int = Field(default=3, ge=1, description="Runs of each variant (best of).")
 
 
@@ -181,10 +205,11 @@ def run(variant: str, job: Path) -> dict[str, Any]:
     return result
 
 
-def heldout_items(per_family: int) -> list[EvalItem]:
-    """Held-out tasks of every family (never trained on), as the flywheel's gate has them."""
+def heldout_items(per_family: int, families: list[str] | None = None) -> list[EvalItem]:
+    """Held-out tasks of ``families`` (default every family; never trained on), as the
+    flywheel's gate has them; the first ``n`` of a family are the same for any larger count."""
     items = []
-    for name in sorted(FAMILIES):
+    for name in sorted(FAMILIES) if families is None else families:
         for i in range(per_family):
             task = FAMILIES[name].generate(HELDOUT_SEED_START + 7919 * i + 1)
             items.append(EvalItem(task.messages(), task.labels(), "heldout"))
@@ -237,52 +262,98 @@ def bench(s: BenchSettings) -> dict[str, Any]:
     return {"settings": json.loads(s.model_dump_json()), "table": table}
 
 
-def edit_pairs(checkpoint: Path, tasks: list[Task]) -> list[dict[str, Any]]:
-    """``checkpoint``'s greedy answers that the verifier rejects, each with the reference answer
-    chosen over it (what an IDE user's edit of a rejected answer exports as)."""
+def recorded_answers(
+    checkpoint: Path, tasks: list[Task], source: PairSource, samples: int
+) -> list[RecordedAnswer]:
+    """``checkpoint``'s answers to ``tasks`` with the feedback an IDE user gives them (the
+    verifier standing in for the user). ``edit``: the greedy answer, a rejected one edited into
+    the reference answer; ``onpolicy``: ``samples`` answers sampled at temperature 1, each
+    accepted or rejected."""
     policy = load_policy(checkpoint)
     prompts = [policy.encode_prompt(t.messages()) for t in tasks]
-    pairs = []
-    for task, out in zip(tasks, generate(policy, prompts, max_new_tokens=64), strict=True):
-        answer = policy.decode(out)
-        if not verify(task.labels(), answer)[0]:
-            pairs.append(
-                {
-                    "prompt": task.messages(),
-                    "chosen": [{"role": "assistant", "content": task.reference_reply}],
-                    "rejected": [{"role": "assistant", "content": answer}],
-                }
-            )
-    return pairs
+    per_task = 1 if source == "edit" else samples
+    outs = generate(
+        policy,
+        [p for p in prompts for _ in range(per_task)],
+        max_new_tokens=64,
+        temperature=0.0 if source == "edit" else 1.0,
+        seed=13,
+    )
+    answers = []
+    for i, ids in enumerate(outs):
+        task, answer = tasks[i // per_task], policy.decode(ids)
+        passed = verify(task.labels(), answer)[0]
+        edit = task.reference_reply if source == "edit" and not passed else None
+        answers.append(RecordedAnswer(task.messages(), answer, passed, edit, task.labels()))
+    return answers
+
+
+def families_with_pairs(answers: list[RecordedAnswer]) -> dict[str, int]:
+    """Prompts per family that give a pair: an edited answer, or accepted and rejected ones."""
+    verdicts: dict[str, set[bool]] = {}
+    for a in answers:
+        seen = verdicts.setdefault(a.tags["task_id"], set())
+        seen.update((True, False) if a.edit is not None else (a.accepted,))
+    counts: dict[str, int] = {}
+    for task_id, seen in verdicts.items():
+        if seen == {True, False}:
+            family = task_id.split(":")[0]
+            counts[family] = counts.get(family, 0) + 1
+    return dict(sorted(counts.items()))
+
+
+def pair_families(s: BenchSettings, counts: dict[str, int]) -> list[str]:
+    """The families the DPO effect is measured on: those with pairs (at least
+    ``min_family_pairs`` prompts)."""
+    return [name for name, n in counts.items() if n >= s.min_family_pairs]
 
 
 def dpo_effect(s: BenchSettings, sft_candidate: Path, items: list[EvalItem]) -> dict[str, Any]:
-    """DPO on edit pairs, on top of the SFT candidate: margins and per-family accept rates."""
-    train = edit_pairs(sft_candidate, sample_tasks(s.pair_prompts, seed=13))
-    heldout = edit_pairs(sft_candidate, sample_tasks(s.pair_prompts // 4, seed=13, split="heldout"))
+    """DPO on pairs the exporter makes from recorded feedback, on top of the SFT candidate:
+    held-out margins; the gate on ``items``; per family with pairs, the accept rate before and
+    after on ``dpo_heldout_per_family`` held-out items, paired (``rl_loop.paired_eval``)."""
+    answers = recorded_answers(
+        sft_candidate, sample_tasks(s.pair_prompts, seed=13), s.pair_source, s.pair_samples
+    )
+    train = export_pairs(answers, max_pairs_per_prompt=s.pairs_per_prompt)
+    heldout_answers = recorded_answers(
+        sft_candidate,
+        sample_tasks(s.pair_prompts // 4, seed=13, split="heldout"),
+        s.pair_source,
+        s.pair_samples,
+    )
+    heldout = export_pairs(heldout_answers, max_pairs_per_prompt=s.pairs_per_prompt)
     path = s.out / "pairs.jsonl"
     path.write_text("".join(json.dumps(p) + "\n" for p in train))
     result = run("new-1proc", job_file("dpo", sft_candidate, s, preference_data=path))
-    dpo_candidate = Path(result["checkpoint"])
-    before = preference_margins(load_policy(sft_candidate), heldout)
-    after = preference_margins(load_policy(dpo_candidate), heldout)
+    policies = {
+        "sft": load_policy(sft_candidate),
+        "sft+dpo": load_policy(Path(result["checkpoint"])),
+    }
+    before, after = (preference_margins(policies[k], heldout) for k in ("sft", "sft+dpo"))
     config = GateConfig(max_new_tokens=64)
-    evals = {
-        "sft": judge(sft_candidate, items, config),
-        "sft+dpo": judge(dpo_candidate, items, config),
-    }
-    families = {
-        name: [round(evals[k].classes[name].accept_rate, 3) for k in ("sft", "sft+dpo")]
-        for name in sorted(evals["sft"].classes)
-    }
+    counts = families_with_pairs(answers)
+    measured = heldout_items(s.dpo_heldout_per_family, pair_families(s, counts))
+    cache: AnswerCache = {}  # the gate's items are the first of the measured ones
+    evals, paired_evals = (
+        {k: evaluate_policy(p, k, on, verify, config, cache=cache) for k, p in policies.items()}
+        for on in (items, measured)
+    )
+    gate_report = gate(evals["sft"], evals["sft+dpo"], config)
+    paired = paired_changes(paired_evals["sft"], paired_evals["sft+dpo"])
     return {
+        "source": s.pair_source,
         "pairs": [len(train), len(heldout)],
-        "steps": result["phases"]["dpo"]["steps"],
-        "heldout_margin": [round(statistics.mean(before), 2), round(statistics.mean(after), 2)],
-        "heldout_margin_wins": sum(a > b for a, b in zip(after, before, strict=True)) / len(before),
+        "prompts_with_pairs": counts,
+        "steps": result["phases"].get("dpo", {}).get("steps", 0),
+        "heldout_margin": [round(statistics.fmean(m or [0.0]), 2) for m in (before, after)],
+        "heldout_margin_wins": sum(a > b for a, b in zip(after, before, strict=True))
+        / max(1, len(before)),
+        "gate_passed": gate_report.passed,
+        "gate_reasons": gate_report.reasons,
         "accept_rate": [round(evals[k].overall.accept_rate, 3) for k in ("sft", "sft+dpo")],
         "ppl": [round(evals[k].ppl or 0.0, 2) for k in ("sft", "sft+dpo")],
-        "families": families,
+        "paired": {name: c.to_json() for name, c in paired.items()},
     }
 
 
@@ -302,13 +373,17 @@ def render(result: dict[str, Any]) -> str:
     d = t["dpo"]
     lines.append(f"base accept rate {t['base']['accept_rate']}")
     lines.append(
-        f"dpo ({d['steps']} steps, {d['pairs'][0]} edit pairs): held-out margin "
-        f"{d['heldout_margin'][0]} -> "
-        f"{d['heldout_margin'][1]} (wins {d['heldout_margin_wins']:.0%}), accept "
-        f"{d['accept_rate'][0]} -> {d['accept_rate'][1]}"
+        f"dpo ({d['steps']} steps, {d['pairs'][0]} {d['source']} pairs): held-out margin "
+        f"{d['heldout_margin'][0]} -> {d['heldout_margin'][1]} (wins "
+        f"{d['heldout_margin_wins']:.0%}), gate {'pass' if d['gate_passed'] else 'fail'}, accept "
+        f"{d['accept_rate'][0]} -> {d['accept_rate'][1]}; paired, families with pairs:"
     )
-    for name, (a, b) in d["families"].items():
-        lines.append(f"  {name:<24} {a:.3f} -> {b:.3f}")
+    for name, c in d["paired"].items():
+        lo, hi = c["ci95"]
+        lines.append(
+            f"  {name:<16} {c['before']:.3f} -> {c['after']:.3f} ({c['delta']:+.3f}, 95% CI "
+            f"[{lo:+.3f}, {hi:+.3f}], +{c['gained']}/-{c['lost']}, p={c['p']}, n={c['n']})"
+        )
     return "\n".join(lines)
 
 
@@ -329,7 +404,10 @@ def summary(result: dict[str, Any]) -> dict[str, Any]:
         "ddp_sft_loss_rel_gap": round(ddp_gap, 4),
         "ddp_within_tolerance": ddp_gap <= DDP_LOSS_TOLERANCE,
         "dpo_heldout_margin": t["dpo"]["heldout_margin"],
-        "dpo_accept_rate": t["dpo"]["accept_rate"],
+        "dpo_gate_passed": t["dpo"]["gate_passed"],
+        "dpo_paired_delta": {k: c["delta"] for k, c in t["dpo"]["paired"].items()},
+        "dpo_paired_ci95": {k: c["ci95"] for k, c in t["dpo"]["paired"].items()},
+        "dpo_improves_families_with_pairs": t["dpo"]["paired"]["*overall"]["ci95"][0] > 0,
     }
 
 
@@ -337,7 +415,10 @@ def main(argv: list[str] | None = None) -> int:
     defaults = BenchSettings()
     parser = argparse.ArgumentParser(prog="python -m rl_loop.bench_train", description=__doc__)
     parser.add_argument("--out", type=Path, help=f"default {defaults.out}")
-    for name in ("sft_steps", "rl_steps", "dpo_steps", "repeats", "pretrain_steps"):
+    parser.add_argument("--pair-source", choices=("onpolicy", "edit"))
+    for name in (
+        "sft_steps", "rl_steps", "dpo_steps", "repeats", "pretrain_steps", "dpo_heldout_per_family",
+    ):  # fmt: skip
         flag = "--" + name.replace("_", "-")
         parser.add_argument(flag, type=int, help=f"default {getattr(defaults, name)}")
     parser.add_argument("--reference-job", type=Path, help=argparse.SUPPRESS)

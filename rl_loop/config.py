@@ -131,6 +131,9 @@ class RlConfig(_Strict):
     )
 
 
+DpoLossType = Literal["sigmoid", "ipo", "apo_zero", "sppo_hard", "robust", "hinge", "sft"]
+
+
 class DpoConfig(_Strict):
     """Preference training (DPO) on the record's pairs: an edit over the rejected answer, an
     accepted answer over a rejected one to the same prompt."""
@@ -150,11 +153,18 @@ class DpoConfig(_Strict):
         default=0.1, gt=0, description="DPO's beta: how far the policy may move from the reference."
     )
     grad_clip: float = Field(default=1.0, gt=0, description="Max global gradient norm.")
+    loss_type: DpoLossType = Field(
+        default="sigmoid",
+        description="TRL's preference loss: sigmoid (DPO), ipo, apo_zero (pushes the chosen "
+        "answer up and the rejected down, each against the reference), sppo_hard, robust, hinge; "
+        "sft: only the NLL of the chosen answers (a control).",
+    )
     sft_weight: float = Field(
-        default=0.0,
+        default=1.0,
         ge=0,
         description="Weight of a negative log-likelihood term on the chosen answers (RPO): the "
-        "margin grows without the chosen answer itself becoming less likely.",
+        "margin grows without the chosen answer itself becoming less likely. 1 by default: with "
+        "on-policy pairs it is what made DPO improve the gate (docs/training.md); 0: plain DPO.",
     )
 
 

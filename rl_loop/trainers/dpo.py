@@ -4,8 +4,9 @@ the same prompt (``traffic.export``'s ``preference_trl`` kind: ``prompt``, ``cho
 ``rejected``, ``tools``; TRL's conversational format, read unchanged). Edited and rejected
 answers, which SFT can only drop, become training signal.
 
-The loss is TRL's (``sigmoid``: ``-log sigmoid(beta * (margin_theta - margin_ref))`` where a
-margin is ``log pi(chosen) - log pi(rejected)``; plus ``sft_weight`` times the chosen answers'
+The loss is TRL's (``loss_type``, by default ``sigmoid``: ``-log sigmoid(beta * (margin_theta -
+margin_ref))`` where a margin is ``log pi(chosen) - log pi(rejected)``; ``ipo``, ``apo_zero``...
+as TRL defines them; plus ``sft_weight`` times the chosen answers'
 negative log-likelihood when set, TRL's ``sft`` loss type) against a frozen reference (in a
 round: the served weights; with PEFT: the policy with its adapters disabled); the schedule and
 optimizer are the loop's (``rl_loop.trainers.engine``). :func:`preference_margins` measures
@@ -97,7 +98,7 @@ def train_dpo(
             engine=engine or EngineConfig(),
         ),
         beta=config.beta,
-        loss_type=["sigmoid", "sft"] if config.sft_weight > 0 else ["sigmoid"],
+        loss_type=[config.loss_type, "sft"] if config.sft_weight > 0 else [config.loss_type],
         loss_weights=[1.0, config.sft_weight] if config.sft_weight > 0 else None,
         # No MoE load-balancing loss (as before TRL): with it, TRL also turns the config's
         # output_router_logits on, which the saved checkpoint would keep.

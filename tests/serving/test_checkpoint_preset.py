@@ -10,13 +10,12 @@ import re
 import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
 import torch
 from safetensors import safe_open
-from transformers import AutoTokenizer, Qwen3MoeConfig, Qwen3MoeForCausalLM
+from transformers import AutoTokenizer
 
 from gateway.config import parse_config
 from serving.build import checkpoint_digest, make_version_id, read_version
@@ -38,44 +37,11 @@ from serving.replica import VllmReplica, find_free_port
 from serving.tokenizer import TokenizerSpec, load_tokenizer, train_tokenizer
 from serving.training import load_float32
 from tests.fixtures.gateway_fixture import GatewayThread
+from tests.fixtures.hf_release import save_release
 from tests.fixtures.vllm_fixture import READY_TIMEOUT_S, cache_dir
 
 MESSAGES = [{"role": "user", "content": "Write a Python hello world."}]
 ADMIN_TOKEN = "checkpoint-preset-admin"
-
-
-def save_release(target: Path, tokenizer_dir: Path, *, max_position_embeddings: int = 2048) -> Path:
-    """A tiny Qwen3-MoE (4 experts, top-2) saved as a release: 4 shards, index, tokenizer."""
-    tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_dir))
-    eos_id, pad_id = (tokenizer.convert_tokens_to_ids(t) for t in ("<|im_end|>", "<|endoftext|>"))
-    shape: dict[str, Any] = {
-        "vocab_size": len(tokenizer),
-        "hidden_size": 64,
-        "intermediate_size": 128,
-        "num_hidden_layers": 2,
-        "num_attention_heads": 4,
-        "num_key_value_heads": 2,
-        "head_dim": 32,  # vLLM's CPU attention kernels take 32, 64, 80, 96, 112, 128, ...
-        "moe_intermediate_size": 32,
-        "num_experts": 4,
-        "num_experts_per_tok": 2,
-        "norm_topk_prob": True,
-        "max_position_embeddings": max_position_embeddings,
-        "rope_parameters": {"rope_type": "default", "rope_theta": 1_000_000.0},
-        "eos_token_id": eos_id,
-        "pad_token_id": pad_id,
-        "bos_token_id": None,
-    }
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(0)
-        model = Qwen3MoeForCausalLM(Qwen3MoeConfig(**shape))  # type: ignore[no-untyped-call]
-    torch.nn.Module.to(model, torch.bfloat16)
-    model.save_pretrained(str(target), max_shard_size="100KB")
-    tokenizer.save_pretrained(str(target))  # transformers' default: chat_template.jinja
-    tokenizer_config = json.loads((target / "tokenizer_config.json").read_text())
-    tokenizer_config["tokenizer_class"] = "Qwen2Tokenizer"  # as Qwen's releases name it
-    (target / "tokenizer_config.json").write_text(json.dumps(tokenizer_config, indent=2))
-    return target
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,106 @@
+"""Preference pairs from answers with feedback, made by the exporter (``traffic.export``).
+
+The model's answers are recorded as the gateway records a local answer (an OpenAI chat exchange,
+``route_target`` local) with the feedback an IDE user posts on it, and the rows go through
+:func:`traffic.export.build_dataset` with kind ``preference_trl``: the pairs are exactly those
+``switchyard traffic export --kind preference_trl`` writes for such a record. Two sources:
+
+- ``edited``: the user rejects the answer and types the right one; the edit is chosen over the
+  answer (the chosen side is not the model's own text).
+- ``graded`` (on-policy): several answers the model sampled for one prompt, each accepted or
+  rejected (the task's verifier standing in for the user); the exporter pairs the best-graded
+  answer of the prompt with up to ``max_pairs_per_prompt`` worse ones, so both sides are the
+  policy's own samples.
+
+Rows get consecutive times from ``start`` and ids made from them (``traffic.store.ids.id_at``),
+so the same answers give the same pairs in the same order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from traffic.export import BuildConfig, DatasetConfig, DedupConfig, SplitConfig, build_dataset
+from traffic.store import FeedbackRecord, InferenceRecord, InferenceRow
+from traffic.store.ids import id_at
+
+Messages = list[dict[str, Any]]
+RECORD_START = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+@dataclass(frozen=True, slots=True)
+class RecordedAnswer:
+    """One answer of the model to ``prompt`` and what the user did with it: accepted it,
+    rejected it, or (``edit``) rejected it and typed ``edit`` instead."""
+
+    prompt: Messages
+    answer: str
+    accepted: bool
+    edit: str | None = None
+    tags: dict[str, str] = field(default_factory=dict)
+
+
+def answer_rows(
+    answers: Sequence[RecordedAnswer], *, start: datetime = RECORD_START
+) -> list[InferenceRow]:
+    """``answers`` as the store's rows: one local chat exchange each, with its feedback."""
+    rows = []
+    for i, a in enumerate(answers):
+        ts = start + timedelta(seconds=i)
+        record = InferenceRecord(
+            id=id_at(ts, i),
+            ts=ts,
+            endpoint="chat.completions",
+            wire_format="openai.chat",
+            request={"model": "auto", "messages": a.prompt},
+            response={
+                "object": "chat.completion",
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": a.answer}}],
+            },
+            route_target="local",
+            served_model="local",
+            status=200,
+            latency_ms=0.0,
+            tags=dict(a.tags),
+        )
+        at = ts + timedelta(milliseconds=500)
+        if a.accepted and a.edit is None:
+            feedback = [
+                FeedbackRecord(id=id_at(at, i), inference_id=record.id, ts=at, kind="accepted")
+            ]
+        else:
+            feedback = [
+                FeedbackRecord(id=id_at(at, i), inference_id=record.id, ts=at, kind="rejected")
+            ]
+            if a.edit is not None:
+                later = at + timedelta(milliseconds=1)
+                feedback.append(
+                    FeedbackRecord(
+                        id=id_at(later, i),
+                        inference_id=record.id,
+                        ts=later,
+                        kind="edited",
+                        payload={"text": a.edit},
+                    )
+                )
+        rows.append(InferenceRow(record, feedback))
+    return rows
+
+
+def export_pairs(
+    answers: Sequence[RecordedAnswer], *, max_pairs_per_prompt: int = 1
+) -> list[dict[str, Any]]:
+    """The exporter's ``preference_trl`` pairs of ``answers`` (all in the train split; exact
+    duplicates dropped, as the exporter does)."""
+    config = DatasetConfig(
+        kind="preference_trl",
+        split=SplitConfig(eval_fraction=0.0),
+        dedup=DedupConfig(exact=True, near=False),
+        build=BuildConfig(label_policy="explicit", max_pairs_per_prompt=max_pairs_per_prompt),
+        scrub_pii=False,
+    )
+    dataset = build_dataset(answer_rows(answers), config)
+    return [*dataset.train, *dataset.eval]
