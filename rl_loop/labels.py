@@ -16,12 +16,11 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, cast
 
-from traffic.store import InferenceFilter, InferenceRow, StoreBackend
-from traffic.store.config import DEFAULT_READ_BATCH_SIZE
+from rl_loop.store_views import mapped_store
+from traffic.store import InferenceRow, StoreBackend
 
 Labels = dict[str, dict[str, str]]
 LABELS_FILE = "labels.json"  # in a flywheel run's directory
@@ -43,34 +42,15 @@ def save_labels(labels: Mapping[str, Mapping[str, str]], path: Path) -> None:
     os.replace(tmp, path)
 
 
-class _LabeledStore:
-    """A store whose rows carry their labels in ``inference.tags``; the rest is delegated."""
-
-    def __init__(self, store: StoreBackend, labels: Mapping[str, Mapping[str, str]]) -> None:
-        self._store = store
-        self._labels = labels
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._store, name)
-
-    async def iter_inferences(
-        self,
-        filters: InferenceFilter | None = None,
-        batch_size: int = DEFAULT_READ_BATCH_SIZE,
-        *,
-        with_shadows: bool = False,
-    ) -> AsyncIterator[InferenceRow]:
-        rows = self._store.iter_inferences(filters, batch_size, with_shadows=with_shadows)
-        async for row in rows:
-            extra = self._labels.get(row.inference.id)
-            if extra:
-                tags = {**row.inference.tags, **extra}
-                inference = dataclasses.replace(row.inference, tags=tags)
-                row = dataclasses.replace(row, inference=inference)
-            yield row
-
-
 def with_labels(store: StoreBackend, labels: Mapping[str, Mapping[str, str]]) -> StoreBackend:
     """``store`` as the loop reads it: every row with its client-side labels joined (``labels``
     is read at each row, so labels added later, a round's new traffic, are seen)."""
-    return cast(StoreBackend, _LabeledStore(store, labels))
+
+    def labelled(row: InferenceRow) -> InferenceRow:
+        extra = labels.get(row.inference.id)
+        if not extra:
+            return row
+        inference = dataclasses.replace(row.inference, tags={**row.inference.tags, **extra})
+        return dataclasses.replace(row, inference=inference)
+
+    return mapped_store(store, labelled)

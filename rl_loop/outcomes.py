@@ -22,10 +22,10 @@ from typing import Any, Literal
 
 from rl_loop.rewards import Verify
 from router.chat_text import request_text
-from router.features import ENDPOINTS, Endpoint, RequestFeatures, estimate_tokens
+from router.features import RequestFeatures, recorded_features
 from router.learned import class_key
 from router.request_text import RequestText
-from traffic.export.conversation import UnsupportedShape, to_messages, tools_of
+from traffic.export.conversation import canonical_body
 from traffic.store import (
     InferenceFilter,
     InferenceRecord,
@@ -64,32 +64,21 @@ def answer_text(response: Mapping[str, Any] | None) -> str:
 
 def features_of(inf: InferenceRecord) -> RequestFeatures:
     """The router's view of a recorded request (prompt size estimated as the gateway does)."""
-    request = inf.request or {}
-    endpoint: Endpoint = next((e for e in ENDPOINTS if e == inf.endpoint), "chat.completions")
-    return RequestFeatures(
-        endpoint=endpoint,
-        requested_model=str(request.get("model") or ""),
-        prompt_tokens=estimate_tokens(len(json.dumps(request.get("messages") or ""))),
-        has_tools=bool(request.get("tools")),
-        stream=bool(request.get("stream")),
-        tags={k: v for k, v in inf.tags.items() if not k.startswith("note.")},
+    return recorded_features(
+        inf.endpoint,
+        inf.request or {},
+        recorded_text(inf),
+        tags=inf.tags,
         api_key_id=inf.api_key_id,
         episode_id=inf.episode_id,
         request_id=inf.id,
-        text=recorded_text(inf),
     )
 
 
 def recorded_text(inf: InferenceRecord) -> RequestText:
     """What the scorer reads of a recorded request: the exporter's conversation (one shape for
-    every wire format), read by the same reader as the gateway's (``router.chat_text``); the
-    recorded body itself where the exporter cannot read it (a record written before its
-    canonical fields, which only the gateway's translators read again)."""
-    try:
-        body: Mapping[str, Any] = {"messages": to_messages(inf), "tools": tools_of(inf)}
-    except UnsupportedShape:
-        body = inf.request or {}
-    return request_text(inf.endpoint, body)
+    every wire format), read by the same reader as the gateway's (``router.chat_text``)."""
+    return request_text(inf.endpoint, canonical_body(inf))
 
 
 def verdict_of(row: InferenceRow) -> bool | None:

@@ -23,6 +23,11 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from rl_loop.agent_report import (
+    AgentRoundFigures,
+    format_agent_table,
+    plot_agent_curves,
+)
 from rl_loop.outcomes import verdict_of
 from traffic.store import InferenceFilter, StoreBackend
 
@@ -310,23 +315,31 @@ def write_report(
     targets: dict[str, Any],
     folders: Sequence[Path],
     wall_s: float,
+    agent: Sequence[AgentRoundFigures] = (),
 ) -> dict[str, Any]:
-    """Write ``report.json``, ``report.txt`` and ``curves.png`` into each folder, print the
-    table and return the one-line summary."""
+    """Write ``report.json``, ``report.txt`` and ``curves.png`` (and ``agent_curves.png`` with
+    ``agent`` rounds, ``rl_loop.agent_report``) into each folder, print the tables and return
+    the one-line summary."""
     report = {
         **header,
         "wall_s": round(wall_s, 1),
         "rounds": [f.to_json() for f in figures],
+        "agent_rounds": [a.to_json() for a in agent],
         "loop": list(loop_results),
         "targets": targets,
     }
-    lines = [format_table(figures), "", "targets:"]
+    lines = [format_table(figures)]
+    if agent:
+        lines += ["", "agent episodes:", format_agent_table(agent)]
+    lines += ["", "targets:"]
     lines += [f"  {name}: {json.dumps(value)}" for name, value in targets.items()]
     text = "\n".join(lines)
     for where in folders:
         (where / "report.json").write_text(json.dumps(report, indent=2, default=str))
         (where / "report.txt").write_text(text + "\n")
         plot_curves(figures, where / "curves.png")
+        if agent:
+            plot_agent_curves(agent, where / "agent_curves.png")
     print(text)
     return {
         "preset": header.get("preset"),
@@ -347,5 +360,23 @@ def write_report(
         "learnable_met": targets["learnable_classes_met"],
         "failed_requests": targets["zero_failed_client_requests"]["failed"],
         "promoted": [r.get("promoted") for r in loop_results],
+        "agent": agent_summary(agent),
         "report": str(Path(folders[-1]) / "report.json"),
+    }
+
+
+def agent_summary(agent: Sequence[AgentRoundFigures]) -> dict[str, Any] | None:
+    """The agent rounds' curves for the one-line summary (None without agent rounds)."""
+    if not agent:
+        return None
+    return {
+        "episodes": [a.episodes for a in agent],
+        "success_frontier_only": [a.success["frontier"]["success"] for a in agent],
+        "success_with_local": [a.success["with_local"]["success"] for a in agent],
+        "success_overall": [a.success["overall"]["success"] for a in agent],
+        "local_share": [a.local_share for a in agent],
+        "local_validity": [a.local_validity for a in agent],
+        "cost_per_episode_usd": [a.cost_per_episode_usd for a in agent],
+        "failed_requests": sum(int(a.client.get("failed_requests", 0)) for a in agent),
+        "gate": [a.gate.get("decision") for a in agent if a.gate],
     }

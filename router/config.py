@@ -14,14 +14,19 @@ Example (YAML, under ``routing:``)::
       switchyard-local: local
       gpt-4o-mini: frontier-openai
     rules:
-      - name: tools-to-frontier
-        match: {has_tools: true}
-        target: frontier-openai
       - name: long-prompts
         match: {min_prompt_tokens: 6000}
         target: frontier-anthropic
     fallbacks:
       local: [frontier-openai]
+    episodes:                  # an agent's episode leaves the local model after a failed step
+      sticky_turns: 3
+      error_streak: 3
+
+Tool-bearing requests (agent steps) are decided like any other request: a rule such as
+``{name: tools-to-frontier, match: {has_tools: true}, target: frontier-openai}`` still works, but
+the learned policy scores agent steps (``router/scorer_features.py``) and ``episodes`` takes an
+episode off the local model when one of its local steps fails (``router/episode_fallback.py``).
 """
 
 from __future__ import annotations
@@ -88,6 +93,48 @@ class LearnedConfig(BaseModel):
     )
 
 
+class EpisodeRoutingConfig(BaseModel):
+    """In-episode fallback (under ``routing.episodes``; ``router/episode_fallback.py``): when a
+    step an agent's episode sent to a local target fails, its next turns go to the frontier."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    fallback: bool = Field(
+        default=True,
+        description="Send an episode's next turns to the frontier after a failed "
+        "local step (false: steps are decided by the policy alone).",
+    )
+    fallback_target: str | None = Field(
+        default=None,
+        description="Where a fallen-back turn goes; default: `learned.frontier_target`, else the "
+        "first non-local target of the decision's fallback chain.",
+    )
+    sticky_turns: int | None = Field(
+        default=3,
+        ge=1,
+        description="Turns of the episode that go to the frontier after a failure (counting the "
+        "first); null: the rest of the episode.",
+    )
+    error_streak: int = Field(
+        default=3,
+        ge=1,
+        description="A local step fails when the conversation ends with this many consecutive "
+        "tool results that are errors.",
+    )
+    memory_episodes: int = Field(
+        default=20_000,
+        ge=1,
+        description="Episodes whose routing this gateway process remembers (fleet.backend "
+        "local; the least recently seen are forgotten first). Read at start-up.",
+    )
+    memory_ttl_s: float = Field(
+        default=6 * 3600.0,
+        gt=0,
+        description="An episode unseen this long is forgotten (its Redis key expires). Read at "
+        "start-up.",
+    )
+
+
 class RoutingConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -103,6 +150,10 @@ class RoutingConfig(BaseModel):
     )
     learned: LearnedConfig | None = Field(
         default=None, description="Learned local-vs-frontier decision for `auto` traffic."
+    )
+    episodes: EpisodeRoutingConfig = Field(
+        default_factory=EpisodeRoutingConfig,
+        description="In-episode fallback of agent steps after a failed local step.",
     )
     pinned_aliases_use_rules: bool = Field(
         default=False,
@@ -125,4 +176,6 @@ class RoutingConfig(BaseModel):
             refs.update(chain)
         if self.learned is not None:
             refs.update((self.learned.local_target, self.learned.frontier_target))
+        if self.episodes.fallback_target is not None:
+            refs.add(self.episodes.fallback_target)
         return refs

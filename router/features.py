@@ -9,9 +9,10 @@ what rules on "prompt token count" compare against.
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Final, Literal, get_args
+from typing import Any, Final, Literal, get_args
 
 from router.request_text import RequestText
 
@@ -49,3 +50,31 @@ class RequestFeatures:
     request_id: str | None = None  # the record's id: a stable key for sampling (canary, explore)
     prompt_token_ids: tuple[int, ...] | None = None  # filled for cache-aware replica choice
     text: RequestText | None = None  # what the request says, for the learned scorer
+
+
+def recorded_features(
+    endpoint: str,
+    request: Mapping[str, Any],
+    text: RequestText,
+    *,
+    tags: Mapping[str, str],
+    api_key_id: str | None,
+    episode_id: str | None,
+    request_id: str,
+) -> RequestFeatures:
+    """The router's view of a recorded request (the RL loop's outcomes and replays, the
+    console's replay preview): the prompt size estimated as the gateway does, notes
+    (``note.*`` tags) left out, ``text`` read from the record's canonical conversation."""
+    known: Endpoint = next((e for e in ENDPOINTS if e == endpoint), "chat.completions")
+    return RequestFeatures(
+        endpoint=known,
+        requested_model=str(request.get("model") or ""),
+        prompt_tokens=estimate_tokens(len(json.dumps(request.get("messages") or ""))),
+        has_tools=bool(request.get("tools")),
+        stream=bool(request.get("stream")),
+        tags={k: v for k, v in tags.items() if not k.startswith("note.")},
+        api_key_id=api_key_id,
+        episode_id=episode_id,
+        request_id=request_id,
+        text=text,
+    )

@@ -214,6 +214,9 @@ class LearnedPolicy:
     def model_names(self) -> list[str]:
         return self._rules.model_names()
 
+    def chain(self, target: str) -> tuple[str, ...]:
+        return self._rules.chain(target)
+
     def predict_local_accept(self, features: RequestFeatures) -> float | None:
         """Estimated probability that the local model's answer is accepted (None: no scorer)."""
         scorer = self._state.scorer

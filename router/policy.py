@@ -33,6 +33,10 @@ class RoutingPolicy(Protocol):
 
     def model_names(self) -> list[str]: ...
 
+    def chain(self, target: str) -> tuple[str, ...]:
+        """``target`` followed by its fallbacks (a decision made outside the policy uses it)."""
+        ...
+
 
 def matches(match: MatchConfig, f: RequestFeatures) -> bool:
     """True when every condition given in ``match`` holds for ``f``."""

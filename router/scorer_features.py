@@ -22,6 +22,11 @@ Features (each family of features is salted, so equal strings in two families do
   system prompt's head hash (its first ``system_head_chars``: which client / product, ignoring the
   per-session details clients append) and its length bucket, tool names (the first
   ``max_tools``), tool-count bucket, ``has_tools``.
+- agent step (requests that offer tools: an agent loop's turn): the step-index bucket within
+  the episode (``RequestText.step``, the assistant turns so far), whether the last message is a
+  tool result, whether that result is an error, and the bucket of the error streak (the tool
+  results that are errors since the last one that is not). A request without tools gets none
+  of them (its vector is unchanged).
 
 Buckets are ``floor(log2(1 + x))``. Categorical features have value 1. Nothing here raises on
 odd input: empty text, no system prompt, unknown tools, non-ASCII text all give a vector.
@@ -150,6 +155,14 @@ class Featurizer:
         if "Traceback (most recent call last)" in body:
             names.append("code:traceback")
         names.extend(f"tool={name}" for name in text.tool_names[: cfg.max_tools])
+        if text.has_tools:
+            names.append(f"agent_step={_bucket(text.step)}")
+            if text.last_tool_result:
+                names.append("agent_last=tool_result")
+            if text.last_tool_error:
+                names.append("agent_last=tool_error")
+            if text.tool_error_streak:
+                names.append(f"agent_error_streak={_bucket(text.tool_error_streak)}")
         return names
 
     def featurize(self, text: RequestText) -> tuple[IndexArray, ValueArray]:

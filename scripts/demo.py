@@ -78,12 +78,10 @@ def demo_config(vllm_url: str, sim_url: str) -> dict[str, Any]:
                 "gpt-4o-mini": "frontier-openai",
                 "claude-3-5-haiku": "frontier-anthropic",
             },
+            # Agent steps (requests with tools) are scored like any other request; an episode
+            # whose local step breaks (an invalid tool call, an error streak) goes on at the
+            # frontier for a few turns (`routing.episodes`, docs/agents.md).
             "rules": [
-                {
-                    "name": "tools-to-frontier",
-                    "match": {"has_tools": True},
-                    "target": "frontier-openai",
-                },
                 {
                     "name": "long-context-to-frontier",
                     "match": {"min_prompt_tokens": 3000},

@@ -8,8 +8,18 @@
              record:  the gateway records every exchange, shadow answer and feedback
              loop:    rl_loop.loop: datasets -> RL + SFT -> gate -> hot-swap -> refit routing,
                       while a trickle of IDE traffic flows through the swap
+             agents:  beside the chat mix, a batch of agent episodes (loadtests.agent: mixed
+                      task kinds, Chat Completions and Responses, streamed and not) through the
+                      same gateway, the simulator playing a competent agent; each verdict posted
+                      as feedback; figures rebuilt from the record (rl_loop.agent_report)
+             gate:    the candidate also plays held-out agent tasks in the sandbox against the
+                      served model (rl_loop.agent_round; recorded, enforced when configured)
     last     one more traffic round measures the final state
-    report   .cache/flywheel/report.{json,txt} and curves.png; the last line is one JSON summary
+    report   .cache/flywheel/report.{json,txt}, curves.png and agent_curves.png; the last line
+             is one JSON summary
+
+The agent episodes are kept out of the chat loop's datasets and refit
+(``rl_loop.agent_round.without_episodes``): the chat candidates train on chat traffic.
 
 Presets: full (default), `FLYWHEEL_QUICK=1` (about 20 minutes on 2 cores), `FLYWHEEL_SMOKE=1`
 (one round on minimal settings, for the test). The task verifier (loadtests.tasks) is injected
@@ -20,6 +30,7 @@ SIGINT, at any point, stops every process the run started (`serving.processes.Pr
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import json
 import logging
@@ -35,12 +46,17 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field
 from transformers.utils import logging as transformers_logging
 
+from loadtests.agent.rl_environment import SandboxEnvironment, heldout_task_ids
 from loadtests.ide_client import IdeClientConfig, RunStats, run_ide_client
-from loadtests.tasks import FAMILIES, MIX, task_from_id, verify_reply
+from loadtests.tasks import FAMILIES, MIX
 from loadtests.tasks.mix import OLD_MIX
-from loadtests.tasks.task import HELDOUT_SEED_START, Task, TaskIdError, extract_answer
+from rl_loop.agent_report import (
+    agent_targets,
+    format_agent_table,
+)
+from rl_loop.agent_round import AgentGateRound, without_episodes
 from rl_loop.config import LoopConfig
-from rl_loop.evaluate import AnswerCache, EvalItem
+from rl_loop.evaluate import AnswerCache
 from rl_loop.labels import LABELS_FILE, Labels, save_labels, with_labels
 from rl_loop.loop import Services, prepare_candidate, ship_candidate
 from rl_loop.model_registry import record_checkpoint
@@ -63,6 +79,11 @@ from serving.vllm_config import VllmLaunchConfig
 from traffic.store import InferenceFilter, StoreBackend, StoreConfig, open_store
 
 REPO = Path(__file__).resolve().parents[1]
+# The sibling modules of this script, also when it runs through runpy (the signal tests).
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from flywheel_agent import AgentWork, AgentWorkload, agent_traffic  # noqa: E402
+from flywheel_tasks import heldout_items, strict_verify, verify  # noqa: E402
+
 CACHE = Path(os.environ.get("SWITCHYARD_CACHE", REPO / ".cache"))
 OUT = Path(os.environ.get("FLYWHEEL_DIR", CACHE / "flywheel"))
 
@@ -92,6 +113,7 @@ class Settings(BaseModel):
     local_prices: tuple[float, float] = (0.5, 2.5)  # USD per M tokens in / out (Composer-like)
     frontier_prices: tuple[float, float] = (5.0, 25.0)  # (Opus-class)
     loop: dict[str, Any] = Field(default_factory=dict, description="LoopConfig overrides.")
+    agent: AgentWorkload = Field(default_factory=AgentWorkload)
 
 
 PRESETS: dict[str, dict[str, Any]] = {
@@ -107,6 +129,7 @@ PRESETS: dict[str, dict[str, Any]] = {
             "rl": {"prompts": 12, "samples_per_prompt": 4, "steps": 4},
             "gate": {"max_new_tokens": 80, "record_eval_per_family": 8},
         },
+        "agent": {"episodes": 20, "gate": {"episodes": 4, "max_steps": 4, "max_new_tokens": 96}},
     },
     "smoke": {
         "rounds": 1,
@@ -121,6 +144,12 @@ PRESETS: dict[str, dict[str, Any]] = {
             "rl": {"prompts": 2, "samples_per_prompt": 2, "steps": 1, "max_new_tokens": 16},
             "gate": {"max_new_tokens": 16, "record_eval_per_family": 1, "ppl_windows": 2},
         },
+        "agent": {
+            "episodes": 4,
+            "max_steps": 6,
+            "max_tokens": 32,
+            "gate": {"episodes": 1, "max_steps": 2, "max_new_tokens": 16},
+        },
     },
 }
 
@@ -133,53 +162,6 @@ def log(message: str) -> None:
 
 
 @functools.lru_cache(maxsize=16384)
-def _task(task_id: str) -> Task | None:
-    try:
-        return task_from_id(task_id)
-    except (TaskIdError, ValueError, RuntimeError):
-        return None
-
-
-@functools.lru_cache(maxsize=65536)
-def _verdict(task_id: str, answer: str) -> tuple[bool, str]:
-    task = _task(task_id)
-    if task is None:
-        return False, f"unknown task {task_id!r}"
-    verdict = verify_reply(task, answer)
-    return verdict.passed, verdict.feedback
-
-
-def verify(tags: Any, answer: str) -> tuple[bool, str]:
-    """The task families' verifier, by the request's ``task_id`` tag (memoised)."""
-    return _verdict(str(tags.get("task_id", "")), answer)
-
-
-def strict_verify(tags: Any, answer: str) -> tuple[bool, str]:
-    """Stricter re-check: the verifier, and the reply is exactly in the asked format (one line
-    and nothing else, or one fenced block and nothing outside it)."""
-    passed, feedback = verify(tags, answer)
-    task = _task(str(tags.get("task_id", "")))
-    if not passed or task is None:
-        return passed, feedback
-    text = answer.strip()
-    if task.answer_format == "line":
-        exact = "\n" not in text and "```" not in text
-    else:
-        exact = text.startswith("```") and text.endswith("```") and text.count("```") == 2
-    ok = exact and extract_answer(answer, task.answer_format) is not None
-    return ok, "correct" if ok else "correct answer wrapped in extra text"
-
-
-def heldout_items(per_family: int) -> list[EvalItem]:
-    """Tasks of the held-out split (never sent as traffic), the same each round."""
-    items = []
-    for name in sorted(FAMILIES):
-        for i in range(per_family):
-            task = FAMILIES[name].generate(HELDOUT_SEED_START + 7919 * i + 1)
-            items.append(EvalItem(task.messages(), task.labels(), "heldout"))
-    return items
-
-
 # ---------------------------------------------------------------- model and services
 
 
@@ -334,6 +316,7 @@ async def run(s: Settings, preset: str, fleet: ProcessFleet) -> dict[str, Any]:
         sim_port = find_free_port()
         sim_args = ["-m", "loadtests.frontier_sim", "--port", str(sim_port), "--oracle-accuracy"]
         sim_args += [str(s.oracle_accuracy), "--ttft-ms", str(s.frontier_ttft_ms)]
+        sim_args += ["--agent-success-rate", str(s.agent.success_rate)]
         sim = start_python(fleet, "frontier simulator", sim_args, run_dir / "sim.log", token)
         sim_url = f"http://127.0.0.1:{sim_port}"
         fleet.wait_http(sim, sim_url + "/health", timeout_s=60)
@@ -348,8 +331,14 @@ async def run(s: Settings, preset: str, fleet: ProcessFleet) -> dict[str, Any]:
         await store.connect()
         await record_checkpoint(store, served, "promoted")
         labels: Labels = {}
+        gate = None
+        if s.agent.episodes and s.agent.gate.episodes:
+            environment = await asyncio.to_thread(SandboxEnvironment)
+            tasks = heldout_task_ids(s.agent.gate.episodes, seed=1)
+            gate = AgentGateRound(environment, tasks, s.agent.gate, device=loop_config.device)
+        agent = AgentWork(store, set(), gate)
         services = Services(
-            store=with_labels(store, labels),
+            store=without_episodes(with_labels(store, labels), agent.hidden),
             replicas=tuple(r.base_url for r in replicas),
             gateway_url=base,
             admin_token=token,
@@ -357,7 +346,7 @@ async def run(s: Settings, preset: str, fleet: ProcessFleet) -> dict[str, Any]:
         )
         log(f"up in {time.monotonic() - started:.0f}s; gateway {base}")
         return await rounds(
-            s, loop_config, services, served, run_dir, started, preset, sim_url, labels
+            s, loop_config, services, served, run_dir, started, preset, sim_url, labels, agent
         )
     finally:
         # Here too, not only when main()'s fleet block ends: on a signal, asyncio.run would
@@ -376,6 +365,7 @@ async def rounds(
     preset: str,
     sim_url: str,
     labels: Labels,
+    agent: AgentWork,
 ) -> dict[str, Any]:
     labels_file = run_dir / LABELS_FILE
     learnable = sorted(n for n, f in FAMILIES.items() if f.learnable)
@@ -402,6 +392,10 @@ async def rounds(
             f"{o['accept_overall']:.3f}, ${o['cost_per_1k_usd']:.3f}/1k, p50 "
             f"{o['latency_p50_ms']:.0f} ms, client errors {errors}"
         )
+        if s.agent.episodes:
+            a = await agent_traffic(agent, services.gateway_url, sim_url, r, s.agent, settle)
+            log(f"round {r} agents ({a.client['failed_requests']} failed requests):")
+            print(format_agent_table([a]), flush=True)
         if r == s.rounds:
             break
         candidate = await prepare_candidate(
@@ -420,6 +414,13 @@ async def rounds(
             f"{'passed' if g['passed'] else 'rejected'} (accept {g['current']['accept_rate']:.3f}"
             f" -> {g['candidate']['accept_rate']:.3f}) {'; '.join(g['reasons'])}"
         )
+        if agent.gate is not None:
+            decision = await agent.gate.gate(candidate.served_dir, candidate.candidate_dir)
+            if agent.figures:
+                agent.figures[-1].gate = decision
+            log(f"round {r} {decision['text']}")
+            if decision["enforced"] and decision["decision"] == "reject":
+                candidate = dataclasses.replace(candidate, passed=False)
         stop = asyncio.Event()
         background = asyncio.create_task(trickle(services.gateway_url, sim_url, stop, 7000 + r, s))
         try:
@@ -442,9 +443,12 @@ async def rounds(
         )
     mixes = {"mix": MIX, "old_mix_before_2026_11_23": OLD_MIX}
     targets = check_targets(figures, learnable, s.exploration_share, swap_failures, mixes)
+    if agent.figures:
+        targets["agent"] = agent_targets(agent.figures)
     header = {"preset": preset, "settings": s.model_dump(), "run_dir": str(run_dir)}
     wall = time.monotonic() - started
-    return write_report(header, figures, loop_results, targets, [run_dir, OUT], wall)
+    folders = [run_dir, OUT]
+    return write_report(header, figures, loop_results, targets, folders, wall, agent.figures)
 
 
 def main() -> int:

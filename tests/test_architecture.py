@@ -52,6 +52,7 @@ ORCHESTRATORS = {
     "loadtests/bench_routing.py",  # the RL loop's outcome type; the store is read in routing_items
     "loadtests/routing_items.py",  # bench_routing's reader of the store and the RL loop's verdicts
     "rl_loop/bench_train.py",  # `make bench-train`: the task families' data and verifier
+    "loadtests/agent/rl_environment.py",  # the agent sandbox behind rl_loop.agent's protocol
 }
 
 

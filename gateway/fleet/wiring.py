@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterable
 
 from gateway.auth.redis_scripts import redis_client
 from gateway.auth.shared_budget import SharedBudget
+from gateway.episode_routing import build_episode_routing
 from gateway.fleet.apply import FleetApplier
 from gateway.fleet.base import Fleet, LocalFleet
 from gateway.fleet.redis_fleet import RedisFleet
@@ -42,6 +43,8 @@ async def start_fleet(state: GatewayState) -> Fleet:
     fleet = build_fleet(state)
     state.fleet = fleet
     state.routing = state.build_routing(config)  # local targets now share their decisions
+    state.episodes = build_episode_routing(config, fleet.shared)  # episodes' memory, shared
+    state.metrics.add_live_gauges(state.episodes.gauges())
     applier = FleetApplier(state, fleet)
     state.applier = applier
     await fleet.start(applier.apply, applier.seed())

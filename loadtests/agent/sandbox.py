@@ -18,10 +18,12 @@ listing, the tail of a test report, where pytest puts its summary), reads to ``r
 listings and searches to ``list_entries`` / ``search_matches``; no edit or patch may leave a file
 larger than ``file_bytes``. Paths are resolved (symbolic links included) and must stay inside
 ``repo/``; a patch that would add a symbolic link or binary data is refused, and ``git apply``
-refuses ``..`` paths itself. ``run_tests`` runs pytest in a child process through the same boot
-as the IDE tasks' verifiers (:func:`loadtests.tasks.verify.run_sandboxed`: ``RLIMIT_AS``,
-``RLIMIT_CPU``, ``RLIMIT_FSIZE``, an audit hook refusing writes outside ``repo/``, sockets and
-subprocesses, a wall-clock kill) and, where ``unshare --net`` works (root on Linux), in a network
+refuses ``..`` paths itself. A search runs on the ``regex`` engine under a time limit
+(``search_s``): a pattern that backtracks catastrophically is stopped, not left to spin.
+``run_tests`` runs pytest in a child process through the same boot as the IDE tasks' verifiers
+(:func:`loadtests.tasks.verify.run_sandboxed`: ``RLIMIT_AS``, ``RLIMIT_CPU``, ``RLIMIT_FSIZE``,
+an audit hook refusing writes outside ``repo/``, sockets and subprocesses, a wall-clock kill)
+and, where ``unshare --net`` works (root on Linux), in a network
 namespace of its own with no interface up. A test that loops is stopped by the wall clock or the
 CPU limit, one that floods its output by the file-size limit (the output files are bounded), one
 that writes outside the repository by the audit hook; each is reported to the model as such.
@@ -36,6 +38,7 @@ import shutil
 import subprocess
 import sysconfig
 import tempfile
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,6 +46,7 @@ from types import TracebackType
 from typing import Any, Literal
 
 import jsonschema
+import regex as regexp
 from pydantic import BaseModel, ConfigDict, Field
 
 from loadtests.agent.tools import tool_schemas
@@ -99,6 +103,7 @@ class SandboxConfig(BaseModel):
         default=1024, ge=64, description="Largest file (output included) a test run may write."
     )
     patch_timeout_s: float = Field(default=10.0, gt=0, description="apply_patch time limit.")
+    search_s: float = Field(default=2.0, gt=0, description="search time limit (all files).")
     isolate_network: bool = Field(
         default=True, description="Run tests in an empty network namespace where possible."
     )
@@ -294,9 +299,10 @@ class Workspace:
     def _search(self, query: str, path: str = ".", regex: bool = False) -> ToolOutcome:
         base = self._resolve(path)
         try:
-            pattern = re.compile(query if regex else re.escape(query))
-        except re.error as exc:
+            pattern = regexp.compile(query if regex else regexp.escape(query))
+        except regexp.error as exc:
             raise ToolError(f"invalid regular expression: {exc}") from exc
+        deadline = time.monotonic() + self.config.search_s
         files = [base] if base.is_file() else sorted(p for p in base.rglob("*") if p.is_file())
         matches: list[str] = []
         for file in files:
@@ -308,7 +314,13 @@ class Workspace:
                 continue
             rel = file.relative_to(self.repo).as_posix()
             for number, line in enumerate(text.splitlines(), 1):
-                if pattern.search(line):
+                try:
+                    found = pattern.search(line, timeout=max(deadline - time.monotonic(), 0.0))
+                except TimeoutError:
+                    limit = f"the {self.config.search_s:g} s search time limit"
+                    text = f"Error: the search was stopped by {limit} (a pattern that backtracks?)"
+                    return ToolOutcome(text, "error", stopped_by=limit)
+                if found:
                     matches.append(f"{rel}:{number}: {line.strip()}")
         if not matches:
             return ToolOutcome(f"No matches for {query!r}", "ok")

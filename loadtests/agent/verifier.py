@@ -4,9 +4,10 @@
   ``path:line`` (the first such token counts; ``./`` and backticks tolerated).
 - ``tests`` tasks: the task's own test files, as the task gave them, run against the package as
   the agent left it, in a fresh copy inside the sandbox (so editing or deleting a test changes
-  nothing but the ``tests_modified`` flag, which the verdict reports for the audits); every test
-  must pass. A rename also needs the old name gone from every module of the package and the new
-  one defined where the old one was.
+  nothing but the ``tests_modified`` flag, which the verdict reports for the audits; a
+  ``conftest.py`` the agent added is left out too); every test must pass. A rename also needs
+  the old name gone from every module of the package and the new one defined where the old one
+  was.
 
 The feedback says what is wrong without giving the answer away (the hint for self-distillation).
 """
@@ -48,6 +49,10 @@ def verify_answer(task: AgentTask, reply: str) -> AgentVerdict:
     return AgentVerdict(False, f"line {match.group(2)} of {path} is not the definition")
 
 
+def _is_conftest(path: str) -> bool:
+    return path.rsplit("/", 1)[-1] == "conftest.py"
+
+
 def verify_episode(task: AgentTask, workspace: Workspace, final_reply: str) -> AgentVerdict:
     """The verdict on ``task`` given the workspace's state and the agent's last reply."""
     if task.check == "answer":
@@ -59,7 +64,9 @@ def verify_episode(task: AgentTask, workspace: Workspace, final_reply: str) -> A
     if check_dir.exists():
         shutil.rmtree(check_dir)
     for path, text in {**files, **originals}.items():
-        if path.startswith("tests/") and path not in originals:
+        # Only the task's own tests judge: a test file or a conftest.py (pytest loads its hooks,
+        # which can turn every failure into a pass) the agent added is left out.
+        if path not in originals and (path.startswith("tests/") or _is_conftest(path)):
             continue
         target = check_dir / path
         target.parent.mkdir(parents=True, exist_ok=True)

@@ -271,6 +271,29 @@ def train_onpolicy(
     }
     if not config.enabled or config.steps == 0 or not items:
         return PhaseStats(examples=len(items), extra=extra), None
+    stats, trainer = train_items(
+        policy, reference, items, config,
+        output_dir=output_dir, seed=seed, device=device, engine=engine,
+    )  # fmt: skip
+    stats.extra.update(extra)
+    return stats, trainer
+
+
+def train_items(
+    policy: Policy,
+    reference: Policy | None,
+    items: list[dict[str, Any]],
+    config: RlConfig,
+    *,
+    output_dir: Path,
+    seed: int = 0,
+    device: str = "cpu",
+    engine: EngineConfig | None = None,
+) -> tuple[PhaseStats, OnPolicyTrainer | None]:
+    """The RL phase on prepared items (:func:`rollout_items`' per-prompt groups, or agent
+    episodes' advantages and hinted steps: ``rl_loop.agent.episode_rl``)."""
+    if not config.enabled or config.steps == 0 or not items:
+        return PhaseStats(examples=len(items)), None
     args = TrainingArguments(
         **common_arguments(
             output_dir=output_dir,
@@ -295,6 +318,4 @@ def train_onpolicy(
     quiet(trainer)
     trainer.train()
     trainer.model.train(False)  # type: ignore[union-attr]
-    stats = phase_stats(trainer, len(items), "loss", keep=ONPOLICY_METRICS)
-    stats.extra.update(extra)
-    return stats, trainer
+    return phase_stats(trainer, len(items), "loss", keep=ONPOLICY_METRICS), trainer

@@ -1,6 +1,8 @@
 """`make flywheel` end to end on minimal settings (FLYWHEEL_SMOKE=1): real vLLM with weight
 reloads, frontier simulator, gateway with a SQLite store, dataset export, RL + SFT, the gate, a
-hot-swap under traffic, the routing refit, and the report with its last-line JSON summary."""
+hot-swap under traffic, the routing refit, and the report with its last-line JSON summary; beside
+the chat mix, agent episodes through the same gateway each round (both APIs), their figures
+rebuilt from the record, and the agent gate played on the candidate in the sandbox."""
 
 from __future__ import annotations
 
@@ -44,3 +46,12 @@ def test_one_round_of_the_flywheel(tmp_path: Path) -> None:
     assert first["overall"]["accept_frontier"] is not None
     assert (tmp_path / "curves.png").stat().st_size > 10_000
     assert (tmp_path / "report.txt").read_text().startswith("round")
+    agent = summary["agent"]
+    assert agent["episodes"] == [4, 4] and agent["failed_requests"] == 0
+    assert all(0 <= s <= 1 for s in agent["local_share"])
+    (played, last) = report["agent_rounds"]
+    assert played["success"]["overall"]["judged"] == 4
+    assert played["client"]["episodes"] == 4 and played["client"]["feedback_posted"] == 4
+    assert played["gate"]["decision"] in ("promote", "reject") and not last["gate"]
+    assert played["gate"]["candidate"]["episodes"] == 1
+    assert (tmp_path / "agent_curves.png").stat().st_size > 10_000

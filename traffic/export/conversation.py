@@ -37,7 +37,7 @@ server tool the translation left out, e.g. Anthropic's ``web_search`` used by th
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from traffic.export.chat_format import (
@@ -65,6 +65,7 @@ __all__ = [
     "ToolCall",
     "UnsupportedShape",
     "answer_of",
+    "canonical_body",
     "conversation_of",
     "to_messages",
     "tools_of",
@@ -95,6 +96,17 @@ def tools_of(
     Raises :class:`UnsupportedShape` for non-function tools (web search, computer use, ...).
     """
     return _tools(*internal_request(record, legacy))
+
+
+def canonical_body(record: InferenceRecord) -> Mapping[str, Any]:
+    """``record``'s request as a chat body ``{"messages", "tools"}`` whatever door it came
+    through (what the router's text reader reads of a recorded request); the recorded body
+    itself where it cannot be read so (a record written before its canonical fields)."""
+    try:
+        kind, body = internal_request(record, None)
+        return {"messages": _messages(kind, body), "tools": _tools(kind, body)}
+    except UnsupportedShape:
+        return record.request or {}
 
 
 def answer_of(

@@ -32,8 +32,6 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
-import jsonschema
-
 from traffic.export.conversation import (
     AssistantTurn,
     LegacyTranslator,
@@ -42,6 +40,7 @@ from traffic.export.conversation import (
     conversation_of,
 )
 from traffic.store.records import InferenceRecord, InferenceRow
+from traffic.tool_calls import CallCheck, check_call
 
 RouteKind = Literal["local", "frontier"]
 Verdict = Literal["accepted", "rejected"]
@@ -60,20 +59,6 @@ class RouteKinds:
         if self.local is not None:
             return "local" if target in self.local else "frontier"
         return "frontier" if target.startswith(self.frontier_prefixes) else "local"
-
-
-@dataclass(frozen=True, slots=True)
-class CallCheck:
-    """One tool call of a step and what is wrong with it (``problem`` None: a valid call)."""
-
-    id: str
-    name: str
-    arguments: str
-    problem: str | None = None
-
-    @property
-    def valid(self) -> bool:
-        return self.problem is None
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,32 +133,6 @@ def _json_or_text(text: str) -> Any:
         return json.dumps(json.loads(text), sort_keys=True)
     except (json.JSONDecodeError, TypeError):
         return text
-
-
-def check_call(
-    call_id: str, name: str, arguments: str, tools: Sequence[dict[str, Any]]
-) -> CallCheck:
-    """Whether a call names an offered tool with a JSON object matching its schema."""
-    schema = next(
-        (t["function"].get("parameters") for t in tools if t["function"]["name"] == name), None
-    )
-    known = any(t["function"]["name"] == name for t in tools)
-    if not known:
-        return CallCheck(call_id, name, arguments, "unknown_tool")
-    try:
-        parsed = json.loads(arguments) if arguments.strip() else {}
-    except json.JSONDecodeError:
-        return CallCheck(call_id, name, arguments, "malformed_arguments")
-    if not isinstance(parsed, dict):
-        return CallCheck(call_id, name, arguments, "malformed_arguments")
-    if isinstance(schema, dict):
-        try:
-            error = next(iter(jsonschema.Draft202012Validator(schema).iter_errors(parsed)), None)
-        except jsonschema.SchemaError:
-            error = None  # a schema the validator cannot read judges nothing
-        if error is not None:
-            return CallCheck(call_id, name, arguments, f"schema: {error.message}"[:200])
-    return CallCheck(call_id, name, arguments)
 
 
 def _verdict(rows: Sequence[InferenceRow]) -> tuple[Verdict | None, str | None]:

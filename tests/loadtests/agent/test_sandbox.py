@@ -19,7 +19,9 @@ FILES = {
         "from pkg.calc import add\n\n\ndef test_add():\n    assert add(2, 3) == 5\n"
     ),
 }
-QUICK = SandboxConfig(test_wall_s=8.0, test_cpu_s=4, output_chars=2000, test_output_kb=256)
+QUICK = SandboxConfig(
+    test_wall_s=8.0, test_cpu_s=4, output_chars=2000, test_output_kb=256, search_s=0.5
+)
 
 
 @pytest.fixture(scope="module")
@@ -178,3 +180,62 @@ def test_large_files_and_listings_are_cut(runner: SandboxRunner) -> None:
         read = call(ws, "read_file", path="pkg/big.py")
     assert "characters cut" in read.text or "more lines" in read.text
     assert len(read.text) <= QUICK.output_chars + 100
+
+
+# ---------------------------------------------------- limits on the tool calls themselves
+
+
+def test_a_search_that_backtracks_forever_is_stopped_and_reported(runner: SandboxRunner) -> None:
+    files = {**FILES, "pkg/data.py": "WORD = '" + "a" * 64 + "!'\n"}
+    with Workspace(files, runner, ALL_TOOLS) as ws:
+        outcome = call(ws, "search", query="(a|aa)+$", regex=True)
+        assert outcome.status == "error"
+        assert outcome.stopped_by == "the 0.5 s search time limit"
+        assert "stopped by the 0.5 s search time limit" in outcome.text
+        assert call(ws, "search", query="(a|aa)+!", regex=True).status == "ok"  # still usable
+
+
+def test_a_link_out_of_the_repository_is_not_followed_by_any_tool(
+    ws: Workspace, tmp_path: Path
+) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret.py").write_text("KEY = 1\n")
+    (ws.repo / "pkg" / "out").symlink_to(outside)  # as a test run or a checkout could leave one
+    for name, args in [
+        ("edit", {"path": "pkg/out/planted.py", "old_string": "", "new_string": "x = 1\n"}),
+        ("edit", {"path": "pkg/out/secret.py", "old_string": "KEY = 1", "new_string": "KEY = 2"}),
+        ("read_file", {"path": "pkg/out/secret.py"}),
+        ("list_dir", {"path": "pkg/out"}),
+        ("search", {"query": "KEY", "path": "pkg/out"}),
+    ]:
+        outcome = ws.execute(name, json.dumps(args))
+        assert outcome.status == "error" and "outside the workspace" in outcome.text, name
+    assert call(ws, "search", query="KEY").text.startswith("No matches")  # not followed either
+    assert sorted(p.name for p in outside.iterdir()) == ["secret.py"]
+    assert (outside / "secret.py").read_text() == "KEY = 1\n"
+
+
+def test_tool_calls_that_flood_their_output_or_the_disk_are_cut_or_refused(
+    runner: SandboxRunner,
+) -> None:
+    many = {f"pkg/mod_{i:03}.py": f"VALUE_{i} = {i}\n" * 3 for i in range(300)}
+    long_line = {"pkg/wide.py": "X = '" + "y" * 20_000 + "'\n"}
+    with Workspace({**FILES, **many, **long_line}, runner, ALL_TOOLS) as ws:
+        found = call(ws, "search", query="VALUE_")
+        assert found.status == "ok" and "more matches" in found.text
+        assert len(found.text) <= QUICK.output_chars + 100
+        listing = call(ws, "list_dir", path="pkg")
+        assert "more)" in listing.text or "characters cut" in listing.text
+        assert len(listing.text) <= QUICK.output_chars + 100
+        wide = call(ws, "read_file", path="pkg/wide.py")
+        assert "characters cut" in wide.text and len(wide.text) <= QUICK.output_chars + 100
+        huge = "z" * (QUICK.file_bytes + 1)
+        grown = call(ws, "edit", path="pkg/big.py", old_string="", new_string=huge)
+        assert grown.status == "error" and "larger than" in grown.text
+        doubled = call(ws, "edit", path="pkg/wide.py", old_string="y", new_string="yyyy",
+                        replace_all=True)  # fmt: skip
+        assert doubled.status == "error" and "larger than" in doubled.text
+        patch = "--- /dev/null\n+++ b/pkg/huge.py\n@@ -0,0 +1 @@\n+" + "q" * (3 * QUICK.file_bytes)
+        assert call(ws, "apply_patch", patch=patch).status == "error"
+        assert not (ws.repo / "pkg" / "big.py").exists() and not (ws.repo / "pkg/huge.py").exists()

@@ -1,0 +1,126 @@
+"""Distillation on the frontier's successful agent trajectories, through the loop's TRL SFT
+trainer (``rl_loop.trainers.sft``).
+
+Data. The ``episode_sft`` export (``traffic.export.episode_export``, ``--sft-route frontier``:
+accepted, complete episodes every step of which the frontier served, without a broken call):
+``{"messages": [...], "tools": [...]}`` in TRL's conversational tool-calling shape. Rows are
+checked again here (an assistant turn whose call is not an offered tool with a JSON object as
+arguments drops the row), and :func:`episode_sft_row` gives the same row for an episode played
+in the environment (a scripted or served agent's passed episodes).
+
+Examples. Each assistant turn of an episode is one prompt-completion example: the conversation
+before it as the prompt, the turn (its text and tool calls) as the completion. The SFT trainer
+renders both with the checkpoint's chat template (tools in the system turn, earlier calls and
+tool results as the template writes them) and keeps the loss on the completion alone, so every
+assistant turn of the trajectory is trained, tool calls included, and nothing else is. Call
+arguments are passed as JSON text (the template writes them as they are; a table of calls whose
+argument objects differ would otherwise be padded with nulls by Arrow).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from rl_loop.agent.episode import AgentEpisode
+from rl_loop.agent.episode_rl import arguments_object, tool_names
+from rl_loop.config import SftConfig
+from rl_loop.datasets import SftExample
+from rl_loop.modeling import Policy
+from rl_loop.trainers.engine import PhaseStats
+from rl_loop.trainers.sft import train_sft
+from traffic.export.episode_export import trl_messages
+
+
+def load_episode_sft(path: Path) -> list[dict[str, Any]]:
+    """The rows of an ``episode_sft`` JSONL export file (``train.jsonl`` / ``eval.jsonl``)."""
+    with path.open(encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def episode_sft_row(episode: AgentEpisode) -> dict[str, Any] | None:
+    """A passed episode without a broken call as an ``episode_sft`` row, else None."""
+    if not episode.passed or episode.ended != "answered":
+        return None
+    if any(result.status == "invalid" for _, result in episode.calls):
+        return None
+    return {"messages": trl_messages(episode.messages), "tools": episode.task.tool_list()}
+
+
+def _text_arguments(call: Mapping[str, Any]) -> dict[str, Any]:
+    function = dict(call["function"])
+    arguments = function.get("arguments")
+    if not isinstance(arguments, str):
+        function["arguments"] = json.dumps(arguments if arguments is not None else {})
+    return {**call, "function": function}
+
+
+def _message(message: Mapping[str, Any]) -> dict[str, Any]:
+    out = dict(message)
+    if out.get("tool_calls"):
+        out["tool_calls"] = [_text_arguments(c) for c in out["tool_calls"]]
+    return out
+
+
+def _valid_calls(messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]]) -> bool:
+    names = tool_names(tools)
+    for message in messages:
+        for call in message.get("tool_calls") or []:
+            function = call["function"]
+            arguments = function.get("arguments")
+            text = arguments if isinstance(arguments, str) else json.dumps(arguments)
+            if function.get("name") not in names or arguments_object(text) is None:
+                return False
+    return True
+
+
+def row_examples(row: Mapping[str, Any]) -> list[SftExample]:
+    """Each assistant turn of an ``episode_sft`` row as one example (none when a call of the
+    row is broken)."""
+    tools = [dict(t) for t in row.get("tools") or []]
+    messages = [_message(m) for m in row["messages"]]
+    if not _valid_calls(messages, tools):
+        return []
+    out = []
+    for index, message in enumerate(messages):
+        if message.get("role") != "assistant":
+            continue
+        content = message.get("content")
+        calls = message.get("tool_calls") or None
+        if not (isinstance(content, str) and content) and not calls:
+            continue
+        text = content if isinstance(content, str) else ""
+        out.append(SftExample(messages[:index], text, tools or None, calls))
+    return out
+
+
+def distillation_examples(rows: Iterable[Mapping[str, Any]]) -> list[SftExample]:
+    """Every assistant turn of every usable row."""
+    return [example for row in rows for example in row_examples(row)]
+
+
+def train_distill(
+    policy: Policy,
+    rows: Iterable[Mapping[str, Any]],
+    config: SftConfig,
+    *,
+    output_dir: Path,
+    seed: int = 0,
+    device: str = "cpu",
+    max_length: int | None = None,
+) -> PhaseStats:
+    """SFT of ``policy`` on the assistant turns of ``rows`` (the loop's SFT trainer; replay of
+    the code corpus is ``config.replay_windows``' business, off when no corpus is given)."""
+    examples = distillation_examples(rows)
+    stats, _ = train_sft(
+        policy,
+        examples,
+        config,
+        output_dir=output_dir,
+        seed=seed,
+        device=device,
+        max_length=max_length,
+    )
+    return stats
