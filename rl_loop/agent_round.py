@@ -10,9 +10,10 @@ version is played once and remembered (the served model of round r+1 is often ro
 candidate).
 
 :func:`without_episodes` hides the agent workload's episodes from the chat loop: its datasets,
-RL prompts and refit read the chat traffic they were built for (the agent turns carry no chat
-task and their verdict is the whole episode's, on its last turn), until the episode trainers
-(``rl_loop.agent``) consume them.
+RL prompts and evaluations read the chat traffic they were built for (the agent turns carry no
+chat task and their verdict is the whole episode's, on its last turn), until the episode
+trainers (``rl_loop.agent``) consume them. The routing refit reads them (each step credited by
+``rl_loop.episode_credit``).
 """
 
 from __future__ import annotations

@@ -71,6 +71,9 @@ class Services:
     admin_token: str
     state_file: Path
     local_target: str = "local"
+    #: What the routing refit reads, when not ``store`` (the flywheel's datasets leave the agent
+    #: episodes out; its refit must see them, to learn where agent steps may go).
+    refit_store: StoreBackend | None = None
 
 
 @dataclass(slots=True)
@@ -410,7 +413,7 @@ async def refit_round(
         else []
     )
     return await refit_policy(
-        services.store,
+        services.refit_store or services.store,
         state_file=services.state_file,
         weights_version=weights_version,
         verify=verify,

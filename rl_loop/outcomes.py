@@ -4,6 +4,8 @@ An outcome is one verdict on one answer, for one arm (``local`` / ``frontier``) 
 class (``router.learned.class_key`` of the recorded request's tags and tools):
 - a live answer with user feedback: the latest of accepted / rejected (an edit follows a
   rejection); the arm is the route target's (``local_target`` or a frontier prefix);
+- a step of an agent episode, which carries no feedback of its own: its credit from the
+  episode's verdict (``rl_loop.episode_credit``, passed in by the caller);
 - a shadow answer (the local model answering a frontier-served request off the user's path):
   its ``comparison["verdict"]`` when the RL loop recorded one, else the injected verifier's
   verdict (cached per shadow id in a :class:`VerdictCache`, since some verifiers run code).
@@ -147,8 +149,10 @@ def row_outcomes(
     local_target: str,
     frontier_prefix: str,
     cache: VerdictCache,
+    credit: bool | None = None,
 ) -> list[RecordedOutcome]:
-    """The outcomes one recorded row gives (see the module docstring)."""
+    """The outcomes one recorded row gives (see the module docstring); ``credit`` is the
+    verdict of a row that has none of its own (an agent step: ``rl_loop.episode_credit``)."""
     inf = row.inference
     if not inf.ok:
         return []
@@ -157,6 +161,8 @@ def row_outcomes(
     out: list[RecordedOutcome] = []
     arm = arm_of_target(inf.route_target, local_target, frontier_prefix)
     verdict = verdict_of(row)
+    if verdict is None:
+        verdict = credit
     if arm is not None and verdict is not None:
         out.append(
             RecordedOutcome(

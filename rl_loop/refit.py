@@ -4,6 +4,9 @@
    answers with feedback (arm frontier), shadow answers verified with the injected verifier
    (arm local; verdicts cached by shadow id). With ``current_version_only`` the local arm counts
    only answers of the weights served now, since older weights say little about new ones.
+   The steps of an agent episode, judged once as a whole, take their credit from its verdict
+   (``rl_loop.episode_credit``): tool-bearing requests are learned from what the local model
+   did at each step, not from the chat traffic around them.
 2. Evidence for weights that just changed: right after a swap no user has seen the new
    weights, so (``gate_outcomes``) the gate's verified answers of the served weights on its
    held-out items count as local outcomes too. They are unbiased: held-out tasks and the time
@@ -34,6 +37,7 @@ from typing import Any
 import httpx
 
 from rl_loop.config import RefitConfig
+from rl_loop.episode_credit import step_verdicts
 from rl_loop.outcomes import (
     RecordedOutcome,
     VerdictCache,
@@ -84,6 +88,7 @@ async def gather_outcomes(
     if verify is not None:
         await asyncio.to_thread(verify_shadows, rows, verify, cache, local_target)
         cache.save()
+    credits = step_verdicts(rows, local_target=local_target, frontier_prefix=frontier_prefix)
     out: list[RecordedOutcome] = []
     for row in rows:
         out += row_outcomes(
@@ -92,6 +97,7 @@ async def gather_outcomes(
             local_target=local_target,
             frontier_prefix=frontier_prefix,
             cache=cache,
+            credit=credits.get(row.inference.id),
         )
     return out
 
