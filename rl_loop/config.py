@@ -271,6 +271,19 @@ class RefitConfig(_Strict):
     )
 
 
+class AgentDistillConfig(_Strict):
+    """Distillation on the frontier's successful agent episodes, mixed into the round's SFT
+    (``rl_loop.agent_data``): each assistant turn of an accepted episode every step of which
+    the frontier served, tool calls included."""
+
+    max_examples: int = Field(
+        default=0,
+        ge=0,
+        description="Agent turns added to a round's SFT examples at most, the newest first "
+        "(0: none).",
+    )
+
+
 class LoopConfig(_Strict):
     """One round of the loop: datasets -> train -> gate -> promote -> refit."""
 
@@ -294,6 +307,7 @@ class LoopConfig(_Strict):
     sft: SftConfig = Field(default_factory=SftConfig)
     rl: RlConfig = Field(default_factory=RlConfig)
     dpo: DpoConfig = Field(default_factory=DpoConfig)
+    agent_distill: AgentDistillConfig = Field(default_factory=AgentDistillConfig)
     engine: EngineConfig = Field(default_factory=EngineConfig)
     gate: GateConfig = Field(default_factory=GateConfig)
     refit: RefitConfig = Field(default_factory=RefitConfig)

@@ -58,23 +58,32 @@ def episode_step_verdicts(
     return out
 
 
-def step_verdicts(
+def judged_as_whole(
     rows: Iterable[InferenceRow], *, local_target: str, frontier_prefix: str
-) -> dict[str, bool]:
-    """:func:`episode_step_verdicts` of the episodes in ``rows`` whose verdict is on their last
-    step and nowhere else (rows without an episode id are left out)."""
+) -> list[Episode]:
+    """The episodes in ``rows`` judged once as a whole: more than one step, a verdict on the
+    last step and on no other (rows without an episode id are left out)."""
     by_episode: dict[str, list[InferenceRow]] = {}
     for row in rows:
         if row.inference.episode_id:
             by_episode.setdefault(row.inference.episode_id, []).append(row)
-    judged_last: list[InferenceRow] = []
+    kept: list[InferenceRow] = []
     for episode_rows in by_episode.values():
         ordered = sorted(episode_rows, key=lambda r: r.inference.id)
         judged = [r for r in ordered if _has_verdict(r)]
         if len(ordered) > 1 and judged == [ordered[-1]]:
-            judged_last += ordered
+            kept += ordered
     routes = RouteKinds(local=frozenset({local_target}), frontier_prefixes=(frontier_prefix,))
-    return episode_step_verdicts(group_episodes(judged_last, routes=routes))
+    return group_episodes(kept, routes=routes)
+
+
+def step_verdicts(
+    rows: Iterable[InferenceRow], *, local_target: str, frontier_prefix: str
+) -> dict[str, bool]:
+    """:func:`episode_step_verdicts` of the episodes of ``rows`` :func:`judged_as_whole`."""
+    return episode_step_verdicts(
+        judged_as_whole(rows, local_target=local_target, frontier_prefix=frontier_prefix)
+    )
 
 
 def _has_verdict(row: InferenceRow) -> bool:

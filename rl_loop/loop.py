@@ -34,6 +34,7 @@ from typing import Any
 
 import torch
 
+from rl_loop.agent_data import agent_sft_examples
 from rl_loop.config import LoopConfig
 from rl_loop.datasets import PromptRecord, RoundData, build_round_data, pick_rl_prompts
 from rl_loop.evaluate import (
@@ -71,9 +72,13 @@ class Services:
     admin_token: str
     state_file: Path
     local_target: str = "local"
-    #: What the routing refit reads, when not ``store`` (the flywheel's datasets leave the agent
-    #: episodes out; its refit must see them, to learn where agent steps may go).
-    refit_store: StoreBackend | None = None
+    #: The whole record where ``store`` is a view leaving the agent episodes out (the flywheel's
+    #: chat datasets): the routing refit and the agent distillation read it.
+    whole_store: StoreBackend | None = None
+
+    @property
+    def record(self) -> StoreBackend:
+        return self.whole_store or self.store
 
 
 @dataclass(slots=True)
@@ -216,7 +221,14 @@ async def prepare_candidate(
         clock = now
 
     data = await build_round_data(services.store, config.data, pairs=config.dpo.steps > 0)
-    result.data = data.counts()
+    agent_sft, agent_counts = await agent_sft_examples(
+        services.record,
+        config.agent_distill,
+        config.data,
+        local_target=services.local_target,
+        work_dir=out,
+    )
+    result.data = {**data.counts(), **agent_counts}
     lap("datasets")
 
     # Loading, evaluating and training are CPU/GPU-bound and long: each phase runs in a worker
@@ -246,7 +258,7 @@ async def prepare_candidate(
             result.rl = {"skipped": "no class is partly solved: every group would be uniform"}
     lap("rollouts")
 
-    phases = PhaseData(rollouts=rollouts, sft=data.sft_train, pairs=data.pairs_train)
+    phases = PhaseData(rollouts=rollouts, sft=[*data.sft_train, *agent_sft], pairs=data.pairs_train)
     policy, stats = await asyncio.to_thread(
         train_candidate, policy, phases, config, out / "train", round_index
     )
@@ -413,7 +425,7 @@ async def refit_round(
         else []
     )
     return await refit_policy(
-        services.refit_store or services.store,
+        services.record,
         state_file=services.state_file,
         weights_version=weights_version,
         verify=verify,

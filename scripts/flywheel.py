@@ -21,7 +21,8 @@
 The agent episodes are kept out of the chat loop's datasets
 (``rl_loop.agent_round.without_episodes``): the chat candidates train on chat traffic. The
 routing refit reads them, each step credited from its episode's verdict
-(``rl_loop.episode_credit``), so the scorer learns where agent steps may go local.
+(``rl_loop.episode_credit``), so the scorer learns where agent steps may go local, and so
+does the agent distillation when ``loop.agent_distill`` is on (``rl_loop.agent_data``).
 
 Presets: full (default), `FLYWHEEL_QUICK=1` (about 20 minutes on 2 cores), `FLYWHEEL_SMOKE=1`
 (one round on minimal settings, for the test). The task verifier (loadtests.tasks) is injected
@@ -341,7 +342,7 @@ async def run(s: Settings, preset: str, fleet: ProcessFleet) -> dict[str, Any]:
         agent = AgentWork(store, set(), gate)
         services = Services(
             store=without_episodes(with_labels(store, labels), agent.hidden),
-            refit_store=with_labels(store, labels),
+            whole_store=with_labels(store, labels),
             replicas=tuple(r.base_url for r in replicas),
             gateway_url=base,
             admin_token=token,
