@@ -16,14 +16,18 @@ the same one: there is one builder.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any, NamedTuple
+from typing import Any, Final, NamedTuple
 
 import orjson
 
 from gateway.wire.assemble import assemble_chat, assemble_completion, parse_stream
 from traffic.store.records import InferenceRecord
+from traffic.store.spool import SpoolRecord
+
+log = logging.getLogger(__name__)
 
 Answer = dict[str, Any] | None
 Answers = tuple[Answer, Answer]  # (response, canonical_response)
@@ -72,6 +76,22 @@ class InferenceDraft(NamedTuple):
     attempts: list[dict[str, Any]]
 
 
+_ANSWERS: Final = InferenceDraft._fields.index("answers")
+
+
+def to_wire(draft: InferenceDraft) -> tuple[Any, ...]:
+    """The draft as one plain tuple, its answer's function and arguments in line: a batch of
+    them pickles with about a quarter fewer instructions than the named tuples (measured: 32k
+    against 44k per streamed draft), on the serving loop."""
+    return (*draft[:_ANSWERS], *draft.answers, *draft[_ANSWERS + 1 :])
+
+
+def from_wire(values: tuple[Any, ...]) -> InferenceDraft:
+    """The draft :func:`to_wire` flattened."""
+    answers = Deferred(values[_ANSWERS], values[_ANSWERS + 1])
+    return InferenceDraft._make((*values[:_ANSWERS], answers, *values[_ANSWERS + 2 :]))
+
+
 def build_record(draft: InferenceDraft) -> InferenceRecord:
     """The record a draft stands for; its answer assembled now."""
     response, canonical_response = draft.answers()
@@ -107,6 +127,21 @@ def build_record(draft: InferenceDraft) -> InferenceRecord:
     )
 
 
+Item = InferenceDraft | SpoolRecord  # what a writer is handed: a draft, or a record already built
+
+
+def as_record(item: Item) -> SpoolRecord:
+    """What the store writes for an item: a draft built, other records as they are."""
+    if not isinstance(item, InferenceDraft):
+        return item
+    try:
+        return build_record(item)
+    except Exception:  # an assembler's bug must not cost the record: keep it without answer
+        log.exception("record writer: cannot assemble the answer of %s", item.id)
+        tags = {**item.tags, "note.record_error": "answer not assembled"}
+        return build_record(item._replace(answers=_NO_ANSWER, tags=tags))
+
+
 # -- the answers, one function per way an exchange ends -------------------------------------
 def given(response: Answer, canonical: Answer) -> Answers:
     """Answers already built (unary answers, errors, a door's stream encoder's own)."""
@@ -115,6 +150,9 @@ def given(response: Answer, canonical: Answer) -> Answers:
 
 def ready(response: Answer, canonical: Answer) -> Deferred:
     return Deferred(given, (response, canonical))
+
+
+_NO_ANSWER: Final = ready(None, None)
 
 
 def from_chunks(endpoint: str, chunks: list[dict[str, Any]]) -> Answers:

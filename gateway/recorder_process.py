@@ -1,27 +1,28 @@
 """The record writer in its own process: the serving loop hands drafts to a pipe, the writer
-process assembles, encodes and stores them.
+process assembles, encodes and stores them, at a lower CPU priority than serving.
 
-Why: with the writer in the serving process, recording cost a streamed request about 0.12-0.17 ms
-of that process's CPU (the answer assembled, the 29-field record built, the row encoded, the SQL
-run, each through the one GIL) against ~0.5 ms for serving it: recording on lost 15-25% of
-the stream throughput. A thread does not help (the work is Python, it holds the GIL); deferring
-the work to the writer's batch in the same process only moves it. A process does: the serving
-loop now keeps a draft (:mod:`gateway.record_draft`, a tuple of what it already holds), and every
-``store.flush_interval_s`` (or ``store.batch_size`` drafts) pickles the batch and writes it to
-the child's stdin without blocking (an asyncio pipe transport): ~5 us of pickle and a share of
-one write per record, measured, against ~75 us for assembling and building the record alone.
-Writes are batched because each one wakes the child: at 5 ms batches the write was ~4% of the
-serving loop's samples under stream load, about as much as the rest of recording.
+Why a process: in the serving process, recording cost a streamed request 0.12-0.17 ms of the one
+GIL (a thread does not help: the work is Python). The serving loop keeps a draft
+(:mod:`gateway.record_draft`, a tuple of what it already holds) and every ``store.flush_interval_s``
+(or ``store.batch_size`` drafts) pickles the batch, the drafts as plain tuples, and writes it to
+the child's stdin without blocking, in one write (``PIPE_BYTES``); batched, as each write wakes it.
 
-Measured (2-core box shared with other work, c=16, 16-token answers, serving process's own CPU
-per request over recording off): streams +34..63 us with this process against +178..246 us with
-the writer in the gateway process; unary +39..73 us against +77..116 us. The work is moved, not
-removed: the child spends ~0.1-0.15 ms per streamed record (mostly assembling the answer), so
-where every core is busy the throughput gain is small; where a core is free it is the point.
+Why a lower priority (``WRITER_NICE``): the work is moved, not removed. The child spends ~55-65 us
+per streamed record (assembling the answer ~20, the SQL ~10, the record and its row ~15, the
+unpickling ~5), ~35 us per unary one; niced, it yields a core as soon as a serving process wakes,
+and what it cannot write under load it writes when the load eases. Measured (quiet 2-core box,
+streams at c=16, 4 on/off pairs): throughput with recording 0.72-0.75 of without at the gateway's
+priority, 0.74-0.80 niced (10; 0.78-0.82 at 19). The rest is the CPU itself: on that box a CPU
+burner at nice 19, or SCHED_IDLE, took 25-37% of stream throughput.
+
+Bounded: at most ``store.queue_size`` records are in flight (sent, not acknowledged); beyond, the
+gateway spools them itself, on a thread (building the records there: costly, but only while the
+child is that far behind), and asks the child to replay the spool (a ``REPLAY`` frame).
 
 Protocol (both directions: a 4-byte little-endian length, then a pickle)::
 
-    gateway ──stdin──> (seq, [InferenceDraft | InferenceRecord | FeedbackRecord | ShadowRecord])
+    gateway ──stdin──> (seq, [draft tuple | InferenceRecord | FeedbackRecord | ShadowRecord])
+                       (REPLAY, [])  the gateway appended to the spool: replay it now
             <─stdout── ("stats", {WriterStats fields}) every STATS_INTERVAL_S
                        ("ack", [seq, ...])  every record of those batches stored, spooled,
                                             dead-lettered (or counted lost at close)
@@ -31,14 +32,12 @@ Protocol (both directions: a 4-byte little-endian length, then a pickle)::
 Guarantees, the in-process writer's (:mod:`traffic.store.writer`, which the child runs as is):
 
 - Nothing lost: the gateway keeps every batch until it is acknowledged. If the child dies, a new
-  one is started and every unacknowledged batch is sent again (inserts are idempotent by id, so a
-  batch both stored and resent is stored once). A child that dies before it ever reported (it
-  cannot start here), or a spawn that fails, gives way to the in-process writer, which takes the
-  unacknowledged batches: the fallback.
+  one is started and every unacknowledged batch is sent again (inserts are idempotent by id).
+  A child that dies before it ever reported, or a spawn that fails, gives way to the in-process
+  writer, which takes the unacknowledged batches: the fallback.
 - ``close()`` flushes, closes the pipe and waits for the child to drain (``close_timeout``);
   a child that does not exit in time is killed and what it did not acknowledge is spooled here.
-- Feedback finds ids just submitted: :class:`gateway.recording.RecorderHandle` remembers them,
-  as before.
+- Feedback finds ids just submitted: :class:`gateway.recording.RecorderHandle` remembers them.
 - One child per gateway process: each worker of ``--workers N`` starts its own.
 
 ``store.writer_process: false`` (and an in-memory SQLite database, which another process cannot
@@ -50,6 +49,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import fcntl
+import gc
 import logging
 import os
 import pickle
@@ -60,43 +61,37 @@ import time
 from collections.abc import Sequence
 from typing import Any, Final
 
-from gateway.record_draft import InferenceDraft, build_record, ready
-from traffic.store import (
-    RecordWriter,
-    StoreBackend,
-    StoreConfig,
-    StoreError,
-    open_store,
-)
+from gateway.record_draft import InferenceDraft, Item, as_record, from_wire, to_wire
+from traffic.store import RecordWriter, StoreBackend, StoreConfig, StoreError, open_store
 from traffic.store.config import DEFAULT_CLOSE_TIMEOUT_S
 from traffic.store.spool import Spool, SpoolRecord
 from traffic.store.writer import WriterStats
 
 log = logging.getLogger(__name__)
 
-Item = InferenceDraft | SpoolRecord  # a draft, or a record already built
-
 FRAME: Final = struct.Struct("<I")
+REPLAY: Final = 0  # the seq of a frame that carries no records: "replay the spool now"
 STATS_INTERVAL_S: Final = 0.25
+WRITER_NICE: Final = 10  # the child's niceness, added to the gateway's (see the module docstring)
+PIPE_BYTES: Final = 1 << 20  # the stdin pipe's capacity: a batch's frame in one write
+CHILD_GC_GEN0: Final = 20_000  # ~100 container objects per streamed record die within its batch
 START_GRACE_S: Final = 15.0  # healthy while a fresh child has not reported yet
 STALE_STATS_S: Final = 10.0  # a child silent this long is unhealthy
 RESTART_BACKOFF_S: Final = (0.1, 0.5, 2.0, 5.0)
 CLOSE_MARGIN_S: Final = 5.0  # beyond the store's close timeout, for the child to exit
 
 
-def as_record(item: Item) -> SpoolRecord:
-    """What the store writes for an item: a draft built, other records as they are."""
-    if not isinstance(item, InferenceDraft):
-        return item
-    try:
-        return build_record(item)
-    except Exception:  # an assembler's bug must not cost the record: keep it without answer
-        log.exception("record writer: cannot assemble the answer of %s", item.id)
-        tags = {**item.tags, "note.record_error": "answer not assembled"}
-        return build_record(item._replace(answers=_NO_ANSWER, tags=tags))
+def encode_batch(seq: int, items: Sequence[Item]) -> bytes:
+    """One frame of the pipe: drafts as plain tuples (:func:`~gateway.record_draft.to_wire`)."""
+    wire = [to_wire(i) if isinstance(i, InferenceDraft) else i for i in items]
+    data = pickle.dumps((seq, wire), protocol=5)
+    return FRAME.pack(len(data)) + data
 
 
-_NO_ANSWER: Final = ready(None, None)
+def decode_batch(payload: bytes) -> tuple[int, list[Item]]:
+    """A frame's ``(seq, items)``, its length prefix taken off."""
+    seq, wire = pickle.loads(payload)
+    return seq, [from_wire(i) if type(i) is tuple else i for i in wire]
 
 
 # -- the gateway's side ---------------------------------------------------------------------
@@ -120,6 +115,10 @@ class WriterProcess:
         # Each batch sent and not yet acknowledged, as its frame: bytes, which the garbage
         # collector does not traverse (the drafts themselves die at the pipe write).
         self._unacked: dict[int, tuple[int, bytes]] = {}
+        self._in_flight = 0  # records in _unacked; at most store.queue_size
+        self._spooling: set[asyncio.Future[None]] = set()  # overflow spooled here, on threads
+        self._spooled_here = 0
+        self._behind = False  # overflowing to the spool since the last catch-up
         self._child_stats: dict[str, Any] = {}
         self._reported = False  # the current child has sent stats
         self._spawned_at = 0.0
@@ -176,10 +175,11 @@ class WriterProcess:
         else:
             known = {f.name for f in dataclasses.fields(WriterStats)}
             stats = WriterStats(**{k: v for k, v in self._child_stats.items() if k in known})
-        waiting = len(self._pending) + sum(n for n, _ in self._unacked.values())
+        waiting = len(self._pending) + self._in_flight
         return dataclasses.replace(
             stats,
             queue_depth=stats.queue_depth + waiting,
+            spooled_total=stats.spooled_total + self._spooled_here,
             restarts_total=stats.restarts_total + self._restarts,
             healthy=int(self.healthy),
         )
@@ -191,6 +191,8 @@ class WriterProcess:
         self._closing = True
         timeout = DEFAULT_CLOSE_TIMEOUT_S if timeout is None else timeout
         self._flush()
+        if self._spooling:  # before the pipe closes: the child's last replay finds them
+            await asyncio.gather(*self._spooling, return_exceptions=True)
         if self._local is not None:
             await self._local.close(timeout)
             self._closed = True
@@ -226,15 +228,36 @@ class WriterProcess:
             for item in items:
                 self._local.submit(as_record(item))
             return
+        room = max(self._cfg.queue_size - self._in_flight, 0)
+        if len(items) > room:  # the child is that far behind: the rest waits on disk
+            if not self._behind:
+                self._behind = True
+                log.warning("record writer: the writer process is behind; spooling here")
+            self._spool_aside(items[room:])
+            items = items[:room]
+            if not items:
+                return
         self._seq += 1
         try:
-            data = pickle.dumps((self._seq, items), protocol=5)
+            frame = encode_batch(self._seq, items)
         except (pickle.PicklingError, TypeError, AttributeError, RecursionError):
             items = self._set_aside_unpicklable(items)
-            data = pickle.dumps((self._seq, items), protocol=5)
-        frame = FRAME.pack(len(data)) + data
+            frame = encode_batch(self._seq, items)
         self._unacked[self._seq] = (len(items), frame)
+        self._in_flight += len(items)
         self._send(frame)
+
+    def _spool_aside(self, items: list[Item]) -> None:
+        """Spool ``items`` here, on a thread (close() waits for it), then have the child
+        replay the spool."""
+        self._spooled_here += len(items)
+        spooled = asyncio.get_running_loop().run_in_executor(None, self._spool_here, items)
+        self._spooling.add(spooled)
+        spooled.add_done_callback(self._spooled_aside)
+
+    def _spooled_aside(self, spooled: asyncio.Future[None]) -> None:
+        self._spooling.discard(spooled)
+        self._send(encode_batch(REPLAY, []))
 
     def _set_aside_unpicklable(self, items: list[Item]) -> list[Item]:
         """A bug's way out (a draft holding a closure): what will not pickle is built and
@@ -248,13 +271,15 @@ class WriterProcess:
             else:
                 good.append(item)
         log.error("record writer: %d records do not pickle; spooled by the gateway", len(bad))
-        asyncio.get_running_loop().run_in_executor(None, self._spool_here, bad)
+        self._spool_aside(bad)
         return good
 
     def _send(self, frame: bytes) -> None:
         proc = self._proc
         if proc is None or proc.stdin is None or proc.returncode is not None:
             return  # kept in _unacked: sent to the next child, or to the fallback
+        if proc.stdin.is_closing():
+            return  # closing: what is in _unacked is spooled at the end of close()
         proc.stdin.write(frame)
 
     def _take_unacked(self) -> list[Item]:
@@ -262,8 +287,9 @@ class WriterProcess:
         items: list[Item] = []
         for seq in sorted(self._unacked):
             _, frame = self._unacked[seq]
-            items += pickle.loads(frame[FRAME.size :])[1]
+            items += decode_batch(frame[FRAME.size :])[1]
         self._unacked.clear()
+        self._in_flight = 0
         return items
 
     async def _spawn(self) -> bool:
@@ -300,7 +326,12 @@ class WriterProcess:
                     self._last_report = time.monotonic()
                 elif kind == "ack":
                     for seq in value:
-                        self._unacked.pop(seq, None)
+                        done = self._unacked.pop(seq, None)
+                        if done is not None:
+                            self._in_flight -= done[0]
+                    if self._behind and self._in_flight <= self._cfg.queue_size // 2:
+                        self._behind = False
+                        log.info("record writer: the writer process caught up")
         except asyncio.IncompleteReadError:
             pass
         await proc.wait()
@@ -395,6 +426,10 @@ async def _child(config: StoreConfig, out_fd: int) -> None:
         log.error("traffic store unreachable, spooling until it returns: %s", e)
     writer = RecordWriter(backend, config, on_settled=acks.settled)
     await writer.start()
+    gc.collect()  # what start-up left (imports, the schema) never dies: out of the collector's way
+    gc.freeze()
+    # Started (connected, migrated) at the gateway's priority; from here on, serving comes first.
+    os.nice(WRITER_NICE)
 
     def report() -> None:
         if acks.done:
@@ -415,13 +450,18 @@ async def _child(config: StoreConfig, out_fd: int) -> None:
             except asyncio.IncompleteReadError:
                 break  # the gateway closed the pipe: drain and exit
             (size,) = FRAME.unpack(head)
-            seq, items = pickle.loads(await reader.readexactly(size))
+            seq, items = decode_batch(await reader.readexactly(size))
+            if seq == REPLAY:
+                writer.replay_spool()
+                continue
             records = [as_record(item) for item in items]
             acks.expect(seq, records)
             for record in records:
                 writer.submit(record)
             if acks.done:
                 report()
+            # A backlog in the pipe reads without a pause: let the writer and the reporter in.
+            await asyncio.sleep(0)
     finally:
         task.cancel()
         await writer.close()
@@ -440,6 +480,9 @@ def main() -> None:
     # Ctrl-C or SIGTERM sent to the whole process group must not cut its drain short.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    gc.set_threshold(CHILD_GC_GEN0, 20, 20)
+    with contextlib.suppress(OSError):  # a smaller pipe only means more, smaller writes
+        fcntl.fcntl(sys.stdin.fileno(), fcntl.F_SETPIPE_SZ, PIPE_BYTES)
     out_fd = os.dup(1)
     os.dup2(2, 1)  # nothing printed by accident can break the frames
     import uvloop  # the gateway's own loop

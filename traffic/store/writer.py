@@ -11,7 +11,9 @@ Flow of a record::
                                                 │
     replay task: when something was spooled (and at start), ping the database with exponential
     back-off (retry_initial_s .. retry_max_s, jittered); once it answers, replay every spool
-    segment in batches and delete each segment when all of it is stored.
+    segment in batches and delete each segment when all of it is stored
+    (:mod:`traffic.store.writer_replay`); :meth:`RecordWriter.replay_spool` asks for a pass
+    when another process appended to the spool.
 
 Policy, in order of preference: the database; else the spool; else the dead letters with the
 reason; never a silent drop, whatever a record contains.
@@ -67,37 +69,19 @@ from traffic.store.backend import StoreBackend
 from traffic.store.config import DEFAULT_CLOSE_TIMEOUT_S, StoreConfig
 from traffic.store.errors import StoreDataError, StoreError, StoreUnavailable
 from traffic.store.records import FeedbackRecord, InferenceRecord, ShadowRecord
-from traffic.store.spool import Spool, SpoolClaim, SpoolRecord
+from traffic.store.spool import Spool, SpoolRecord
+from traffic.store.writer_replay import replay_spool
+from traffic.store.writer_stats import Rejected, WriterStats
+
+__all__ = ["RecordWriter", "Settled", "WriterStats"]
 
 log = logging.getLogger(__name__)
 
-Rejected = list[tuple[SpoolRecord, str]]
 Settled = Callable[[Sequence[SpoolRecord]], None]
 
 FAULT_WINDOW_S: Final = 60.0  # faults this recent count against health ...
 FAULT_BURST: Final = 3  # ... this many of them make the writer unhealthy
 _ERROR_CHARS: Final = 1000
-
-
-@dataclasses.dataclass(slots=True)
-class WriterStats:
-    queued_total: int = 0  # records accepted into the in-memory queue
-    written_total: int = 0  # stored by the drain task
-    spooled_total: int = 0  # appended to the spool (queue full or database down)
-    replayed_total: int = 0  # stored from the spool
-    queue_full_total: int = 0  # submits that found the queue full (these went to the spool)
-    write_errors_total: int = 0  # failed database operations, replays and pings included
-    rejected_total: int = 0  # dead-lettered: refused by the database, or not encodable
-    spool_errors_total: int = 0  # failed spool writes (retried)
-    lost_total: int = 0  # neither database nor disk would take them at close
-    faults_total: int = 0  # unexpected exceptions in the writer's tasks (bugs), each logged
-    restarts_total: int = 0  # tasks restarted after a fault
-    last_error: str | None = None
-    queue_depth: int = 0
-    overflow_depth: int = 0  # records waiting in memory to be spooled
-    db_available: bool = True
-    tasks_alive: int = 0  # background tasks running now (of 3); not one dead or backing off
-    healthy: int = 0  # 1 or 0: RecordWriter.healthy, as a number for /metrics
 
 
 class RecordWriter:
@@ -161,6 +145,11 @@ class RecordWriter:
                 return
         self._overflow.append(record)
         self._overflow_ready.set()
+
+    def replay_spool(self) -> None:
+        """Have the replay task look at the spool now: another process sharing it (the gateway
+        feeding this writer, :mod:`gateway.recorder_process`) appended to it."""
+        self._spool_ready.set()
 
     def stats(self) -> WriterStats:
         return dataclasses.replace(
@@ -466,29 +455,8 @@ class RecordWriter:
         if not self._db_available:
             log.info("record writer: database reachable again; replaying the spool")
         self._db_available = True
-        await asyncio.to_thread(self._spool.seal)
-        for path in await asyncio.to_thread(self._spool.segments):
-            claim = await asyncio.to_thread(self._spool.claim, path)
-            if claim is None:
-                continue
-            try:
-                await self._replay_claim(claim)
-            finally:
-                claim.release()
-
-    async def _replay_claim(self, claim: SpoolClaim) -> None:
-        written, rejected = 0, []
-        size = self._cfg.batch_size
-        for start in range(0, len(claim.records), size):
-            ok, refused = await self._store(claim.records[start : start + size])
-            written += ok
-            rejected += refused
-        await self._reject(rejected)
-        if claim.bad_lines:
-            self._stats.rejected_total += len(claim.bad_lines)
-            await asyncio.to_thread(self._spool.dead_letter, claim.bad_lines)
-        await asyncio.to_thread(claim.remove)
-        self._stats.replayed_total += written
+        cfg = self._cfg
+        await replay_spool(self._spool, self._store, self._reject, cfg.batch_size, self._stats)
 
     # -- bookkeeping -----------------------------------------------------------------------
     def _fail(self, e: BaseException) -> None:

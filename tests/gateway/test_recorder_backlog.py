@@ -1,0 +1,113 @@
+"""A writer process that falls behind (the gateway's processes take the CPU first): the gateway
+keeps at most ``store.queue_size`` records in flight, spools the rest itself, and the child
+replays them once it runs again; nothing is lost, nothing is stored twice."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from gateway.record_draft import Deferred, InferenceDraft, build_record, from_raw
+from gateway.recorder_process import FRAME, WriterProcess, decode_batch, encode_batch
+from traffic.store import FeedbackRecord, InferenceFilter, StoreBackend, StoreConfig, open_store
+from traffic.store.ids import new_id
+
+
+def _draft(text: str) -> InferenceDraft:
+    raw = [b'data: {"id":"c1","object":"chat.completion.chunk","created":1,"model":"m","choices"'
+           b':[{"index":0,"delta":{"content":"%s"},"finish_reason":"stop"}]}\n\ndata: [DONE]\n\n'
+           % text.encode()]  # fmt: skip
+    return InferenceDraft(
+        new_id(), time.time(), None, None, "chat.completions", "openai.chat", {"model": "m"},
+        None, Deferred(from_raw, ("chat.completions", raw)), "local", "m", None, None, None,
+        None, 200, None, True, 1.0, 0.5, 1, 1, None, None, None, {}, [],
+    )  # fmt: skip
+
+
+async def _until(condition: Callable[[], bool], timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "condition not met in time"
+        await asyncio.sleep(0.02)
+
+
+async def _stored(backend: StoreBackend) -> dict[str, str | None]:
+    """Every stored inference: id -> its answer's text."""
+    out: dict[str, str | None] = {}
+    async for row in backend.iter_inferences(InferenceFilter()):
+        answer = row.inference.response
+        out[row.inference.id] = answer["choices"][0]["message"]["content"] if answer else None
+    return out
+
+
+def _child_pid(writer: WriterProcess) -> int:
+    proc = writer._proc
+    assert proc is not None
+    return proc.pid
+
+
+async def test_a_writer_process_far_behind_spools_the_rest_and_replays_it_losing_nothing(
+    tmp_path: Path,
+) -> None:
+    config = StoreConfig(
+        url=f"sqlite:///{tmp_path / 't.db'}",
+        spool_dir=tmp_path / "spool",
+        queue_size=20,
+        batch_size=10,
+        flush_interval_s=0.01,
+    )
+    backend = open_store(config)
+    await backend.connect()
+    writer = WriterProcess(config, backend)
+    await writer.start()
+    try:
+        await _until(lambda: writer.stats().tasks_alive == 3)
+        pid = _child_pid(writer)
+        os.kill(pid, signal.SIGSTOP)  # as starved as a process gets
+        drafts = [_draft(f"answer {i}") for i in range(100)]
+        for d in drafts:
+            writer.submit(d)
+        await _until(lambda: writer.stats().spooled_total == 80)
+        assert writer.stats().queue_depth == 20  # in flight: the bound, never more
+        assert list((tmp_path / "spool").glob("segment-*"))
+        os.kill(pid, signal.SIGCONT)
+        # Caught up before any close: the child was told to replay what the gateway spooled.
+        expected = {d.id: f"answer {i}" for i, d in enumerate(drafts)}
+        deadline = time.monotonic() + 30
+        while (stored := await _stored(backend)) != expected:
+            assert time.monotonic() < deadline, f"{len(stored)} of {len(expected)} stored"
+            await asyncio.sleep(0.05)
+        await _until(lambda: writer.stats().queue_depth == 0)
+        assert _child_pid(writer) == pid and not writer.in_process
+        assert not list((tmp_path / "spool").glob("segment-*"))  # replayed, then deleted
+    finally:
+        await writer.close()
+        await backend.close()
+
+
+async def test_the_writer_process_yields_the_cpu_to_the_gateway(tmp_path: Path) -> None:
+    config = StoreConfig(url=f"sqlite:///{tmp_path / 't.db'}", spool_dir=tmp_path / "spool")
+    backend = open_store(config)
+    await backend.connect()
+    writer = WriterProcess(config, backend)
+    await writer.start()
+    try:
+        await _until(lambda: writer.stats().tasks_alive == 3)
+        child = os.getpriority(os.PRIO_PROCESS, _child_pid(writer))
+        assert child > os.getpriority(os.PRIO_PROCESS, 0)  # nicer: scheduled after serving
+    finally:
+        await writer.close()
+        await backend.close()
+
+
+def test_drafts_and_records_cross_the_pipe_unchanged() -> None:
+    draft = _draft("hello")
+    feedback = FeedbackRecord(inference_id=draft.id, kind="accepted")
+    seq, items = decode_batch(encode_batch(7, [draft, feedback])[FRAME.size :])
+    assert seq == 7 and items == [draft, feedback]
+    assert isinstance(items[0], InferenceDraft) and isinstance(items[0].answers, Deferred)
+    assert build_record(items[0]) == build_record(draft)
