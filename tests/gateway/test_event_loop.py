@@ -44,7 +44,10 @@ def test_health_keeps_answering_while_a_maximal_request_is_served(gateway: Gatew
     sender.join()
     assert result["response"].status_code == 200
     assert result["response"].headers["x-switchyard-target"] == "frontier-anthropic"
-    assert answered_during >= 10, f"/health answered only {answered_during}x meanwhile"
+    # Work on the loop would leave /health unanswered for the whole translation (0-2 answers);
+    # off the loop it answers throughout. How many times depends on how fast this box runs the
+    # request (8 once on a loaded CI box), so the bound is the blocked case's, not a speed.
+    assert answered_during >= 5, f"/health answered only {answered_during}x meanwhile"
 
 
 @pytest.fixture
