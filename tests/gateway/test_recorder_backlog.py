@@ -11,21 +11,10 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from gateway.record_draft import Deferred, InferenceDraft, build_record, from_raw
+from gateway.record_draft import Deferred, InferenceDraft, build_record
 from gateway.recorder_process import FRAME, WriterProcess, decode_batch, encode_batch
+from tests.gateway.test_recorder_process import _draft
 from traffic.store import FeedbackRecord, InferenceFilter, StoreBackend, StoreConfig, open_store
-from traffic.store.ids import new_id
-
-
-def _draft(text: str) -> InferenceDraft:
-    raw = [b'data: {"id":"c1","object":"chat.completion.chunk","created":1,"model":"m","choices"'
-           b':[{"index":0,"delta":{"content":"%s"},"finish_reason":"stop"}]}\n\ndata: [DONE]\n\n'
-           % text.encode()]  # fmt: skip
-    return InferenceDraft(
-        new_id(), time.time(), None, None, "chat.completions", "openai.chat", {"model": "m"},
-        None, Deferred(from_raw, ("chat.completions", raw)), "local", "m", None, None, None,
-        None, 200, None, True, 1.0, 0.5, 1, 1, None, None, None, {}, [],
-    )  # fmt: skip
 
 
 async def _until(condition: Callable[[], bool], timeout_s: float = 30.0) -> None:
