@@ -5,7 +5,8 @@ Keys (``N`` = ``fleet.name``):
     N:state          hash: rev, epoch, routing, routing_version, canary, canary_version,
                      replica:<target>|<url> (JSON each; see gateway.fleet.snapshot)
     N:changes        channel: the new revision, published by the script that made it
-    N:routed         channel: batches of cache-aware decisions (gateway.fleet.routed_feed)
+    N:routed         stream: batches of cache-aware decisions, the newest routed_stream_len
+                     or so; each member reads on from its last id (gateway.fleet.routed_stream)
     N:members        sorted set: member id -> last heartbeat (unix seconds)
     N:member:<id>    hash: host, pid, applied ("<epoch>:<revision>" it serves, written after
                      each apply); expires with the member
@@ -22,7 +23,9 @@ finds it so, with its own state under a new epoch.
 Redis unreachable: the member keeps serving its last applied snapshot, sets ``stale`` (the
 ``switchyard_fleet_state_stale`` gauge) and logs once per outage; it reconnects every
 ``retry_s`` and applies whatever changed meanwhile. Publishing answers 503 meanwhile (a change
-that would reach one process only is refused, not half-made).
+that would reach one process only is refused, not half-made). Its routed decisions wait in their
+queue, and it reads the others' on from the last entry it had read (a notification may be lost
+to a reconnect, a routed batch is not unless the stream's bound is passed meanwhile).
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ from gateway.errors import ServiceUnavailableError
 from gateway.fleet.base import ApplyFn, new_member_id
 from gateway.fleet.config import FleetConfig
 from gateway.fleet.routed_feed import RoutedFeed
+from gateway.fleet.routed_stream import RoutedStream
 from gateway.fleet.snapshot import (
     CLEAR,
     FleetChange,
@@ -178,13 +182,19 @@ class RedisFleet:
         ns = config.name
         self._state_key = f"{ns}:state"
         self._changes = f"{ns}:changes"
-        self._routed_channel = f"{ns}:routed"
         self._members_key = f"{ns}:members"
         self._info_key = f"{ns}:member:{self._member_id}"
         self._ns = ns
         self._publish_script = self._redis.register_script(_PUBLISH_LUA)
         self._seed_script = self._redis.register_script(_SEED_LUA)
         self.routed = RoutedFeed(self._member_id, config.routed_queue)
+        self.routed_stream = RoutedStream(
+            self._redis,
+            config,
+            self.routed,
+            is_stale=lambda: self.stale,
+            on_error=self._went_stale,
+        )
         self._apply: ApplyFn | None = None
         self._served = FleetSnapshot()
         self._tasks: list[asyncio.Task[None]] = []
@@ -206,7 +216,8 @@ class RedisFleet:
         loop = asyncio.get_running_loop()
         self._tasks = [
             loop.create_task(self._follow(), name="switchyard-fleet-follow"),
-            loop.create_task(self._send_routed(), name="switchyard-fleet-routed"),
+            loop.create_task(self.routed_stream.send(), name="switchyard-fleet-routed-send"),
+            loop.create_task(self.routed_stream.follow(), name="switchyard-fleet-routed-read"),
         ]
         # Serve the fleet's state from the first request if Redis answers soon; else serve the
         # seed (stale) and catch up when it does.
@@ -219,7 +230,7 @@ class RedisFleet:
         while True:
             pubsub = self._redis.pubsub()
             try:
-                await pubsub.subscribe(self._changes, self._routed_channel)
+                await pubsub.subscribe(self._changes)
                 await self._sync()
                 await self._heartbeat()
                 next_poll = next_beat = time.monotonic()
@@ -228,13 +239,7 @@ class RedisFleet:
                         ignore_subscribe_messages=True, timeout=cfg.poll_interval_s
                     )
                     now = time.monotonic()
-                    changed = False
-                    if message is not None:
-                        if message["channel"] == self._routed_channel.encode():
-                            self.routed.receive(message["data"])
-                        else:
-                            changed = True
-                    if changed or now >= next_poll:
+                    if message is not None or now >= next_poll:
                         await self._sync()
                         next_poll = now + cfg.poll_interval_s
                     if now >= next_beat:
@@ -317,20 +322,6 @@ class RedisFleet:
             )
         self.stale = False
         self._synced.set()
-
-    async def _send_routed(self) -> None:
-        while True:
-            await asyncio.sleep(self._config.routed_flush_s)
-            if self.stale:  # kept queued (the oldest dropped, counted) until Redis answers
-                continue
-            batch = self.routed.take_batch()
-            if batch is None:
-                continue
-            try:
-                await self._redis.publish(self._routed_channel, batch)
-            except (RedisError, OSError) as exc:
-                self.routed.dropped += 1
-                self._went_stale(exc)
 
     # Changing.
 
