@@ -13,11 +13,11 @@ offered tools as the prompt, its text and tool calls as the completion.
 from __future__ import annotations
 
 import asyncio
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 
 from rl_loop.agent.distill import distillation_examples
-from rl_loop.config import AgentDistillConfig, DataConfig
+from rl_loop.config import AgentDistillConfig, DataConfig, window_start
 from rl_loop.datasets import SftExample
 from rl_loop.episode_credit import judged_as_whole
 from traffic.export import EpisodeExportConfig, SplitConfig
@@ -35,10 +35,12 @@ async def agent_sft_examples(
     until: datetime | None = None,
 ) -> tuple[list[SftExample], dict[str, int]]:
     """At most ``config.max_examples`` agent turns to learn (the newest episodes' first), and
-    counts for the round's report."""
+    counts for the round's report; read from the episodes recorded ``config.window_days``
+    before ``until`` (or now)."""
     if config.max_examples == 0:
         return [], {}
-    rows = [row async for row in store.iter_inferences(InferenceFilter(until=until))]
+    since = window_start(until or datetime.now(UTC), config.window_days)
+    rows = [row async for row in store.iter_inferences(InferenceFilter(since=since, until=until))]
 
     def build() -> tuple[list[SftExample], dict[str, int]]:
         episodes = judged_as_whole(

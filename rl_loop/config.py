@@ -13,6 +13,7 @@ combination raises an error naming what to set.
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Literal, Self
 
@@ -20,6 +21,15 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from serving.names import LOCAL_MODEL_NAME
 from serving.training import DEFAULT_EXPERTS_IMPLEMENTATION, ExpertsImplementation
+
+# How far back a round reads the record for evidence (the refit's outcomes, the agent episodes):
+# a month of traffic, not the whole record, which a long-running gateway grows without bound.
+DEFAULT_EVIDENCE_WINDOW_DAYS = 30.0
+
+
+def window_start(end: datetime, window_days: float | None) -> datetime | None:
+    """The start of a ``window_days`` window ending at ``end`` (None: no start)."""
+    return None if window_days is None else end - timedelta(days=window_days)
 
 
 class _Strict(BaseModel):
@@ -244,6 +254,13 @@ class GateConfig(_Strict):
 class RefitConfig(_Strict):
     """Refit of the learned routing policy after a promotion."""
 
+    window_days: float | None = Field(
+        default=DEFAULT_EVIDENCE_WINDOW_DAYS,
+        gt=0,
+        description="Outcomes of the inferences recorded this many days before the refit "
+        "(None: the whole record; the rows read are held in memory while the policy is fitted).",
+    )
+
     class_tags: tuple[str, ...] = Field(
         default=("family",),
         description="Tags (or a benchmark's client-side labels) that group outcomes into "
@@ -281,6 +298,12 @@ class AgentDistillConfig(_Strict):
         ge=0,
         description="Agent turns added to a round's SFT examples at most, the newest first "
         "(0: none).",
+    )
+    window_days: float | None = Field(
+        default=DEFAULT_EVIDENCE_WINDOW_DAYS,
+        gt=0,
+        description="Episodes recorded this many days before the round's cut-off (None: the "
+        "whole record; the rows read are held in memory while the episodes are rebuilt).",
     )
 
 

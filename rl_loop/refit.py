@@ -31,12 +31,13 @@ import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import httpx
 
-from rl_loop.config import RefitConfig
+from rl_loop.config import RefitConfig, window_start
 from rl_loop.episode_credit import step_verdicts
 from rl_loop.outcomes import (
     RecordedOutcome,
@@ -83,8 +84,10 @@ async def gather_outcomes(
     local_target: str,
     frontier_prefix: str,
 ) -> list[RecordedOutcome]:
-    """Every outcome in the record (step 2, before any version filter)."""
-    rows = [row async for row in iter_rows(store, InferenceFilter(ok_only=True))]
+    """Every outcome recorded in the last ``config.window_days`` (step 2, before any version
+    filter)."""
+    since = window_start(datetime.now(UTC), config.window_days)
+    rows = [row async for row in iter_rows(store, InferenceFilter(ok_only=True, since=since))]
     if verify is not None:
         await asyncio.to_thread(verify_shadows, rows, verify, cache, local_target)
         cache.save()

@@ -1,10 +1,11 @@
-"""A round's agent examples come from the frontier's accepted agent episodes in the whole record:
+"""A round's agent examples come from the frontier's accepted agent episodes of the recent record:
 every assistant turn (tool calls included) of each, newest episodes first, capped; episodes the
 local model touched, rejected ones and chat sessions judged turn by turn give none."""
 
 from __future__ import annotations
 
 import dataclasses
+from datetime import datetime, timedelta
 from pathlib import Path
 
 from rl_loop.agent_data import agent_sft_examples
@@ -16,7 +17,13 @@ from traffic.store import InferenceRow, SqliteBackend
 FRONTIER = "frontier-openai"
 
 
-async def _examples(tmp_path: Path, rows: list[InferenceRow], max_examples: int):
+# The synthetic record's time: rounds cut off a day after it (the window reaches back 30 days).
+ROUND_END = syn.EPOCH + timedelta(days=1)
+
+
+async def _examples(
+    tmp_path: Path, rows: list[InferenceRow], max_examples: int, until: datetime = ROUND_END
+):
     store = SqliteBackend(tmp_path / "traffic.db")
     await store.connect()
     try:
@@ -28,6 +35,7 @@ async def _examples(tmp_path: Path, rows: list[InferenceRow], max_examples: int)
             DataConfig(eval_fraction=0.0),
             local_target="local",
             work_dir=tmp_path,
+            until=until,
         )
     finally:
         await store.close()
@@ -77,3 +85,10 @@ async def test_the_newest_episodes_fill_the_cap(tmp_path: Path) -> None:
 async def test_off_reads_nothing(tmp_path: Path) -> None:
     examples, counts = await _examples(tmp_path, agent_rows(0, "ep", [PARIS]), max_examples=0)
     assert examples == [] and counts == {}
+
+
+async def test_episodes_older_than_the_window_are_not_read(tmp_path: Path) -> None:
+    rows = agent_rows(0, "ep", [PARIS], targets=[FRONTIER] * 2)
+    later = syn.EPOCH + timedelta(days=31)
+    examples, counts = await _examples(tmp_path, rows, max_examples=100, until=later)
+    assert examples == [] and counts["agent_episodes"] == 0

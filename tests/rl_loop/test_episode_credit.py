@@ -122,7 +122,7 @@ async def test_the_refit_sends_agent_steps_to_the_frontier_when_local_steps_fail
             state_file=tmp_path / "state.json",
             weights_version=None,
             verify=None,
-            config=RefitConfig(),
+            config=RefitConfig(window_days=None),  # the synthetic record dates from 2025
             local_target=LOCAL,
             frontier_prefix="frontier",
             cache=VerdictCache(None),

@@ -316,3 +316,43 @@ async def test_scheduled_refit_cli_fits_the_state_file_from_the_record(tmp_path:
     state = LearnedState.from_json(json.loads((tmp_path / "learned.json").read_text()))
     assert state.scorer is not None
     assert policy_for(state).decide(features("naming")).target == "local"
+
+
+async def test_the_refit_reads_only_the_outcomes_of_its_window(tmp_path: Path) -> None:
+    """A long-running record is not read whole: outcomes older than ``refit.window_days`` are
+    left out (and not held in memory), the recent ones count."""
+    import dataclasses
+    from datetime import UTC, datetime, timedelta
+
+    from rl_loop.refit import gather_outcomes
+    from traffic.store.ids import id_at
+
+    store = SqliteBackend(tmp_path / "traffic.db")
+    await store.connect()
+    try:
+        long_ago = datetime.now(UTC) - timedelta(days=40)
+        old = [
+            dataclasses.replace(inference("naming", "frontier", "ok"), id=id_at(long_ago, i))
+            for i in range(5)
+        ]
+        recent = [inference("math", "frontier", "ok") for _ in range(3)]
+        await store.insert_inferences(old + recent)
+        await store.insert_feedback(
+            [FeedbackRecord(inference_id=r.id, kind="accepted") for r in old + recent]
+        )
+
+        async def classes(window_days: float | None) -> list[str]:
+            found = await gather_outcomes(
+                store,
+                verify=None,
+                cache=VerdictCache(tmp_path / f"verdicts-{window_days}.json"),
+                config=RefitConfig(window_days=window_days),
+                local_target="local",
+                frontier_prefix="frontier",
+            )
+            return sorted(o.class_key for o in found)
+
+        assert await classes(30.0) == ["math"] * 3
+        assert await classes(None) == ["math"] * 3 + ["naming"] * 5
+    finally:
+        await store.close()
