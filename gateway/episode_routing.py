@@ -7,6 +7,8 @@
                                                        its tool calls, checked here against the
                                                        tools offered, or an error streak)
         -> remember the fallback from this step       (note_fallback)
+      a step that goes on an agent loop, decided by the learned policy's score or exploration?
+        -> the loop's model kept (episodes.whole_loops; router.episode_fallback.loop_decision)
       a fallback in force, the decision local and not pinned by the client
         -> the fallback target's chain, reason episode_fallback:<kind> ... turn=<k>/<n>
       the decision (still) local -> remember this step as local   (note_local)
@@ -44,6 +46,7 @@ from router.episode_fallback import (
     fallback_decision,
     fallback_target,
     fallback_turn,
+    loop_decision,
     pinned,
 )
 from router.features import RequestFeatures
@@ -118,9 +121,17 @@ class EpisodeRouting:
         memory = await self.memory.recall(episode)
         if fallback_turn(memory, text.step, cfg) is None:
             memory = await self._detect(episode, memory, text, tools, routing)
+        learned = routing.config.routing.learned
+        if cfg.whole_loops and learned is not None:
+            decision = loop_decision(
+                decision,
+                memory,
+                text,
+                local_chain=routing.policy.chain(learned.local_target),
+                frontier_chain=routing.policy.chain(learned.frontier_target),
+            )
         turn = fallback_turn(memory, text.step, cfg)
         if turn is not None and decision.target in local_targets and not pinned(decision):
-            learned = routing.config.routing.learned
             frontier = learned.frontier_target if learned is not None else None
             target = fallback_target(decision, cfg, frontier, local_targets)
             if target is not None:

@@ -104,6 +104,13 @@ class EpisodeRoutingConfig(BaseModel):
         description="Send an episode's next turns to the frontier after a failed "
         "local step (false: steps are decided by the policy alone).",
     )
+    whole_loops: bool = Field(
+        default=True,
+        description="A step that goes on an agent loop (its last message a tool result) keeps "
+        "the previous step's model when the learned policy decided by score or exploration: "
+        "local after a local step, and exploration starts only at a loop's first step "
+        "(router/episode_fallback.py). Read with `fallback` on.",
+    )
     fallback_target: str | None = Field(
         default=None,
         description="Where a fallen-back turn goes; default: `learned.frontier_target`, else the "

@@ -5,6 +5,7 @@ that answers with the tool call a test gives it; the frontier is the simulator."
 
 from __future__ import annotations
 
+import itertools
 import json
 import uuid
 from collections.abc import Iterator
@@ -326,6 +327,39 @@ def test_a_tool_request_with_a_confident_scorer_goes_local(
     target, reason = _route(confident)
     assert target == "local" and reason.startswith("learned:local ")
     assert _route(unsure)[0] == "frontier-openai"
+
+
+def test_an_agent_loop_runs_on_the_model_its_first_step_drew(
+    frontier_sim: Any, served: ServedModel
+) -> None:
+    """Whole loops: exploration (half the requests here, no scorer fitted) starts only at a
+    loop's first step, and a loop that started local stays local, whatever later draws say."""
+    learned = {"local_target": "local", "frontier_target": "frontier-openai"}
+    learned["exploration_share"] = 0.5  # type: ignore[assignment]
+    routing = {"default": "frontier-openai", "learned": learned}
+    gw = GatewayThread(_config(frontier_sim.base_url, served.url, routing=routing)).start()
+    served.answer = Answer(calls=(GOOD,))
+    routes: list[list[tuple[str, str, bool]]] = []  # target, reason, went on a loop
+    try:
+        for _ in range(12):
+            episode = Episode(gw.base_url)
+            steps = []
+            for _ in range(4):
+                on_loop = episode.messages[-1]["role"] == "tool"
+                steps.append((*_route(episode.turn()), on_loop))
+            routes.append(steps)
+    finally:
+        gw.stop()
+    started_local = [r for r in routes if r[0][0] == "local"]
+    assert started_local and len(started_local) < len(routes)
+    for steps in started_local:  # the local model's calls are valid: the loop never fails
+        assert all(target == "local" for target, _, _ in steps), steps
+    reasons = [reason.split(" ", 1)[0] for steps in routes for _, reason, _ in steps[1:]]
+    assert "episode_loop:local" in reasons
+    for steps in routes:  # a loop the frontier ran is never explored half-way (the
+        # simulator answers in text, so its next step is a new user turn: drawn afresh)
+        for (before, _, _), (target, _, on_loop) in itertools.pairwise(steps):
+            assert not on_loop or target == before, steps
 
 
 def _redis_or_skip() -> None:

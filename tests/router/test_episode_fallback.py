@@ -17,6 +17,7 @@ from router.episode_fallback import (
     fallback_decision,
     fallback_target,
     fallback_turn,
+    loop_decision,
     pinned,
 )
 from router.errors import PolicyConfigError
@@ -174,3 +175,42 @@ def test_a_fallback_target_the_config_does_not_define_is_refused() -> None:
         RulePolicy(routing, ["local"])
     with pytest.raises(ValueError, match="sticky_turns"):
         EpisodeRoutingConfig(sticky_turns=0)
+
+
+LOCAL_CHAIN = ("local", "frontier")
+FRONTIER_CHAIN = ("frontier",)
+
+
+def _loop(reason: str, memory: EpisodeMemory, results: list[str]) -> RouteDecision:
+    chain = (
+        LOCAL_CHAIN if reason.startswith(("learned:explore", "learned:local")) else FRONTIER_CHAIN
+    )
+    decision = RouteDecision(chain, reason, "v1", 0.1)
+    text = request_text("chat.completions", _agent_body(results))
+    return loop_decision(
+        decision, memory, text, local_chain=LOCAL_CHAIN, frontier_chain=FRONTIER_CHAIN
+    )
+
+
+def test_an_agent_loop_that_went_local_stays_local_and_says_why() -> None:
+    after_local = EpisodeMemory(frozenset({0}))
+    kept = _loop("learned:frontier p_local=0.100", after_local, ["ok"])
+    assert kept.targets == LOCAL_CHAIN
+    assert kept.reason == "episode_loop:local learned:frontier p_local=0.100"
+    assert (kept.policy_version, kept.p_local) == ("v1", 0.1)
+
+
+def test_exploration_starts_only_at_a_loops_first_step() -> None:
+    mid_loop = _loop("learned:explore p_local=0.100", EpisodeMemory(), ["ok"])
+    assert mid_loop.targets == FRONTIER_CHAIN
+    assert mid_loop.reason.startswith("episode_loop:frontier learned:explore")
+    # the first step (no tool result yet: a new user turn) explores as the policy drew it
+    assert _loop("learned:explore", EpisodeMemory(), []).targets == LOCAL_CHAIN
+
+
+def test_pinned_rule_and_confident_decisions_are_not_made_whole() -> None:
+    after_local = EpisodeMemory(frozenset({0}))
+    for reason in ("alias:gpt-4o", "rule:big-prompts", "target"):
+        assert _loop(reason, after_local, ["ok"]).reason == reason
+    # the scorer's own local call mid-loop is kept, whatever the previous step
+    assert _loop("learned:local p_local=0.9", EpisodeMemory(), ["ok"]).targets == LOCAL_CHAIN
