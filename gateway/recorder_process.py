@@ -5,25 +5,27 @@ Why a process: in the serving process, recording cost a streamed request 0.12-0.
 GIL (a thread does not help: the work is Python). The serving loop keeps a draft
 (:mod:`gateway.record_draft`, a tuple of what it already holds) and every ``store.flush_interval_s``
 (or ``store.batch_size`` drafts) pickles the batch, the drafts as plain tuples, and writes it to
-the child's stdin without blocking, in one write (``PIPE_BYTES``); batched, as each write wakes it.
+the child's stdin without blocking, in one write (``recorder_child.PIPE_BYTES``); batched, as
+each write wakes it.
 
-Why a lower priority (``WRITER_NICE``): the work is moved, not removed. The child spends ~55-65 us
-per streamed record (assembling the answer ~20, the SQL ~10, the record and its row ~15, the
-unpickling ~5), ~35 us per unary one; niced, it yields a core as soon as a serving process wakes,
-and what it cannot write under load it writes when the load eases. Measured (quiet 2-core box,
-streams at c=16, 4 on/off pairs): throughput with recording 0.72-0.75 of without at the gateway's
-priority, 0.74-0.80 niced (10; 0.78-0.82 at 19). The rest is the CPU itself: on that box a CPU
-burner at nice 19, or SCHED_IDLE, took 25-37% of stream throughput.
+Why a lower priority (``recorder_child.WRITER_NICE``): the work is moved, not removed. The child
+spends ~55-65 us per streamed record (assembling the answer ~20, the SQL ~10, the record and its
+row ~15, the unpickling ~5), ~35 us per unary one; niced, it yields a core as soon as a serving
+process wakes, and what it cannot write under load it writes when the load eases. Measured (quiet
+2-core box, streams at c=16, 4 on/off pairs): throughput with recording 0.72-0.75 of without at the
+gateway's priority, 0.74-0.80 niced (10; 0.78-0.82 at 19). The rest is the CPU itself: on that box
+a CPU burner at nice 19, or SCHED_IDLE, took 25-37% of stream throughput.
 
 Bounded: at most ``store.queue_size`` records are in flight (sent, not acknowledged); beyond, the
 gateway spools them itself, on a thread (building the records there: costly, but only while the
 child is that far behind), and asks the child to replay the spool (a ``REPLAY`` frame).
 
-Protocol (both directions: a 4-byte little-endian length, then a pickle)::
+Protocol (both directions: a 4-byte little-endian length, then a pickle; the child's side is
+:mod:`gateway.recorder_child`)::
 
     gateway ──stdin──> (seq, [draft tuple | InferenceRecord | FeedbackRecord | ShadowRecord])
                        (REPLAY, [])  the gateway appended to the spool: replay it now
-            <─stdout── ("stats", {WriterStats fields}) every STATS_INTERVAL_S
+            <─stdout── ("stats", {WriterStats fields}) every recorder_child.STATS_INTERVAL_S
                        ("ack", [seq, ...])  every record of those batches stored, spooled,
                                             dead-lettered (or counted lost at close)
     EOF on stdin: the child closes its writer (drains to the database or the spool), sends its
@@ -49,12 +51,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import fcntl
-import gc
 import logging
-import os
 import pickle
-import signal
 import struct
 import sys
 import time
@@ -62,19 +60,15 @@ from collections.abc import Sequence
 from typing import Any, Final
 
 from gateway.record_draft import InferenceDraft, Item, as_record, from_wire, to_wire
-from traffic.store import RecordWriter, StoreBackend, StoreConfig, StoreError, open_store
+from traffic.store import RecordWriter, StoreBackend, StoreConfig
 from traffic.store.config import DEFAULT_CLOSE_TIMEOUT_S
-from traffic.store.spool import Spool, SpoolRecord
+from traffic.store.spool import Spool
 from traffic.store.writer import WriterStats
 
 log = logging.getLogger(__name__)
 
 FRAME: Final = struct.Struct("<I")
 REPLAY: Final = 0  # the seq of a frame that carries no records: "replay the spool now"
-STATS_INTERVAL_S: Final = 0.25
-WRITER_NICE: Final = 10  # the child's niceness, added to the gateway's (see the module docstring)
-PIPE_BYTES: Final = 1 << 20  # the stdin pipe's capacity: a batch's frame in one write
-CHILD_GC_GEN0: Final = 20_000  # ~100 container objects per streamed record die within its batch
 START_GRACE_S: Final = 15.0  # healthy while a fresh child has not reported yet
 STALE_STATS_S: Final = 10.0  # a child silent this long is unhealthy
 RESTART_BACKOFF_S: Final = (0.1, 0.5, 2.0, 5.0)
@@ -297,7 +291,7 @@ class WriterProcess:
             proc = await asyncio.create_subprocess_exec(
                 sys.executable,
                 "-m",
-                "gateway.recorder_process",
+                "gateway.recorder_child",
                 self._cfg.model_dump_json(include=set(StoreConfig.model_fields)),
                 stdin=asyncio.subprocess.PIPE,
                 stdout=asyncio.subprocess.PIPE,
@@ -370,126 +364,3 @@ class WriterProcess:
             log.critical("record writer: %d records lost (no process, no disk): %s", len(items), e)
         finally:
             spool.close()
-
-
-# -- the child's side -----------------------------------------------------------------------
-class _Acks:
-    """Which batch each record came in; a batch is acknowledged when all of it settled."""
-
-    def __init__(self) -> None:
-        self.batch_of: dict[str, int] = {}
-        self.left: dict[int, int] = {}
-        self.done: list[int] = []
-
-    def expect(self, seq: int, records: Sequence[SpoolRecord]) -> None:
-        self.left[seq] = self.left.get(seq, 0) + len(records)
-        for r in records:
-            self.batch_of[r.id] = seq
-
-    def settled(self, records: Sequence[SpoolRecord]) -> None:
-        for r in records:
-            seq = self.batch_of.pop(r.id, None)
-            if seq is None:
-                continue
-            self.left[seq] -= 1
-            if not self.left[seq]:
-                del self.left[seq]
-                self.done.append(seq)
-
-
-class _PipeClosed(asyncio.Protocol):
-    def __init__(self, closed: asyncio.Future[None]) -> None:
-        self._closed = closed
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        if not self._closed.done():
-            self._closed.set_result(None)
-
-
-async def _child(config: StoreConfig, out_fd: int) -> None:
-    loop = asyncio.get_running_loop()
-    reader = asyncio.StreamReader(limit=2**26)
-    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
-    out = os.fdopen(out_fd, "wb", buffering=0)
-    closed = loop.create_future()
-    transport, _ = await loop.connect_write_pipe(lambda: _PipeClosed(closed), out)
-
-    def send(kind: str, value: object) -> None:
-        data = pickle.dumps((kind, value), protocol=5)
-        transport.write(FRAME.pack(len(data)) + data)
-
-    acks = _Acks()
-    backend = open_store(config)
-    try:
-        await backend.connect()
-    except StoreError as e:
-        log.error("traffic store unreachable, spooling until it returns: %s", e)
-    writer = RecordWriter(backend, config, on_settled=acks.settled)
-    await writer.start()
-    gc.collect()  # what start-up left (imports, the schema) never dies: out of the collector's way
-    gc.freeze()
-    # Started (connected, migrated) at the gateway's priority; from here on, serving comes first.
-    os.nice(WRITER_NICE)
-
-    def report() -> None:
-        if acks.done:
-            send("ack", acks.done)
-            acks.done = []
-        send("stats", dataclasses.asdict(writer.stats()))
-
-    async def reporter() -> None:
-        while True:
-            await asyncio.sleep(STATS_INTERVAL_S)
-            report()
-
-    task = asyncio.create_task(reporter())
-    try:
-        while True:
-            try:
-                head = await reader.readexactly(FRAME.size)
-            except asyncio.IncompleteReadError:
-                break  # the gateway closed the pipe: drain and exit
-            (size,) = FRAME.unpack(head)
-            seq, items = decode_batch(await reader.readexactly(size))
-            if seq == REPLAY:
-                writer.replay_spool()
-                continue
-            records = [as_record(item) for item in items]
-            acks.expect(seq, records)
-            for record in records:
-                writer.submit(record)
-            if acks.done:
-                report()
-            # A backlog in the pipe reads without a pause: let the writer and the reporter in.
-            await asyncio.sleep(0)
-    finally:
-        task.cancel()
-        await writer.close()
-        await backend.close()
-        report()
-        transport.close()  # after what is buffered went out: the last acks must arrive
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(closed, CLOSE_MARGIN_S)
-
-
-def main() -> None:
-    """``python -m gateway.recorder_process '<StoreConfig JSON>'`` (the gateway starts it)."""
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(name)s: %(message)s")
-    config = StoreConfig.model_validate_json(sys.argv[1])
-    # The gateway decides when this process ends (EOF on stdin, after the last record): a
-    # Ctrl-C or SIGTERM sent to the whole process group must not cut its drain short.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    gc.set_threshold(CHILD_GC_GEN0, 20, 20)
-    with contextlib.suppress(OSError):  # a smaller pipe only means more, smaller writes
-        fcntl.fcntl(sys.stdin.fileno(), fcntl.F_SETPIPE_SZ, PIPE_BYTES)
-    out_fd = os.dup(1)
-    os.dup2(2, 1)  # nothing printed by accident can break the frames
-    import uvloop  # the gateway's own loop
-
-    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-        runner.run(_child(config, out_fd))
-
-
-if __name__ == "__main__":
-    main()

@@ -1,0 +1,156 @@
+"""The record writer process's side of :mod:`gateway.recorder_process`: it reads drafts from
+stdin, assembles and stores them with the in-process writer (:class:`traffic.store.RecordWriter`)
+and reports stats and acknowledgements on stdout (the protocol is described there).
+
+Started as ``python -m gateway.recorder_child '<StoreConfig JSON>'`` by
+:class:`~gateway.recorder_process.WriterProcess`; split from it so that each side is one module.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import fcntl
+import gc
+import logging
+import os
+import pickle
+import signal
+import sys
+from collections.abc import Sequence
+from typing import Final
+
+from gateway.record_draft import as_record
+from gateway.recorder_process import CLOSE_MARGIN_S, FRAME, REPLAY, decode_batch
+from traffic.store import RecordWriter, StoreConfig, StoreError, open_store
+from traffic.store.spool import SpoolRecord
+
+log = logging.getLogger(__name__)
+
+STATS_INTERVAL_S: Final = 0.25
+WRITER_NICE: Final = 10  # the child's niceness, added to the gateway's (recorder_process docstring)
+PIPE_BYTES: Final = 1 << 20  # the stdin pipe's capacity: a batch's frame in one write
+CHILD_GC_GEN0: Final = 20_000  # ~100 container objects per streamed record die within its batch
+
+
+class _Acks:
+    """Which batch each record came in; a batch is acknowledged when all of it settled."""
+
+    def __init__(self) -> None:
+        self.batch_of: dict[str, int] = {}
+        self.left: dict[int, int] = {}
+        self.done: list[int] = []
+
+    def expect(self, seq: int, records: Sequence[SpoolRecord]) -> None:
+        self.left[seq] = self.left.get(seq, 0) + len(records)
+        for r in records:
+            self.batch_of[r.id] = seq
+
+    def settled(self, records: Sequence[SpoolRecord]) -> None:
+        for r in records:
+            seq = self.batch_of.pop(r.id, None)
+            if seq is None:
+                continue
+            self.left[seq] -= 1
+            if not self.left[seq]:
+                del self.left[seq]
+                self.done.append(seq)
+
+
+class _PipeClosed(asyncio.Protocol):
+    def __init__(self, closed: asyncio.Future[None]) -> None:
+        self._closed = closed
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self._closed.done():
+            self._closed.set_result(None)
+
+
+async def _child(config: StoreConfig, out_fd: int) -> None:
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader(limit=2**26)
+    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
+    out = os.fdopen(out_fd, "wb", buffering=0)
+    closed = loop.create_future()
+    transport, _ = await loop.connect_write_pipe(lambda: _PipeClosed(closed), out)
+
+    def send(kind: str, value: object) -> None:
+        data = pickle.dumps((kind, value), protocol=5)
+        transport.write(FRAME.pack(len(data)) + data)
+
+    acks = _Acks()
+    backend = open_store(config)
+    try:
+        await backend.connect()
+    except StoreError as e:
+        log.error("traffic store unreachable, spooling until it returns: %s", e)
+    writer = RecordWriter(backend, config, on_settled=acks.settled)
+    await writer.start()
+    gc.collect()  # what start-up left (imports, the schema) never dies: out of the collector's way
+    gc.freeze()
+    # Started (connected, migrated) at the gateway's priority; from here on, serving comes first.
+    os.nice(WRITER_NICE)
+
+    def report() -> None:
+        if acks.done:
+            send("ack", acks.done)
+            acks.done = []
+        send("stats", dataclasses.asdict(writer.stats()))
+
+    async def reporter() -> None:
+        while True:
+            await asyncio.sleep(STATS_INTERVAL_S)
+            report()
+
+    task = asyncio.create_task(reporter())
+    try:
+        while True:
+            try:
+                head = await reader.readexactly(FRAME.size)
+            except asyncio.IncompleteReadError:
+                break  # the gateway closed the pipe: drain and exit
+            (size,) = FRAME.unpack(head)
+            seq, items = decode_batch(await reader.readexactly(size))
+            if seq == REPLAY:
+                writer.replay_spool()
+                continue
+            records = [as_record(item) for item in items]
+            acks.expect(seq, records)
+            for record in records:
+                writer.submit(record)
+            if acks.done:
+                report()
+            # A backlog in the pipe reads without a pause: let the writer and the reporter in.
+            await asyncio.sleep(0)
+    finally:
+        task.cancel()
+        await writer.close()
+        await backend.close()
+        report()
+        transport.close()  # after what is buffered went out: the last acks must arrive
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(closed, CLOSE_MARGIN_S)
+
+
+def main() -> None:
+    """``python -m gateway.recorder_child '<StoreConfig JSON>'`` (the gateway starts it)."""
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(name)s: %(message)s")
+    config = StoreConfig.model_validate_json(sys.argv[1])
+    # The gateway decides when this process ends (EOF on stdin, after the last record): a
+    # Ctrl-C or SIGTERM sent to the whole process group must not cut its drain short.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    gc.set_threshold(CHILD_GC_GEN0, 20, 20)
+    with contextlib.suppress(OSError):  # a smaller pipe only means more, smaller writes
+        fcntl.fcntl(sys.stdin.fileno(), fcntl.F_SETPIPE_SZ, PIPE_BYTES)
+    out_fd = os.dup(1)
+    os.dup2(2, 1)  # nothing printed by accident can break the frames
+    import uvloop  # the gateway's own loop
+
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        runner.run(_child(config, out_fd))
+
+
+if __name__ == "__main__":
+    main()
