@@ -31,7 +31,9 @@ from rl_loop.agent.checkpoint_policy import CheckpointPolicy
 from rl_loop.agent.config import AgentGateConfig
 from rl_loop.agent.environment import AgentEnvironment
 from rl_loop.agent.gate import AgentEval, agent_gate, evaluate_policy
+from rl_loop.agent_evidence import episode_step_outcomes
 from rl_loop.store_views import mapped_store
+from router.learned import Outcome
 from serving.build import read_version
 from traffic.store import StoreBackend
 
@@ -89,6 +91,12 @@ class AgentGateRound:
             )
             self._evals[version] = (result, time.perf_counter() - started)
         return self._evals[version]
+
+    async def step_outcomes(self, checkpoint: Path, class_tags: Sequence[str]) -> list[Outcome]:
+        """The checkpoint's held-out episodes as routing evidence, one local outcome a step
+        (:mod:`rl_loop.agent_evidence`); played now unless this round's gate played them."""
+        result, _ = await asyncio.to_thread(self.evaluate, checkpoint)
+        return episode_step_outcomes(result.episodes, class_tags)
 
     async def gate(self, served: Path, candidate: Path) -> dict[str, Any]:
         """The agent gate's decision and figures, as the round's report records them."""

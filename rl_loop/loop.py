@@ -27,7 +27,7 @@ import logging
 import math
 import time
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -58,6 +58,10 @@ from router.learned import Outcome, class_key
 from serving.build import read_version
 from serving.hotswap import HotSwapConfig
 from traffic.store import StoreBackend
+
+# The served checkpoint's held-out agent steps as local outcomes (rl_loop.agent_evidence), given
+# the refit's class tags; the flywheel passes its agent gate's (AgentGateRound.step_outcomes).
+AgentEvidence = Callable[[Path, Sequence[str]], Awaitable[Sequence[Outcome]]]
 
 logger = logging.getLogger(__name__)
 
@@ -310,9 +314,12 @@ async def ship_candidate(
     *,
     verify: Verify,
     cache: VerdictCache,
+    agent_evidence: AgentEvidence | None = None,
 ) -> Path:
     """Steps 5-6: promote through the hot-swap (or record the rejection), then refit routing.
-    Returns the checkpoint served afterwards."""
+    Returns the checkpoint served afterwards. ``agent_evidence``: the served checkpoint's
+    held-out agent steps as local outcomes (``rl_loop.agent_evidence``), added to the refit
+    with the gate's other outcomes (``refit.gate_outcomes``)."""
     result = candidate.result
     started = time.perf_counter()
     now_served = candidate.served_dir
@@ -357,6 +364,9 @@ async def ship_candidate(
             candidate.current_eval, candidate.candidate_eval, config.refit.class_tags
         )
         inherited = dict.fromkeys(sorted(classes), result.served_before)
+    agent_outcomes: Sequence[Outcome] = ()
+    if agent_evidence is not None and config.refit.gate_outcomes:
+        agent_outcomes = await agent_evidence(now_served, config.refit.class_tags)
     refit = await refit_round(
         services,
         config,
@@ -366,6 +376,7 @@ async def ship_candidate(
         result.round,
         candidate.candidate_eval if result.promoted else candidate.current_eval,
         inherited,
+        agent_outcomes,
     )
     result.refit = refit.to_json()
     result.seconds["refit"] = round(time.perf_counter() - started, 1)
@@ -417,6 +428,7 @@ async def refit_round(
     round_index: int,
     served_eval: ModelEval | None,
     inherited: Mapping[str, str] | None = None,
+    agent_outcomes: Sequence[Outcome] = (),
 ) -> RefitReport:
     """Refit the learned routing for ``weights_version`` and reload the gateway."""
     extra = (
@@ -424,6 +436,7 @@ async def refit_round(
         if served_eval is not None and config.refit.gate_outcomes
         else []
     )
+    extra += agent_outcomes
     return await refit_policy(
         services.record,
         state_file=services.state_file,

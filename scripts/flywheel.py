@@ -21,7 +21,8 @@
 The agent episodes are kept out of the chat loop's datasets
 (``rl_loop.agent_round.without_episodes``): the chat candidates train on chat traffic. The
 routing refit reads them, each step credited from its episode's verdict
-(``rl_loop.episode_credit``), so the scorer learns where agent steps may go local, and so
+(``rl_loop.episode_credit``), together with the agent gate's held-out steps of the served
+weights (``rl_loop.agent_evidence``), so the scorer learns where agent steps may go local, and so
 does the agent distillation when ``loop.agent_distill`` is on (``rl_loop.agent_data``).
 
 Presets: full (default), `FLYWHEEL_QUICK=1` (about 20 minutes on 2 cores), `FLYWHEEL_SMOKE=1`
@@ -429,7 +430,12 @@ async def rounds(
         background = asyncio.create_task(trickle(services.gateway_url, sim_url, stop, 7000 + r, s))
         try:
             served = await ship_candidate(
-                candidate, services, loop_config, verify=verify, cache=cache
+                candidate,
+                services,
+                loop_config,
+                verify=verify,
+                cache=cache,
+                agent_evidence=agent.gate.step_outcomes if agent.gate is not None else None,
             )
         finally:
             stop.set()

@@ -1,0 +1,59 @@
+"""The agent gate's held-out episodes as routing evidence: each step a local outcome of the
+weights that played it.
+
+Why: live agent steps reach the local model only through exploration, and an explored step is
+one bad step in a client's episode (a quick flywheel's agent success fell to 0.91 of the
+frontier's with a 5% share). The agent gate already plays held-out tasks with the served
+weights every round, in the sandbox, off every client's path; its steps say what the live ones
+would have said, at no cost to a client, and they are unbiased (never trained on), as the chat
+gate's verified answers are (``refit.gate_outcomes``, :func:`rl_loop.loop.gate_outcomes`).
+
+A step is read as the gateway reads a live agent step: the request it answered (the conversation
+before it with the task's tools, ``router.chat_text.request_text``), under the evidence class of
+a tool-bearing request without tags (``*|tools``). It is judged as :mod:`rl_loop.episode_credit`
+judges a live step of an episode with one verdict: rejected when one of its tool calls is broken
+(an unknown tool, arguments that are not a JSON object or break the schema), else the episode's
+verdict.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from rl_loop.agent.episode import AgentEpisode
+from router.chat_text import request_text
+from router.features import RequestFeatures
+from router.learned import Outcome, class_key
+from traffic.tool_calls import check_call
+
+
+def _broken(calls: Iterable[Any], tools: list[dict[str, Any]]) -> bool:
+    for call in calls:
+        fn = call.get("function") if isinstance(call, dict) else None
+        if not isinstance(fn, dict):
+            return True
+        name, arguments = fn.get("name"), fn.get("arguments")
+        if not isinstance(name, str) or not isinstance(arguments, str):
+            return True
+        if not check_call(str(call.get("id") or ""), name, arguments, tools).valid:
+            return True
+    return False
+
+
+def episode_step_outcomes(
+    episodes: Sequence[AgentEpisode], class_tags: Sequence[str] = ()
+) -> list[Outcome]:
+    """One local outcome per assistant turn of each episode (module docstring)."""
+    out: list[Outcome] = []
+    for episode in episodes:
+        tools = episode.task.tool_list()
+        messages = episode.messages
+        for i, message in enumerate(messages):
+            if message.get("role") != "assistant":
+                continue
+            text = request_text("chat.completions", {"messages": messages[:i], "tools": tools})
+            features = RequestFeatures("chat.completions", "auto", 0, has_tools=True)
+            accepted = episode.passed and not _broken(message.get("tool_calls") or (), tools)
+            out.append(Outcome(class_key(features, class_tags), "local", accepted, text=text))
+    return out
