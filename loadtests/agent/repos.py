@@ -9,12 +9,19 @@ Every repository has the same shape, as a small project of a real user would::
     <pkg>/<report>.py      two functions built on one helper of each module (imported by name)
     tests/test_<numbers>.py, tests/test_<text>.py, tests/test_<report>.py
 
-The helpers come from :data:`CATALOGUE`: small pure functions with a few alternative names and
-the calls their tests make. Test expectations are computed by running the reference source
-(trusted, generated here), so a generated repository's tests always pass before a task breaks it.
-The two helpers ``report`` imports are tested through ``report`` only (their own module's tests
-leave them out), so renaming one touches exactly two files. Names, module names and which helpers
-appear are drawn from one ``random.Random(seed)``: the same seed gives the same files.
+The helpers come from :data:`NUMERIC` and :data:`TEXT`: small pure functions with a few
+alternative names and the calls their tests make. Test expectations are computed by running the
+reference source (trusted, generated here), so a generated repository's tests always pass before a
+task breaks it. The two helpers ``report`` imports are tested through ``report`` only (their own
+module's tests leave them out), so renaming one touches exactly two files. Names, module names
+and which helpers appear are drawn from one ``random.Random(seed)``: the same seed gives the same
+files.
+
+Every name has a split. The train split's repositories (:func:`loadtests.tasks.task.split_of`)
+draw helper, package, module and report-function names from :data:`TRAIN_NAMES` and each
+helper's ``names``; the held-out split's from :data:`HELDOUT_NAMES` and each helper's
+``heldout_names``, which no train-split repository contains. A held-out task therefore asks about
+symbols and paths training never showed: solving it takes reading, not recall.
 """
 
 from __future__ import annotations
@@ -24,6 +31,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from loadtests.tasks.task import Split, split_of
+
 Role = Literal["list_to_number", "str_to_str", "other"]
 
 
@@ -31,100 +40,163 @@ Role = Literal["list_to_number", "str_to_str", "other"]
 class Helper:
     """One catalogue function: alternative names, signature, body and the calls its test makes.
 
+    ``names`` are the train split's names, ``heldout_names`` the held-out split's (disjoint).
     ``body`` is the function's indented body; ``calls`` are argument lists as Python source.
     ``role`` says whether ``report`` can build on it (a list -> number or a str -> str helper).
     """
 
     names: tuple[str, ...]
+    heldout_names: tuple[str, ...]
     params: str
     doc: str
     body: str
     calls: tuple[str, ...]
     role: Role = "other"
 
+    def names_in(self, split: Split) -> tuple[str, ...]:
+        """The names this helper may have in a repository of ``split``."""
+        return self.names if split == "train" else self.heldout_names
+
 
 NUMERIC: tuple[Helper, ...] = (
-    Helper(("clamp", "bound", "limit_to"), "value, low, high",
+    Helper(("clamp", "bound", "limit_to"),
+           ("constrain", "clip_value", "keep_within"),
+           "value, low, high",
            "Return value kept within [low, high].",
            "    return max(low, min(value, high))",
            ("5, 0, 10", "-3, 0, 10", "12, 0, 10")),
-    Helper(("mean", "average", "arithmetic_mean"), "values",
+    Helper(("mean", "average", "arithmetic_mean"),
+           ("avg", "avg_of", "expected_value"),
+           "values",
            "Return the arithmetic mean of values.",
            "    return sum(values) / len(values)",
            ("[1, 2, 3, 4]", "[10]", "[2, 7]"), "list_to_number"),
-    Helper(("span", "value_range", "spread"), "values",
+    Helper(("span", "value_range", "spread"),
+           ("extent", "max_minus_min", "range_width"),
+           "values",
            "Return the difference between the largest and smallest value.",
            "    return max(values) - min(values)",
            ("[3, 9, 4]", "[5]", "[-2, 8, 1]"), "list_to_number"),
-    Helper(("count_positive", "positives", "num_positive"), "values",
+    Helper(("count_positive", "positives", "num_positive"),
+           ("positive_count", "n_positive", "count_above_zero"),
+           "values",
            "Return how many values are greater than zero.",
            "    return sum(1 for v in values if v > 0)",
            ("[1, -2, 3, 0]", "[-1, -5]", "[4, 4, 4]"), "list_to_number"),
-    Helper(("running_total", "cumulative", "prefix_sums"), "values",
+    Helper(("running_total", "cumulative", "prefix_sums"),
+           ("accumulate", "partial_sums", "cumsum"),
+           "values",
            "Return the running totals of values.",
            "    total = 0\n    out = []\n    for v in values:\n        total += v\n"
            "        out.append(total)\n    return out",
            ("[1, 2, 3]", "[]", "[5, -5, 5]")),
-    Helper(("percent", "percentage", "share_of"), "part, whole",
+    Helper(("percent", "percentage", "share_of"),
+           ("pct", "pct_of", "ratio_pct"),
+           "part, whole",
            "Return part as a percentage of whole, rounded to one decimal.",
            "    return round(100 * part / whole, 1)",
            ("1, 4", "2, 3", "5, 5")),
-    Helper(("is_even", "even", "divisible_by_two"), "n",
+    Helper(("is_even", "even", "divisible_by_two"),
+           ("is_multiple_of_two", "parity_zero", "divides_by_2"),
+           "n",
            "Return whether n is even.",
            "    return n % 2 == 0",
            ("4", "7", "0")),
-    Helper(("last_index", "rindex_of", "find_last"), "values, target",
+    Helper(("last_index", "rindex_of", "find_last"),
+           ("rfind_value", "last_position", "index_of_last"),
+           "values, target",
            "Return the index of the last occurrence of target, or -1.",
            "    for i in range(len(values) - 1, -1, -1):\n        if values[i] == target:\n"
            "            return i\n    return -1",
            ("[1, 2, 1, 3], 1", "[4, 5], 9", "[7], 7")),
-    Helper(("digit_sum", "sum_of_digits", "digits_total"), "n",
+    Helper(("digit_sum", "sum_of_digits", "digits_total"),
+           ("add_digits", "digit_total", "cross_sum"),
+           "n",
            "Return the sum of the decimal digits of n.",
            "    return sum(int(d) for d in str(abs(n)))",
            ("123", "-45", "0")),
 )  # fmt: skip
 
 TEXT: tuple[Helper, ...] = (
-    Helper(("initials", "name_initials", "monogram"), "name",
+    Helper(("initials", "name_initials", "monogram"),
+           ("acronym_of", "first_letters", "name_abbrev"),
+           "name",
            "Return the upper-case initials of a name.",
            '    return "".join(part[0].upper() for part in name.split())',
            ('"ada lovelace"', '"Grace Brewster Hopper"', '"alan"'), "str_to_str"),
-    Helper(("count_vowels", "vowel_count", "vowels_in"), "text",
+    Helper(("count_vowels", "vowel_count", "vowels_in"),
+           ("vowel_total", "num_vowels", "tally_vowels"),
+           "text",
            "Return how many vowels text contains.",
            '    return sum(1 for ch in text.lower() if ch in "aeiou")',
            ('"Hello World"', '"rhythm"', '"AEIOU"')),
-    Helper(("is_palindrome", "palindromic", "reads_same_backwards"), "text",
+    Helper(("is_palindrome", "palindromic", "reads_same_backwards"),
+           ("palindrome_check", "is_mirror_text", "symmetric_text"),
+           "text",
            "Return whether text reads the same backwards, ignoring case and spaces.",
            '    cleaned = text.lower().replace(" ", "")\n    return cleaned == cleaned[::-1]',
            ('"Never odd or even"', '"python"', '"a"')),
-    Helper(("slugify", "to_slug", "slug"), "text",
+    Helper(("slugify", "to_slug", "slug"),
+           ("kebab_case", "dasherize", "hyphenate"),
+           "text",
            "Return text in lower case with words joined by dashes.",
            '    return "-".join(text.lower().split())',
            ('"Hello World"', '"  Many   spaces here "', '"one"'), "str_to_str"),
-    Helper(("truncate", "shorten", "clip_text"), "text, width",
+    Helper(("truncate", "shorten", "clip_text"),
+           ("ellipsize", "cut_text", "abbreviate"),
+           "text, width",
            "Return text cut to width characters, ending in '...' when cut.",
            '    if len(text) <= width:\n        return text\n    return text[: width - 3] + "..."',
            ('"short", 10', '"a long sentence here", 10', '"exactly", 7')),
-    Helper(("title_words", "capitalize_words", "title_case"), "text",
+    Helper(("title_words", "capitalize_words", "title_case"),
+           ("titlecase", "capitalise_all", "headline_case"),
+           "text",
            "Return text with every word capitalized.",
            '    return " ".join(word.capitalize() for word in text.split())',
            ('"hello big world"', '"ALREADY up"', '""'), "str_to_str"),
-    Helper(("pad_left", "left_pad", "align_right"), "text, width, fill",
+    Helper(("pad_left", "left_pad", "align_right"),
+           ("lpad", "fill_left", "right_justify"),
+           "text, width, fill",
            "Return text padded on the left with fill up to width characters.",
            "    return fill * (width - len(text)) + text",
            ('"7", 3, "0"', '"abc", 2, "*"', '"x", 4, "."')),
-    Helper(("longest_word", "max_word", "widest_word"), "text",
+    Helper(("longest_word", "max_word", "widest_word"),
+           ("biggest_word", "longest_token", "max_len_word"),
+           "text",
            "Return the longest word of text (the first one on ties).",
            "    return max(text.split(), key=len)",
            ('"a quick brown fox"', '"tie tie"', '"single"')),
 )  # fmt: skip
 
-PACKAGES = ("acme", "corelib", "kit", "toolbox", "shop")
-NUMERIC_MODULES = ("mathutil", "numbers_ops", "calc", "arith")
-TEXT_MODULES = ("textutil", "strings", "text_ops", "wordtools")
-REPORT_MODULES = ("report", "summary", "render", "formatting")
-DESCRIBE_NAMES = ("describe", "summarize_values", "figure_line")
-TABULATE_NAMES = ("tabulate", "report_lines", "all_lines")
+
+@dataclass(frozen=True, slots=True)
+class NamePools:
+    """The package, module and report-function names of one split's repositories."""
+
+    packages: tuple[str, ...]
+    numeric_modules: tuple[str, ...]
+    text_modules: tuple[str, ...]
+    report_modules: tuple[str, ...]
+    describe: tuple[str, ...]
+    tabulate: tuple[str, ...]
+
+
+TRAIN_NAMES = NamePools(
+    packages=("acme", "corelib", "kit", "toolbox", "shop"),
+    numeric_modules=("mathutil", "numbers_ops", "calc", "arith"),
+    text_modules=("textutil", "strings", "text_ops", "wordtools"),
+    report_modules=("report", "summary", "render", "formatting"),
+    describe=("describe", "summarize_values", "figure_line"),
+    tabulate=("tabulate", "report_lines", "all_lines"),
+)
+HELDOUT_NAMES = NamePools(
+    packages=("ledger", "orchard", "harbor", "beacon", "quarry"),
+    numeric_modules=("numeric", "mathops", "figures", "numutil"),
+    text_modules=("textops", "wording", "strutil", "phrasing"),
+    report_modules=("digest", "overview", "briefing", "presenter"),
+    describe=("label_line", "format_entry", "entry_text"),
+    tabulate=("rows_as_lines", "table_lines", "format_all"),
+)
 HELPERS_PER_MODULE = 4
 _REPORT_ROWS = '[("weekly sales", [3, 5, 4]), ("Team Size", [8, 2])]'
 
@@ -158,6 +230,10 @@ class Repo:
     describe: str
     tabulate: str
     files: Mapping[str, str]
+
+    @property
+    def split(self) -> Split:
+        return split_of(self.seed)
 
     def helper(self, name: str) -> PlacedHelper:
         return next(h for h in self.helpers if h.name == name)
@@ -221,19 +297,21 @@ def report_source(
 
 def generate_repo(seed: int) -> Repo:
     """The repository of ``seed`` (see the module docstring)."""
+    split = split_of(seed)
+    pools = TRAIN_NAMES if split == "train" else HELDOUT_NAMES
     rng = random.Random(f"agent-repo:{seed}")
-    package = rng.choice(PACKAGES)
-    num_name, txt_name = rng.choice(NUMERIC_MODULES), rng.choice(TEXT_MODULES)
-    rep_name = rng.choice(REPORT_MODULES)
+    package = rng.choice(pools.packages)
+    num_name, txt_name = rng.choice(pools.numeric_modules), rng.choice(pools.text_modules)
+    rep_name = rng.choice(pools.report_modules)
     num_path, txt_path = f"{package}/{num_name}.py", f"{package}/{txt_name}.py"
     rep_path = f"{package}/{rep_name}.py"
     numeric, num_report = _pick(rng, NUMERIC, "list_to_number")
     text, txt_report = _pick(rng, TEXT, "str_to_str")
-    placed_num = [PlacedHelper(h, rng.choice(h.names), num_path) for h in numeric]
-    placed_txt = [PlacedHelper(h, rng.choice(h.names), txt_path) for h in text]
+    placed_num = [PlacedHelper(h, rng.choice(h.names_in(split)), num_path) for h in numeric]
+    placed_txt = [PlacedHelper(h, rng.choice(h.names_in(split)), txt_path) for h in text]
     report_numeric = next(p for p in placed_num if p.helper is num_report)
     report_text = next(p for p in placed_txt if p.helper is txt_report)
-    describe, tabulate = rng.choice(DESCRIBE_NAMES), rng.choice(TABULATE_NAMES)
+    describe, tabulate = rng.choice(pools.describe), rng.choice(pools.tabulate)
     files: dict[str, str] = {
         "README.md": f"# {package}\n\nSmall helpers for numbers, text and the weekly report.\n"
         "Run the tests with `pytest`.\n",

@@ -14,7 +14,8 @@ easiest first:
 - ``fix_bug``: one token of a tested helper was changed (an operator, a comparison, a constant, a
   builtin); the user names the failing test. One edit restores the line.
 - ``rename_symbol``: rename a helper the report module imports, in its module and in the report
-  (definition, import, call): three edits in two files.
+  (definition, import, call): three edits in two files. The new name is another of the helper's
+  names in the task's split, so held-out tasks stay free of train-split names.
 - ``implement``: a tested helper's body is ``raise NotImplementedError``; the user names the
   failing test. The docstring and the test say what to write.
 
@@ -272,7 +273,7 @@ def _fix_bug(repo: Repo, rng: random.Random, task_id: str, seed: int) -> AgentTa
 def _rename_symbol(repo: Repo, rng: random.Random, task_id: str, seed: int) -> AgentTask:
     target = rng.choice((repo.report_numeric, repo.report_text))
     taken = {h.name for h in repo.helpers} | {repo.describe, repo.tabulate}
-    new_name = rng.choice([n for n in target.helper.names if n not in taken])
+    new_name = rng.choice([n for n in target.helper.names_in(repo.split) if n not in taken])
     old, module = target.name, target.module
     report = repo.files[repo.report_module]
     usage = next(line for line in report.splitlines(keepends=True) if f"{old}(" in line)

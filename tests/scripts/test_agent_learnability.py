@@ -9,8 +9,8 @@ import json
 
 import pytest
 
-from loadtests.agent.rl_environment import SandboxEnvironment
-from loadtests.agent.tasks import AgentKind, make_agent_task
+from loadtests.agent.rl_environment import SandboxEnvironment, heldout_task_ids
+from loadtests.agent.tasks import AgentKind, agent_task_from_id, make_agent_task
 from loadtests.frontier_sim.config import SimulatorConfig
 from rl_loop.agent.distill import episode_sft_row, row_examples
 from rl_loop.agent.runner import play_episode
@@ -22,6 +22,7 @@ from scripts.agent_learnability import (
     heldout_overlap,
     main,
     parse_settings,
+    train_tasks,
 )
 from tests.fixtures.vllm_fixture import cache_dir
 
@@ -95,3 +96,12 @@ def test_the_overlap_counts_heldout_symbols_and_answers_that_training_showed() -
     assert overlap["heldout_symbol_seen"] >= overlap["heldout_pair_seen"]
     assert overlap["train_symbols"] == len({t.symbol for t in train})
     assert heldout_overlap([], heldout)["heldout_symbol_seen"] == 0
+
+
+def test_the_measured_heldout_tasks_ask_about_symbols_and_answers_training_never_showed() -> None:
+    settings = LearnabilitySettings(kind="find_definition", trajectories=200, heldout=12)
+    ids = heldout_task_ids(settings.heldout, settings.seed, [settings.kind])
+    overlap = heldout_overlap(train_tasks(settings), [agent_task_from_id(i) for i in ids])
+    assert overlap["train_symbols"] > 0 and overlap["train_answers"] > 0
+    assert overlap["heldout_symbol_seen"] == 0
+    assert overlap["heldout_answer_seen"] == 0 and overlap["heldout_pair_seen"] == 0
