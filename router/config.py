@@ -106,9 +106,9 @@ class EpisodeRoutingConfig(BaseModel):
     )
     whole_loops: bool = Field(
         default=True,
-        description="A step that goes on an agent loop (its last message a tool result) keeps "
-        "the previous step's model when the learned policy decided by score or exploration: "
-        "local after a local step, and exploration starts only at a loop's first step "
+        description="A step that goes on an agent loop (its last message a tool result) runs on "
+        "the model the loop's previous step ran on where the learned policy decided it: a "
+        "loop's model is chosen at its first step, by score or exploration "
         "(router/episode_fallback.py). Read with `fallback` on.",
     )
     fallback_target: str | None = Field(

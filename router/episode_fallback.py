@@ -26,19 +26,22 @@ Definitions
 - Reason recorded: ``episode_fallback:<kind> failed_step=<i> problem=<what> turn=<k>/<n>``
   (``n`` is ``rest`` for the rest of the episode).
 - Whole loops (``episodes.whole_loops``): a step that goes on an agent loop (its last message
-  is a tool result) keeps the loop's model where the learned policy decided it by its score or
-  by exploration (``learned:frontier`` / ``learned:explore``):
+  is a tool result) runs on the model the loop's previous step ran on, where the learned policy
+  decided it (``learned:local`` / ``learned:frontier`` / ``learned:explore``):
   * the previous step was local: local again (unless a fallback is in force), reason
     ``episode_loop:local <the policy's reason>``;
-  * it was not: an exploration draw does not send it local, reason
+  * it was not: neither an exploration draw nor a score sends it local, reason
     ``episode_loop:frontier <the policy's reason>``.
-  So exploration starts at a loop's first step (a new user turn) and a loop it starts runs
-  local until it ends or fails. Why: explored steps scattered across loops put a local step in
-  about a fifth of a quick flywheel's episodes (4-5 steps each at a 5% share), and one wrong
-  step spoils a whole episode: agent success fell to 0.91 of the frontier's. Whole loops put
-  the exploration share in that share of loops, each judged by its own outcome (the credit a
-  whole local loop gets is the local model's, not a mix), and a loop keeps one replica's KV
-  cache. A chat turn (its last message the user's) is decided by the policy as before.
+  So a loop's model is chosen at its first step (a new user turn: the request says the task),
+  by score or exploration, and a loop runs there until it ends or fails. Why: explored steps
+  scattered across loops put a local step in about a fifth of a quick flywheel's episodes (4-5
+  steps each at a 5% share), and one wrong step spoils a whole episode: agent success fell to
+  0.91 of the frontier's. Exploring whole loops instead kept the first rounds at 0.90-1.0 of
+  the frontier's, until a refitted scorer sent steps half-way through loops the frontier had
+  begun local (p_local 0.62 against a threshold of 0.61, fitted mostly on chat): all failed.
+  A whole loop is judged by its own outcome (its credit is one model's, not a mix), and it
+  keeps one replica's KV cache. A chat turn (its last message the user's) is decided by the
+  policy as before.
 
 Pure: the gateway reads and writes the memory (``gateway.episode_routing``) and checks calls.
 """
@@ -152,7 +155,7 @@ def fallback_decision(
 
 LOOP_LOCAL: Final = "episode_loop:local"
 LOOP_FRONTIER: Final = "episode_loop:frontier"
-_LOOP_DECIDED: Final = ("learned:frontier", "learned:explore")
+_LOOP_DECIDED: Final = ("learned:local", "learned:frontier", "learned:explore")
 
 
 def loop_decision(
@@ -169,13 +172,12 @@ def loop_decision(
         return decision
     kind = decision.reason.split(" ", 1)[0]
     if kind not in _LOOP_DECIDED:
-        return decision  # pinned, a rule, a canary, the scorer's own local call: kept
-    if text.step - 1 in memory.local_steps:
-        if kind == "learned:frontier":  # a fallback in force still applies after this
-            reason = f"{LOOP_LOCAL} {decision.reason}"
-            return RouteDecision(local_chain, reason, decision.policy_version, decision.p_local)
-        return decision
-    if kind == "learned:explore":
-        reason = f"{LOOP_FRONTIER} {decision.reason}"
-        return RouteDecision(frontier_chain, reason, decision.policy_version, decision.p_local)
-    return decision
+        return decision  # pinned, a rule, a canary: kept
+    previous_local = text.step - 1 in memory.local_steps
+    if previous_local == (decision.target == local_chain[0]):
+        return decision  # the loop's model already
+    if previous_local:  # a fallback in force still applies after this
+        reason = f"{LOOP_LOCAL} {decision.reason}"
+        return RouteDecision(local_chain, reason, decision.policy_version, decision.p_local)
+    reason = f"{LOOP_FRONTIER} {decision.reason}"
+    return RouteDecision(frontier_chain, reason, decision.policy_version, decision.p_local)

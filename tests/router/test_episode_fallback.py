@@ -208,9 +208,16 @@ def test_exploration_starts_only_at_a_loops_first_step() -> None:
     assert _loop("learned:explore", EpisodeMemory(), []).targets == LOCAL_CHAIN
 
 
-def test_pinned_rule_and_confident_decisions_are_not_made_whole() -> None:
+def test_a_loop_the_frontier_began_is_not_sent_local_half_way_by_a_score() -> None:
+    mid_loop = _loop("learned:local p_local=0.620", EpisodeMemory(), ["ok"])
+    assert mid_loop.targets == FRONTIER_CHAIN
+    assert mid_loop.reason == "episode_loop:frontier learned:local p_local=0.620"
+    # a new user turn is routed by its score
+    assert _loop("learned:local p_local=0.620", EpisodeMemory(), []).targets == LOCAL_CHAIN
+
+
+def test_pinned_and_rule_decisions_are_not_made_whole() -> None:
     after_local = EpisodeMemory(frozenset({0}))
     for reason in ("alias:gpt-4o", "rule:big-prompts", "target"):
         assert _loop(reason, after_local, ["ok"]).reason == reason
-    # the scorer's own local call mid-loop is kept, whatever the previous step
-    assert _loop("learned:local p_local=0.9", EpisodeMemory(), ["ok"]).targets == LOCAL_CHAIN
+        assert _loop(reason, EpisodeMemory(), ["ok"]).reason == reason
