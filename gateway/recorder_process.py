@@ -16,7 +16,8 @@ process wakes, and what it cannot write under load it writes when the load eases
 gateway's priority, 0.74-0.80 niced (10; 0.78-0.82 at 19). The rest is the CPU itself: on that box
 a CPU burner at nice 19, or SCHED_IDLE, took 25-37% of stream throughput.
 
-Bounded: at most ``store.queue_size`` records are in flight (sent, not acknowledged); beyond, the
+Bounded: at most ``store.queue_size`` records, and ``store.queue_bytes`` of their frames, are in
+flight (sent, not acknowledged; a single batch goes whatever its size when nothing is); beyond, the
 gateway spools them itself, on a thread (building the records there: costly, but only while the
 child is that far behind), and asks the child to replay the spool (a ``REPLAY`` frame).
 
@@ -110,6 +111,7 @@ class WriterProcess:
         # collector does not traverse (the drafts themselves die at the pipe write).
         self._unacked: dict[int, tuple[int, bytes]] = {}
         self._in_flight = 0  # records in _unacked; at most store.queue_size
+        self._in_flight_bytes = 0  # their frames' bytes; at most store.queue_bytes (but one)
         self._spooling: set[asyncio.Future[None]] = set()  # overflow spooled here, on threads
         self._spooled_here = 0
         self._behind = False  # overflowing to the spool since the last catch-up
@@ -224,10 +226,7 @@ class WriterProcess:
             return
         room = max(self._cfg.queue_size - self._in_flight, 0)
         if len(items) > room:  # the child is that far behind: the rest waits on disk
-            if not self._behind:
-                self._behind = True
-                log.warning("record writer: the writer process is behind; spooling here")
-            self._spool_aside(items[room:])
+            self._fall_behind(items[room:])
             items = items[:room]
             if not items:
                 return
@@ -237,9 +236,23 @@ class WriterProcess:
         except (pickle.PicklingError, TypeError, AttributeError, RecursionError):
             items = self._set_aside_unpicklable(items)
             frame = encode_batch(self._seq, items)
+        if self._in_flight and self._in_flight_bytes + len(frame) > self._cfg.queue_bytes:
+            # Long answers (a 256-token stream is ~50 KB of raw bytes) fill memory long before
+            # queue_size records do: the batch waits on disk instead (a batch always goes when
+            # nothing is in flight, however large).
+            self._seq -= 1
+            self._fall_behind(items)
+            return
         self._unacked[self._seq] = (len(items), frame)
         self._in_flight += len(items)
+        self._in_flight_bytes += len(frame)
         self._send(frame)
+
+    def _fall_behind(self, items: list[Item]) -> None:
+        if not self._behind:
+            self._behind = True
+            log.warning("record writer: the writer process is behind; spooling here")
+        self._spool_aside(items)
 
     def _spool_aside(self, items: list[Item]) -> None:
         """Spool ``items`` here, on a thread (close() waits for it), then have the child
@@ -284,6 +297,7 @@ class WriterProcess:
             items += decode_batch(frame[FRAME.size :])[1]
         self._unacked.clear()
         self._in_flight = 0
+        self._in_flight_bytes = 0
         return items
 
     async def _spawn(self) -> bool:
@@ -323,7 +337,12 @@ class WriterProcess:
                         done = self._unacked.pop(seq, None)
                         if done is not None:
                             self._in_flight -= done[0]
-                    if self._behind and self._in_flight <= self._cfg.queue_size // 2:
+                            self._in_flight_bytes -= len(done[1])
+                    if (
+                        self._behind
+                        and self._in_flight <= self._cfg.queue_size // 2
+                        and self._in_flight_bytes <= self._cfg.queue_bytes // 2
+                    ):
                         self._behind = False
                         log.info("record writer: the writer process caught up")
         except asyncio.IncompleteReadError:

@@ -1,6 +1,7 @@
 """A writer process that falls behind (the gateway's processes take the CPU first): the gateway
-keeps at most ``store.queue_size`` records in flight, spools the rest itself, and the child
-replays them once it runs again; nothing is lost, nothing is stored twice."""
+keeps at most ``store.queue_size`` records (and ``store.queue_bytes`` of them) in flight, spools
+the rest itself, and the child replays them once it runs again; nothing is lost, nothing is
+stored twice."""
 
 from __future__ import annotations
 
@@ -73,6 +74,46 @@ async def test_a_writer_process_far_behind_spools_the_rest_and_replays_it_losing
         await _until(lambda: writer.stats().queue_depth == 0)
         assert _child_pid(writer) == pid and not writer.in_process
         assert not list((tmp_path / "spool").glob("segment-*"))  # replayed, then deleted
+    finally:
+        await writer.close()
+        await backend.close()
+
+
+async def test_long_answers_in_flight_are_bounded_by_bytes_not_only_by_count(
+    tmp_path: Path,
+) -> None:
+    """A record count does not bound memory when answers are long: past ``store.queue_bytes``
+    of frames in flight the gateway spools the rest, and the child replays it; nothing lost."""
+    config = StoreConfig(
+        url=f"sqlite:///{tmp_path / 't.db'}",
+        spool_dir=tmp_path / "spool",
+        queue_size=10_000,
+        queue_bytes=64 * 1024,
+        batch_size=5,
+        flush_interval_s=0.01,
+    )
+    backend = open_store(config)
+    await backend.connect()
+    writer = WriterProcess(config, backend)
+    await writer.start()
+    try:
+        await _until(lambda: writer.stats().tasks_alive == 3)
+        pid = _child_pid(writer)
+        os.kill(pid, signal.SIGSTOP)
+        long_text = "x" * 8_000  # a long answer: ~8 KB a record
+        drafts = [_draft(f"{i} {long_text}") for i in range(60)]
+        for d in drafts:
+            writer.submit(d)
+        await _until(lambda: writer.stats().spooled_total > 0)
+        await _until(lambda: writer.stats().spooled_total + writer.stats().queue_depth == 60)
+        in_flight = writer.stats().queue_depth
+        assert 0 < in_flight < 60 and in_flight * 8_000 <= 64 * 1024 + 5 * 9_000
+        os.kill(pid, signal.SIGCONT)
+        expected = {d.id: f"{i} {long_text}" for i, d in enumerate(drafts)}
+        deadline = time.monotonic() + 30
+        while (stored := await _stored(backend)) != expected:
+            assert time.monotonic() < deadline, f"{len(stored)} of {len(expected)} stored"
+            await asyncio.sleep(0.05)
     finally:
         await writer.close()
         await backend.close()

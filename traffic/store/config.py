@@ -22,6 +22,8 @@ DEFAULT_SPOOL_DIR: Final = ".cache/spool"
 DEFAULT_BATCH_SIZE: Final = 500
 DEFAULT_FLUSH_INTERVAL_S: Final = 0.05
 DEFAULT_QUEUE_SIZE: Final = 10_000
+# ~10,000 short streamed records or ~650 of 256 tokens (their raw bytes go with them).
+DEFAULT_QUEUE_BYTES: Final = 32 * 1024 * 1024
 DEFAULT_RETRY_INITIAL_S: Final = 0.5
 DEFAULT_RETRY_MAX_S: Final = 30.0
 DEFAULT_SEGMENT_BYTES: Final = 8 * 1024 * 1024
@@ -48,6 +50,13 @@ class StoreConfig(BaseModel):
     )
     queue_size: int = Field(
         default=DEFAULT_QUEUE_SIZE, ge=1, description="Records held in memory; beyond, spool."
+    )
+    queue_bytes: int = Field(
+        default=DEFAULT_QUEUE_BYTES,
+        ge=1,
+        description="Bytes of records in flight to the writer process (store.writer_process) "
+        "at most, as sent; beyond, the gateway spools them (a record count alone does not bound "
+        "memory: a long streamed answer is tens of KB).",
     )
     spool_dir: Path = Field(
         default=Path(DEFAULT_SPOOL_DIR), description="One per process group sharing a database."
