@@ -213,6 +213,11 @@ class RedisFleet:
     async def start(self, apply: ApplyFn, seed: FleetSnapshot) -> None:
         self._apply = apply
         self._served = seed
+        # Join the routed stream before serving: a reader task that joined later would start
+        # after decisions the other members made for sessions this one then serves.
+        with contextlib.suppress(RedisError, OSError, TimeoutError):
+            async with asyncio.timeout(max(2.0, 4 * self._config.timeout_s)):
+                await self.routed_stream.join()
         loop = asyncio.get_running_loop()
         self._tasks = [
             loop.create_task(self._follow(), name="switchyard-fleet-follow"),
@@ -421,7 +426,9 @@ class RedisFleet:
 
     def stats(self) -> dict[str, float]:
         return {
-            "state_stale": float(self.stale),
+            # Stale too while the routed stream's reader reconnects: the others' decisions
+            # reach this gateway late until it does (a harness waiting for 0 waits for both).
+            "state_stale": float(self.stale or not self.routed_stream.reading),
             "revision": float(self._served.revision),
             "members": float(self.members_seen),
             "redis_failures": float(self.failures),

@@ -97,6 +97,15 @@ class RoutedStream:
         block_s = min(config.poll_interval_s, BLOCK_SHARE * config.timeout_s)
         self._block_ms = max(1, int(block_s * 1000))
         self.last_id: str | None = None  # None: not joined yet
+        self.reading = False  # connected and reading on (False from a failed call to the next)
+
+    async def join(self) -> None:
+        """Start reading after the newest entry (a fresh member; see the module docstring).
+        Called before the gateway serves, so that no decision another member makes once this
+        one serves is read past; raises the Redis error when Redis does not answer (the reader
+        joins when it does)."""
+        if self.last_id is None:
+            self.last_id = await self._newest_id()
 
     async def send(self) -> None:
         """Forever: one entry every ``routed_flush_s`` when decisions are queued."""
@@ -125,8 +134,10 @@ class RoutedStream:
             try:
                 await self._read_on()
             except (RedisError, OSError) as exc:
+                self.reading = False
                 self._on_error(exc)
             except Exception:  # a bug must not stop this member learning the others' decisions
+                self.reading = False
                 log.exception("fleet %s: reading %s failed; retrying", self._config.name, self.key)
             await asyncio.sleep(self._config.retry_s)
 
@@ -139,6 +150,7 @@ class RoutedStream:
             newest = await self._newest_id()
             if _order(newest) < _order(self.last_id):  # a Redis that came back empty: a new
                 self.last_id = newest  # stream, its ids maybe behind (another clock)
+        self.reading = True
         while True:
             start = self.last_id
             reply = await self._redis.xread(
