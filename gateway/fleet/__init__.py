@@ -8,8 +8,7 @@ What is shared, and through what (``fleet.backend: redis``; ``local``: this proc
 - the canary (set, promote, drop) and each replica's drain flag and weights version; a drain
   waits for the requests in flight on the replica across the fleet;
 - cache-aware replica choice: every decision goes to the other gateways, which index it as
-  their own (:mod:`gateway.fleet.routed_feed`, over a Redis stream a reconnecting member
-  reads on from where it stopped), so a session finds its replica and its prefix
+  their own (:mod:`gateway.fleet.routed_feed`), so a session finds its replica and its prefix
   through any gateway;
 - budgets: reserved before a call and settled after it in Redis (:mod:`gateway.auth.
   shared_budget`); rate limits: ``auth.rate_limit_backend: redis`` (:mod:`gateway.auth.ratelimit`).
@@ -20,8 +19,7 @@ state, says so (``switchyard_fleet_state_stale`` and a log line) and catches up 
 
 Modules: :mod:`~gateway.fleet.config` (the section), :mod:`~gateway.fleet.snapshot` (the values),
 :mod:`~gateway.fleet.base` (the interface, the local fleet), :mod:`~gateway.fleet.redis_fleet`,
-:mod:`~gateway.fleet.apply`, :mod:`~gateway.fleet.routed_feed`,
-:mod:`~gateway.fleet.routed_stream` (the feed over a Redis stream), :mod:`~gateway.fleet.wiring`
+:mod:`~gateway.fleet.apply`, :mod:`~gateway.fleet.routed_feed`, :mod:`~gateway.fleet.wiring`
 (start-up, metrics), :mod:`~gateway.fleet.admin` (``GET /admin/fleet``),
 :mod:`~gateway.fleet.workers` (``switchyard serve --workers N``), :mod:`~gateway.fleet.cli`
 (``switchyard fleet ...``). Operators' guide: docs/fleet.md.

@@ -25,9 +25,6 @@ DEFAULT_RETRY_S: Final = 0.5
 DEFAULT_APPLY_WAIT_S: Final = 2.0
 DEFAULT_ROUTED_FLUSH_S: Final = 0.01
 DEFAULT_ROUTED_QUEUE: Final = 10_000
-# Batches kept in the N:routed stream: at 1,000 batches a second (ten busy gateways flushing
-# every 10 ms) a member away for 10 s still finds every one; about 2 KB per decision in Redis.
-DEFAULT_ROUTED_STREAM_LEN: Final = 10_000
 
 FleetBackendName = Literal["local", "redis"]
 
@@ -96,13 +93,6 @@ class FleetConfig(BaseModel):
         ge=1,
         description="Decisions held while Redis does not take them; beyond, the oldest are "
         "dropped (the other gateways' prefix index misses them, nothing else).",
-    )
-    routed_stream_len: int = Field(
-        default=DEFAULT_ROUTED_STREAM_LEN,
-        ge=1,
-        description="Batches of decisions the Redis stream keeps (about: at least this many), "
-        "so a gateway that reconnects reads on from where it was; one away for longer misses "
-        "the oldest and counts it (switchyard_fleet_routed_gaps).",
     )
 
     @field_validator("redis_url")

@@ -5,8 +5,7 @@ Keys (``N`` = ``fleet.name``):
     N:state          hash: rev, epoch, routing, routing_version, canary, canary_version,
                      replica:<target>|<url> (JSON each; see gateway.fleet.snapshot)
     N:changes        channel: the new revision, published by the script that made it
-    N:routed         stream: batches of cache-aware decisions, the newest routed_stream_len
-                     or so; each member reads on from its last id (gateway.fleet.routed_stream)
+    N:routed         channel: batches of cache-aware decisions (gateway.fleet.routed_feed)
     N:members        sorted set: member id -> last heartbeat (unix seconds)
     N:member:<id>    hash: host, pid, applied ("<epoch>:<revision>" it serves, written after
                      each apply); expires with the member
@@ -23,9 +22,7 @@ finds it so, with its own state under a new epoch.
 Redis unreachable: the member keeps serving its last applied snapshot, sets ``stale`` (the
 ``switchyard_fleet_state_stale`` gauge) and logs once per outage; it reconnects every
 ``retry_s`` and applies whatever changed meanwhile. Publishing answers 503 meanwhile (a change
-that would reach one process only is refused, not half-made). Its routed decisions wait in their
-queue, and it reads the others' on from the last entry it had read (a notification may be lost
-to a reconnect, a routed batch is not unless the stream's bound is passed meanwhile).
+that would reach one process only is refused, not half-made).
 """
 
 from __future__ import annotations
@@ -48,7 +45,6 @@ from gateway.errors import ServiceUnavailableError
 from gateway.fleet.base import ApplyFn, new_member_id
 from gateway.fleet.config import FleetConfig
 from gateway.fleet.routed_feed import RoutedFeed
-from gateway.fleet.routed_stream import RoutedStream
 from gateway.fleet.snapshot import (
     CLEAR,
     FleetChange,
@@ -182,19 +178,13 @@ class RedisFleet:
         ns = config.name
         self._state_key = f"{ns}:state"
         self._changes = f"{ns}:changes"
+        self._routed_channel = f"{ns}:routed"
         self._members_key = f"{ns}:members"
         self._info_key = f"{ns}:member:{self._member_id}"
         self._ns = ns
         self._publish_script = self._redis.register_script(_PUBLISH_LUA)
         self._seed_script = self._redis.register_script(_SEED_LUA)
         self.routed = RoutedFeed(self._member_id, config.routed_queue)
-        self.routed_stream = RoutedStream(
-            self._redis,
-            config,
-            self.routed,
-            is_stale=lambda: self.stale,
-            on_error=self._went_stale,
-        )
         self._apply: ApplyFn | None = None
         self._served = FleetSnapshot()
         self._tasks: list[asyncio.Task[None]] = []
@@ -213,16 +203,10 @@ class RedisFleet:
     async def start(self, apply: ApplyFn, seed: FleetSnapshot) -> None:
         self._apply = apply
         self._served = seed
-        # Join the routed stream before serving: a reader task that joined later would start
-        # after decisions the other members made for sessions this one then serves.
-        with contextlib.suppress(RedisError, OSError, TimeoutError):
-            async with asyncio.timeout(max(2.0, 4 * self._config.timeout_s)):
-                await self.routed_stream.join()
         loop = asyncio.get_running_loop()
         self._tasks = [
             loop.create_task(self._follow(), name="switchyard-fleet-follow"),
-            loop.create_task(self.routed_stream.send(), name="switchyard-fleet-routed-send"),
-            loop.create_task(self.routed_stream.follow(), name="switchyard-fleet-routed-read"),
+            loop.create_task(self._send_routed(), name="switchyard-fleet-routed"),
         ]
         # Serve the fleet's state from the first request if Redis answers soon; else serve the
         # seed (stale) and catch up when it does.
@@ -235,7 +219,7 @@ class RedisFleet:
         while True:
             pubsub = self._redis.pubsub()
             try:
-                await pubsub.subscribe(self._changes)
+                await pubsub.subscribe(self._changes, self._routed_channel)
                 await self._sync()
                 await self._heartbeat()
                 next_poll = next_beat = time.monotonic()
@@ -244,7 +228,13 @@ class RedisFleet:
                         ignore_subscribe_messages=True, timeout=cfg.poll_interval_s
                     )
                     now = time.monotonic()
-                    if message is not None or now >= next_poll:
+                    changed = False
+                    if message is not None:
+                        if message["channel"] == self._routed_channel.encode():
+                            self.routed.receive(message["data"])
+                        else:
+                            changed = True
+                    if changed or now >= next_poll:
                         await self._sync()
                         next_poll = now + cfg.poll_interval_s
                     if now >= next_beat:
@@ -327,6 +317,20 @@ class RedisFleet:
             )
         self.stale = False
         self._synced.set()
+
+    async def _send_routed(self) -> None:
+        while True:
+            await asyncio.sleep(self._config.routed_flush_s)
+            if self.stale:  # kept queued (the oldest dropped, counted) until Redis answers
+                continue
+            batch = self.routed.take_batch()
+            if batch is None:
+                continue
+            try:
+                await self._redis.publish(self._routed_channel, batch)
+            except (RedisError, OSError) as exc:
+                self.routed.dropped += 1
+                self._went_stale(exc)
 
     # Changing.
 
@@ -426,9 +430,7 @@ class RedisFleet:
 
     def stats(self) -> dict[str, float]:
         return {
-            # Stale too while the routed stream's reader reconnects: the others' decisions
-            # reach this gateway late until it does (a harness waiting for 0 waits for both).
-            "state_stale": float(self.stale or not self.routed_stream.reading),
+            "state_stale": float(self.stale),
             "revision": float(self._served.revision),
             "members": float(self.members_seen),
             "redis_failures": float(self.failures),

@@ -10,13 +10,7 @@ it. So the approximate prefix index, the session homes and the share counts are 
 one process's, and stay bounded as before (the same index, the same limits).
 
 Wire: one JSON object per batch, ``{"m": member, "e": [[target, replica, home, [keys...]]]}``
-(a 64-bit key is at most 20 digits: about 2 KB for a prompt of 100 blocks), one entry of the
-Redis stream ``N:routed`` (:mod:`gateway.fleet.routed_stream`: read on from the last id after a
-reconnect, so nothing within the stream's bound ``fleet.routed_stream_len`` is lost).
-
-Stats (``switchyard_fleet_routed_*``): ``sent`` and ``received`` decisions, ``dropped`` (not
-sent: queue full or Redis down), ``gaps`` (times this member found the last entry it had read
-trimmed from the stream when reading on: the other members' batches in between never arrived).
+(a 64-bit key is at most 20 digits: about 2 KB for a prompt of 100 blocks).
 """
 
 from __future__ import annotations
@@ -45,7 +39,6 @@ class RoutedFeed:
         self.received = 0
         self.dropped = 0
         self.undecodable = 0
-        self.gaps = 0
 
     def attach(self, target: str, selector: ObservingSelector) -> None:
         """Share ``selector``'s decisions (cache-aware selectors only: the others keep no
@@ -96,5 +89,4 @@ class RoutedFeed:
             "routed_sent": float(self.sent),
             "routed_received": float(self.received),
             "routed_dropped": float(self.dropped),
-            "routed_gaps": float(self.gaps),
         }

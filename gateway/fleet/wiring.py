@@ -28,8 +28,6 @@ _HELP = {
     "routed_sent": "Cache-aware decisions sent to the other gateways (a counter).",
     "routed_received": "Other gateways' cache-aware decisions applied here (a counter).",
     "routed_dropped": "Cache-aware decisions not sent (queue full or Redis down; a counter).",
-    "routed_gaps": "Times this gateway found the routed stream trimmed past the last entry "
-    "it read (decisions missed; a counter).",
 }
 
 

@@ -21,7 +21,6 @@ def test_the_default_fleet_is_this_process_alone() -> None:
         ({"name": "has spaces"}, "fleet.name"),
         ({"heartbeat_s": 2.0, "member_ttl_s": 3.0}, "member_ttl_s must be at least twice"),
         ({"poll_interval_s": 5.0}, "poll_interval_s"),
-        ({"routed_stream_len": 0}, "routed_stream_len"),
         ({"unknown": 1}, "Extra inputs are not permitted"),
     ],
 )
