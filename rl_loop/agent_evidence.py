@@ -18,27 +18,13 @@ verdict.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 from rl_loop.agent.episode import AgentEpisode
 from router.chat_text import request_text
 from router.features import RequestFeatures
 from router.learned import Outcome, class_key
 from traffic.tool_calls import check_call
-
-
-def _broken(calls: Iterable[Any], tools: list[dict[str, Any]]) -> bool:
-    for call in calls:
-        fn = call.get("function") if isinstance(call, dict) else None
-        if not isinstance(fn, dict):
-            return True
-        name, arguments = fn.get("name"), fn.get("arguments")
-        if not isinstance(name, str) or not isinstance(arguments, str):
-            return True
-        if not check_call(str(call.get("id") or ""), name, arguments, tools).valid:
-            return True
-    return False
 
 
 def episode_step_outcomes(
@@ -49,11 +35,11 @@ def episode_step_outcomes(
     for episode in episodes:
         tools = episode.task.tool_list()
         messages = episode.messages
-        for i, message in enumerate(messages):
-            if message.get("role") != "assistant":
-                continue
+        at = [i for i, m in enumerate(messages) if m.get("role") == "assistant"]
+        for i, step in zip(at, episode.steps, strict=True):  # one assistant message a step
             text = request_text("chat.completions", {"messages": messages[:i], "tools": tools})
             features = RequestFeatures("chat.completions", "auto", 0, has_tools=True)
-            accepted = episode.passed and not _broken(message.get("tool_calls") or (), tools)
+            broken = any(not check_call(c.id, c.name, c.arguments, tools).valid for c in step.calls)
+            accepted = episode.passed and not broken
             out.append(Outcome(class_key(features, class_tags), "local", accepted, text=text))
     return out
