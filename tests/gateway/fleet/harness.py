@@ -44,6 +44,13 @@ ADMIN = {"authorization": f"Bearer {ADMIN_TOKEN}"}
 EPISODE = "x-switchyard-episode"
 READY_S = 120.0
 FLEET_REDIS_TIMEOUT_S = 2.0
+# A cache-aware target no test but test_fleet_sessions sends to: its selectors start from no
+# traffic. On ``local``, the traffic of the tests before it (a drain, hot prompts) leaves the
+# share counts skewed, and the share guard then moves an idle session off a replica its turns
+# push over its share, by design (router/cache_aware.py); whether it does depended on how much
+# traffic went before, and did in 3 of 5 CI runs (reproduced offline: 50 earlier requests of
+# one prompt, then the test's sessions, moved a session in 49 of 50 draws of replica names).
+SESSIONS = "sessions"
 # Local-target prices high enough that one small request costs a visible fraction of a cent.
 PRICE_USD_PER_MTOK = 1000.0
 
@@ -87,12 +94,13 @@ def fleet_config(
     version: str = "v1",
     drain_timeout_s: float = 10.0,
 ) -> dict[str, Any]:
-    """A gateway config: ``local`` (cache-aware over ``replicas``, priced) and ``big`` (a
-    second local-kind target on the first replica, the learned policy's frontier arm)."""
+    """A gateway config: ``local`` (cache-aware over ``replicas``, priced), ``big`` (a
+    second local-kind target on the first replica, the learned policy's frontier arm) and
+    :data:`SESSIONS` (cache-aware over ``replicas`` like ``local``, for one test alone)."""
     routing: dict[str, Any] = {
         "version": version,
         "default": "local",
-        "aliases": {"auto": None, LOCAL_MODEL_NAME: "local", "big": "big"},
+        "aliases": {"auto": None, LOCAL_MODEL_NAME: "local", "big": "big", SESSIONS: SESSIONS},
     }
     if state_file is not None:
         routing["learned"] = {
@@ -116,6 +124,13 @@ def fleet_config(
                 "output_usd_per_mtok": PRICE_USD_PER_MTOK,
             },
             "big": {"kind": "vllm", "model": "sim-big", "replicas": [replicas[0]]},
+            SESSIONS: {
+                "kind": "vllm",
+                "model": "sim-local",
+                "replicas": list(replicas),
+                "tokenizer_dir": str(tokenizer_dir),
+                "replica_selector": {"kind": "cache_aware", "block_size": 32},
+            },
         },
         "routing": routing,
         "store": {

@@ -1,5 +1,6 @@
 """The cache-aware decisions two gateways exchange: applied by the other, a decision makes its
-selector find the same prefix and the same session home; the queue is bounded; a gateway's own
+selector find the same prefix and the same session home and count the same share of requests
+per replica; the queue is bounded; a gateway's own
 batches come back to it and are skipped."""
 
 from __future__ import annotations
@@ -25,8 +26,10 @@ def prompt(seed: int, blocks: int) -> list[int]:
     return [rng.randrange(300, 8000) for _ in range(blocks * 32)]
 
 
-def gateway(member: str, max_queued: int = 100) -> tuple[CacheAwareSelector, RoutedFeed]:
-    selector = CacheAwareSelector(CacheAwareConfig(max_share_ratio=None))
+def gateway(
+    member: str, max_queued: int = 100, max_share_ratio: float | None = None
+) -> tuple[CacheAwareSelector, RoutedFeed]:
+    selector = CacheAwareSelector(CacheAwareConfig(max_share_ratio=max_share_ratio))
     feed = RoutedFeed(member, max_queued)
     feed.attach("local", selector)
     return selector, feed
@@ -63,6 +66,23 @@ def test_a_sessions_home_travels_with_its_decision() -> None:
     busier = [ReplicaView(name, True, 1 if name == first else 0) for name in REPLICAS]
     assert two.select_replica("local", busier, features([], episode="s1")) == first
     assert two.last is not None and two.last.reason == "home"
+
+
+def test_the_share_guard_counts_the_requests_other_gateways_routed() -> None:
+    one, one_feed = gateway("one")
+    two, two_feed = gateway("two", max_share_ratio=1.2)
+    hot = prompt(7, 20)
+    # Gateway one (no guard of its own) keeps a hot prefix on one replica.
+    chosen = {
+        one.select_replica("local", views(), features(hot + prompt(100 + i, 1))) for i in range(30)
+    }
+    assert len(chosen) == 1
+    placed = chosen.pop()
+    batch = one_feed.take_batch()
+    assert batch is not None and two_feed.receive(batch) == 30
+    # Gateway two has routed nothing itself, yet its guard sees that replica over its share.
+    assert two.select_replica("local", views(), features(hot + prompt(999, 1))) != placed
+    assert two.last is not None and two.last.guarded == "share"
 
 
 def test_the_queue_keeps_the_newest_decisions_and_counts_the_dropped() -> None:
