@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from gateway.auth.redis_scripts import redis_client
@@ -51,7 +51,7 @@ from router.episode_fallback import (
 )
 from router.features import RequestFeatures
 from router.request_text import RequestText, ToolCallText
-from traffic.tool_calls import check_call
+from traffic.tool_calls import first_problem
 
 if TYPE_CHECKING:
     from gateway.state import Routing
@@ -62,18 +62,6 @@ Gauge = tuple[str, str, dict[str, str], float]
 _NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-")
 
 
-def _offered(tools: Any) -> list[dict[str, Any]]:
-    """The function tools of a chat body's ``tools``, in the shape ``check_call`` reads."""
-    if not isinstance(tools, list):
-        return []
-    out = []
-    for tool in tools:
-        fn = tool.get("function") if isinstance(tool, Mapping) else None
-        if isinstance(fn, Mapping) and isinstance(fn.get("name"), str):
-            out.append({"function": fn})
-    return out
-
-
 def _safe_name(name: str) -> str:
     """A tool name as a reason may show it (no spaces: a reason's fields are split on them)."""
     return "".join(c if c in _NAME_CHARS else "_" for c in name[:64]) or "_"
@@ -82,15 +70,10 @@ def _safe_name(name: str) -> str:
 def call_problem(calls: Iterable[ToolCallText], tools: Any) -> str | None:
     """The first problem of ``calls`` against the offered ``tools``: ``unknown_tool:<name>``,
     ``malformed_arguments:<name>`` or ``schema:<name>``; None when every call is valid."""
-    offered: list[dict[str, Any]] | None = None
-    for call in calls:
-        if offered is None:
-            offered = _offered(tools)
-        check = check_call(call.id, call.name, call.arguments, offered)  # never raises
-        if check.problem is not None:
-            kind = check.problem.split(":", 1)[0]
-            return f"{kind}:{_safe_name(call.name)}"
-    return None
+    check = first_problem(calls, tools)  # never raises; reads the tools only if there is a call
+    if check is None:
+        return None
+    return f"{check.kind}:{_safe_name(check.name)}"
 
 
 class EpisodeRouting:

@@ -12,8 +12,8 @@ A step is read as the gateway reads a live agent step: the request it answered (
 before it with the task's tools, ``router.chat_text.request_text``), under the evidence class of
 a tool-bearing request without tags (``*|tools``). It is judged as :mod:`rl_loop.episode_credit`
 judges a live step of an episode with one verdict: rejected when one of its tool calls is broken
-(an unknown tool, arguments that are not a JSON object or break the schema), else the episode's
-verdict.
+(an unknown tool, arguments that are not a JSON object or break the schema:
+``traffic.tool_calls.first_problem``), else the episode's verdict.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from rl_loop.agent.episode import AgentEpisode
 from router.chat_text import request_text
 from router.features import RequestFeatures
 from router.learned import Outcome, class_key
-from traffic.tool_calls import check_call
+from traffic.tool_calls import first_problem
 
 
 def episode_step_outcomes(
@@ -39,7 +39,6 @@ def episode_step_outcomes(
         for i, step in zip(at, episode.steps, strict=True):  # one assistant message a step
             text = request_text("chat.completions", {"messages": messages[:i], "tools": tools})
             features = RequestFeatures("chat.completions", "auto", 0, has_tools=True)
-            broken = any(not check_call(c.id, c.name, c.arguments, tools).valid for c in step.calls)
-            accepted = episode.passed and not broken
+            accepted = episode.passed and first_problem(step.calls, tools) is None
             out.append(Outcome(class_key(features, class_tags), "local", accepted, text=text))
     return out

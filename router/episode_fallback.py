@@ -13,7 +13,7 @@ Definitions
   the answer):
   * ``invalid_tool_call``: a call of that step names a tool the request does not offer, or its
     arguments are not a JSON object, or they break the tool's JSON schema (the gateway checks the
-    calls: ``traffic.export.episodes.check_call``, the check the episode export uses);
+    calls: ``traffic.tool_calls.check_call``, the one check of a call's validity);
   * ``error_streak``: the conversation's last ``episodes.error_streak`` tool results are errors
     (``router.chat_text.is_error_result``; ``RequestText.tool_error_streak``), the last of them
     answering that step.

@@ -4,9 +4,10 @@ trainer (``rl_loop.trainers.sft``).
 Data. The ``episode_sft`` export (``traffic.export.episode_export``, ``--sft-route frontier``:
 accepted, complete episodes every step of which the frontier served, without a broken call):
 ``{"messages": [...], "tools": [...]}`` in TRL's conversational tool-calling shape. Rows are
-checked again here (an assistant turn whose call is not an offered tool with a JSON object as
-arguments drops the row), and :func:`episode_sft_row` gives the same row for an episode played
-in the environment (a scripted or served agent's passed episodes).
+checked again here (a broken call, as ``traffic.tool_calls.check_call`` judges it: not an
+offered tool, or arguments that are not a JSON object valid against the tool's schema, drops
+the row), and :func:`episode_sft_row` gives the same row for an episode played in the
+environment (a scripted or served agent's passed episodes without a broken call).
 
 Examples. Each assistant turn of an episode is one prompt-completion example: the conversation
 before it as the prompt, the turn (its text and tool calls) as the completion. The SFT trainer
@@ -24,14 +25,14 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from rl_loop.agent.episode import AgentEpisode
-from rl_loop.agent.episode_rl import arguments_object, tool_names
+from rl_loop.agent.episode import AgentEpisode, ToolCall
 from rl_loop.config import SftConfig
 from rl_loop.datasets import SftExample
 from rl_loop.modeling import Policy
 from rl_loop.trainers.engine import PhaseStats
 from rl_loop.trainers.sft import train_sft
 from traffic.export.episode_export import trl_messages
+from traffic.tool_calls import first_problem
 
 
 def load_episode_sft(path: Path) -> list[dict[str, Any]]:
@@ -44,7 +45,7 @@ def episode_sft_row(episode: AgentEpisode) -> dict[str, Any] | None:
     """A passed episode without a broken call as an ``episode_sft`` row, else None."""
     if not episode.passed or episode.ended != "answered":
         return None
-    if any(result.status == "invalid" for _, result in episode.calls):
+    if first_problem((call for call, _ in episode.calls), episode.task.tools) is not None:
         return None
     return {"messages": trl_messages(episode.messages), "tools": episode.task.tool_list()}
 
@@ -64,16 +65,23 @@ def _message(message: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _valid_calls(messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]]) -> bool:
-    names = tool_names(tools)
+def _calls(messages: Sequence[Mapping[str, Any]]) -> list[ToolCall]:
+    """The tool calls of ``messages`` (their arguments as text, :func:`_message`'s); a name that
+    is not a string is read as none (no tool is offered without one)."""
+    out = []
     for message in messages:
         for call in message.get("tool_calls") or []:
             function = call["function"]
+            name = function.get("name")
             arguments = function.get("arguments")
-            text = arguments if isinstance(arguments, str) else json.dumps(arguments)
-            if function.get("name") not in names or arguments_object(text) is None:
-                return False
-    return True
+            out.append(
+                ToolCall(
+                    str(call.get("id") or ""),
+                    name if isinstance(name, str) else "",
+                    arguments if isinstance(arguments, str) else json.dumps(arguments),
+                )
+            )
+    return out
 
 
 def row_examples(row: Mapping[str, Any]) -> list[SftExample]:
@@ -81,7 +89,7 @@ def row_examples(row: Mapping[str, Any]) -> list[SftExample]:
     row is broken)."""
     tools = [dict(t) for t in row.get("tools") or []]
     messages = [_message(m) for m in row["messages"]]
-    if not _valid_calls(messages, tools):
+    if first_problem(_calls(messages), tools) is not None:
         return []
     out = []
     for index, message in enumerate(messages):

@@ -3,11 +3,15 @@ is rewarded by its verdict and its clean execution, and every assistant token of
 trained with the episode's group advantage.
 
 Reward. ``accepted`` / ``rejected`` (``rl_loop.rewards``' scale) for the terminal verdict, plus
-one penalty per wasted or broken call (:func:`call_penalties`): an unknown tool, arguments that
-are not one JSON object, arguments against the tool's schema (the environment said ``invalid``),
-and a call that changes nothing: an edit tool whose result changed no file, or a call identical
-to an earlier one (same tool, same arguments) with no workspace change in between (re-running
-the tests after an edit is not a repeat). The penalties' sum is floored at ``-max_penalty``.
+one penalty per wasted or broken call (:func:`call_penalties`). A broken call is what
+``traffic.tool_calls.check_call`` says it is (the gate's, the audits' and the gateway's check,
+whatever the environment reported): its ``unknown_tool`` problem is the ``unknown_tool``
+penalty, ``malformed_arguments`` (not one JSON object) the ``malformed_arguments`` one, and a
+``schema`` violation (a JSON object against the tool's schema) the ``invalid_arguments`` one. A
+valid call is penalized when it changes nothing: an edit tool whose result changed no file, or a
+call identical to an earlier one (same tool, same arguments) with no workspace change in between
+(re-running the tests after an edit is not a repeat). The penalties' sum is floored at
+``-max_penalty``.
 
 Advantage. Several episodes of one task form a group; an episode's advantage is its reward
 minus the group's mean (``rl_loop.losses.group_advantages``, over episodes, not steps), and each
@@ -38,7 +42,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from rl_loop.agent.checkpoint_policy import CheckpointPolicy
 from rl_loop.agent.environment import AgentEnvironment
-from rl_loop.agent.episode import AgentEpisode
+from rl_loop.agent.episode import AgentEpisode, ToolCall
 from rl_loop.agent.runner import play_episode
 from rl_loop.config import RlConfig
 from rl_loop.losses import group_advantages
@@ -49,6 +53,7 @@ from rl_loop.scoring import label_logprobs, make_batch
 from rl_loop.trainers.engine import PhaseStats
 from rl_loop.trainers.onpolicy import train_items
 from serving.tokenizer import IM_END
+from traffic.tool_calls import ProblemKind, check_calls
 
 PenaltyKind = Literal["unknown_tool", "malformed_arguments", "invalid_arguments", "no_effect"]
 
@@ -65,7 +70,7 @@ class EpisodeRewardConfig(BaseModel):
         default=-0.2, le=0, description="Arguments that are not one JSON object."
     )
     invalid_arguments: float = Field(
-        default=-0.1, le=0, description="A JSON object the environment rejected (its schema)."
+        default=-0.1, le=0, description="A JSON object against the tool's schema."
     )
     no_effect: float = Field(
         default=-0.1,
@@ -98,39 +103,37 @@ class EpisodeReward:
     total: float
 
 
-def arguments_object(text: str) -> dict[str, Any] | None:
-    try:
-        parsed = json.loads(text) if text.strip() else {}
-    except json.JSONDecodeError:
-        return None
-    return parsed if isinstance(parsed, dict) else None
+_PENALTY_OF: dict[ProblemKind, PenaltyKind] = {
+    "unknown_tool": "unknown_tool",
+    "malformed_arguments": "malformed_arguments",
+    "schema": "invalid_arguments",
+}
 
 
-def tool_names(tools: Sequence[Mapping[str, Any]]) -> set[str]:
-    return {str(t.get("function", t).get("name", "")) for t in tools}
+def _repeat_key(call: ToolCall) -> tuple[str, str]:
+    """A valid call's identity for the repeat test: its tool and its arguments as canonical
+    JSON (a valid call's arguments are one JSON object, empty text ``{}``)."""
+    parsed = json.loads(call.arguments) if call.arguments.strip() else {}
+    return call.name, json.dumps(parsed, sort_keys=True)
 
 
 def call_penalties(episode: AgentEpisode, config: EpisodeRewardConfig) -> list[CallPenalty]:
     """Every wasted or broken call of ``episode`` (see the module docstring)."""
-    names = tool_names(episode.task.tools)
     seen: set[tuple[str, str]] = set()
     out: list[CallPenalty] = []
     for step in episode.steps:
-        for call, result in zip(step.calls, step.results, strict=True):
-            arguments = arguments_object(call.arguments)
-            key = (call.name, json.dumps(arguments, sort_keys=True))
+        checks = check_calls(step.calls, episode.task.tools)
+        for call, check, result in zip(step.calls, checks, step.results, strict=True):
             kind: PenaltyKind | None = None
-            if call.name not in names:
-                kind = "unknown_tool"
-            elif arguments is None:
-                kind = "malformed_arguments"
-            elif result.status == "invalid":
-                kind = "invalid_arguments"
-            elif (call.name in config.edit_tools and not result.changed) or key in seen:
-                kind = "no_effect"
+            if check.kind is not None:
+                kind = _PENALTY_OF[check.kind]
+            else:
+                key = _repeat_key(call)
+                if (call.name in config.edit_tools and not result.changed) or key in seen:
+                    kind = "no_effect"
+                seen.add(key)
             if kind is not None:
                 out.append(CallPenalty(step.index, call.id, kind, getattr(config, kind)))
-            seen.add(key)
             if result.changed:
                 seen = set()
     return out

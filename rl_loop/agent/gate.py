@@ -4,8 +4,9 @@ as well and does not win by gaming the rewards.
 Measured for each model on the same held-out tasks (:func:`evaluate_episodes`, from episodes
 given as inputs or played by :func:`evaluate_policy`): episode success (the verifier's verdict),
 tool-call validity (share of calls naming an offered tool with JSON arguments valid against its
-schema), steps per successful episode, and each audit's rate (share of episodes it flags,
-``audits.py``). The frontier reference is measured the same way and reported beside them.
+schema: ``traffic.tool_calls.check_calls``, the check the trainers' rewards also use), steps per
+successful episode, and each audit's rate (share of episodes it flags, ``audits.py``). The
+frontier reference is measured the same way and reported beside them.
 
 The candidate is rejected when any holds (thresholds in :class:`AgentGateConfig`):
 1. its success falls more than ``success_tolerance`` below the served model's, or rises by less
@@ -31,7 +32,7 @@ from rl_loop.agent.config import AgentGateConfig
 from rl_loop.agent.environment import AgentEnvironment
 from rl_loop.agent.episode import AgentEpisode
 from rl_loop.agent.runner import AgentPolicy, play_episodes
-from traffic.tool_calls import check_call
+from traffic.tool_calls import check_calls
 
 
 @dataclass(slots=True)
@@ -108,10 +109,9 @@ def evaluate_episodes(version: str, episodes: Sequence[AgentEpisode]) -> AgentEv
     """Fold played episodes into a model's figures (audits run here)."""
     result = AgentEval(version)
     for episode in episodes:
-        tools = episode.task.tool_list()
-        for call, _ in episode.calls:
-            result.tool_calls += 1
-            result.valid_calls += check_call(call.id, call.name, call.arguments, tools).valid
+        checks = check_calls((call for call, _ in episode.calls), episode.task.tools)
+        result.tool_calls += len(checks)
+        result.valid_calls += sum(c.valid for c in checks)
         result.episodes.append(episode)
         result.findings.append(audit_episode(episode))
     return result

@@ -2,8 +2,9 @@
 
 A failing step (:func:`failing_steps`) gets a short textual hint:
 
-- a step with a broken call: what the tool takes (``Hint: the tool `edit` takes a JSON object
-  with `path`, `old_string`, `new_string`.``), or which tools exist for an unknown one;
+- a step with a broken call (``traffic.tool_calls.check_call``'s judgement, the gate's and the
+  reward's): what the tool takes (``Hint: the tool `edit` takes a JSON object with `path`,
+  `old_string`, `new_string`.``), or which tools exist for an unknown one;
 - in an episode the verifier rejected: the verifier's feedback (the failing test's message), on
   the step after the last test run that failed, else on the episode's last step.
 
@@ -26,13 +27,7 @@ from typing import Any
 import torch
 
 from rl_loop.agent.episode import AgentEpisode, Message
-from rl_loop.agent.episode_rl import (
-    PlayedEpisode,
-    arguments_object,
-    episode_items,
-    episode_turns,
-    tool_names,
-)
+from rl_loop.agent.episode_rl import PlayedEpisode, episode_items, episode_turns
 from rl_loop.config import RlConfig
 from rl_loop.losses import hint_kl
 from rl_loop.modeling import Encoded, Policy
@@ -40,32 +35,34 @@ from rl_loop.rollouts import Rollout
 from rl_loop.scoring import make_batch, score
 from rl_loop.trainers.engine import PhaseStats
 from rl_loop.trainers.onpolicy import train_items
+from traffic.tool_calls import check_calls, offered_functions
 
 FEEDBACK_CHARS = 400
 
 
-def _schema_hint(name: str, tools: Sequence[Mapping[str, Any]]) -> str:
-    for tool in tools:
-        function = tool.get("function", tool)
-        if function.get("name") == name:
+def _schema_hint(name: str, functions: Sequence[Mapping[str, Any]]) -> str:
+    """``functions``: the offered tools as ``traffic.tool_calls.offered_functions`` gives them."""
+    for tool in functions:
+        function = tool["function"]
+        if function["name"] == name:
             parameters = function.get("parameters") or {}
             keys = list(parameters.get("required") or parameters.get("properties") or [])
             listed = ", ".join(f"`{k}`" for k in keys) or "no arguments"
             return f"Hint: the tool `{name}` takes a JSON object with {listed}."
-    names = ", ".join(f"`{n}`" for n in sorted(tool_names(tools)))
+    names = ", ".join(f"`{n}`" for n in sorted(t["function"]["name"] for t in functions))
     return f"Hint: there is no tool `{name}`; the tools are {names}."
 
 
 def failing_steps(episode: AgentEpisode) -> dict[int, str]:
     """Step index -> the hint for that step (see the module docstring)."""
-    tools = episode.task.tools
+    functions = offered_functions(episode.task.tools)
     hints: dict[int, list[str]] = {}
     last_failed_run: int | None = None
     for step in episode.steps:
-        for call, result in zip(step.calls, step.results, strict=True):
-            broken = call.name not in tool_names(tools) or result.status == "invalid"
-            if broken or arguments_object(call.arguments) is None:
-                hint = _schema_hint(call.name, tools)
+        checks = check_calls(step.calls, functions)
+        for call, check, result in zip(step.calls, checks, step.results, strict=True):
+            if not check.valid:
+                hint = _schema_hint(call.name, functions)
                 if hint not in hints.get(step.index, []):
                     hints.setdefault(step.index, []).append(hint)
             if result.tests_run and result.tests_passed is False:
