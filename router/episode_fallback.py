@@ -52,13 +52,11 @@ from dataclasses import dataclass, replace
 from typing import Final, Literal
 
 from router.config import EpisodeRoutingConfig
-from router.decision import RouteDecision
+from router.decision import LEARNED_KINDS, PINNED_KINDS, RouteDecision
 from router.request_text import RequestText
 
 KEPT_LOCAL_STEPS: Final = 8  # local step indices remembered per episode (the newest)
 FailureKind = Literal["invalid_tool_call", "error_streak"]
-PINNED_PREFIX: Final = "alias:"
-PINNED_TARGET: Final = "target"
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,7 +120,7 @@ def fallback_turn(memory: EpisodeMemory, step: int, config: EpisodeRoutingConfig
 
 def pinned(decision: RouteDecision) -> bool:
     """The client chose the target itself (a pinned alias or a target's own name)."""
-    return decision.reason.startswith(PINNED_PREFIX) or decision.reason == PINNED_TARGET
+    return decision.kind in PINNED_KINDS
 
 
 def fallback_target(
@@ -150,12 +148,13 @@ def fallback_decision(
     its fallbacks), the reason naming the failure and the turn."""
     total = "rest" if config.sticky_turns is None else str(config.sticky_turns)
     reason = f"episode_fallback:{memory.fallback_reason} turn={turn}/{total}"
-    return RouteDecision(chain, reason, decision.policy_version, decision.p_local)
+    return RouteDecision(
+        chain, reason, decision.policy_version, decision.p_local, kind="episode_fallback"
+    )
 
 
 LOOP_LOCAL: Final = "episode_loop:local"
 LOOP_FRONTIER: Final = "episode_loop:frontier"
-_LOOP_DECIDED: Final = ("learned:local", "learned:frontier", "learned:explore")
 
 
 def loop_decision(
@@ -170,14 +169,17 @@ def loop_decision(
     docstring: whole loops); other steps' decisions as they are."""
     if not text.last_tool_result or text.step == 0:
         return decision
-    kind = decision.reason.split(" ", 1)[0]
-    if kind not in _LOOP_DECIDED:
+    if decision.kind not in LEARNED_KINDS:
         return decision  # pinned, a rule, a canary: kept
     previous_local = text.step - 1 in memory.local_steps
     if previous_local == (decision.target == local_chain[0]):
         return decision  # the loop's model already
     if previous_local:  # a fallback in force still applies after this
         reason = f"{LOOP_LOCAL} {decision.reason}"
-        return RouteDecision(local_chain, reason, decision.policy_version, decision.p_local)
+        return RouteDecision(
+            local_chain, reason, decision.policy_version, decision.p_local, kind="episode_loop"
+        )
     reason = f"{LOOP_FRONTIER} {decision.reason}"
-    return RouteDecision(frontier_chain, reason, decision.policy_version, decision.p_local)
+    return RouteDecision(
+        frontier_chain, reason, decision.policy_version, decision.p_local, kind="episode_loop"
+    )

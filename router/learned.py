@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from router.config import LearnedConfig
-from router.decision import RouteDecision
+from router.decision import DecisionKind, RouteDecision
 from router.features import RequestFeatures, unit_hash
 from router.policy import RulePolicy
 from router.request_text import RequestText
@@ -224,8 +224,8 @@ class LearnedPolicy:
 
     def decide(self, features: RequestFeatures) -> RouteDecision:
         base = self._rules.decide(features)
-        if base.reason != "default":
-            return RouteDecision(base.targets, base.reason, self._version)
+        if base.kind != "default":
+            return RouteDecision(base.targets, base.reason, self._version, kind=base.kind)
         cfg = self._config
         p = self.predict_local_accept(features)
         scorer = self._state.scorer
@@ -234,10 +234,12 @@ class LearnedPolicy:
         else:
             why = f"p_local={p:.3f} threshold={self.threshold:.3f} scorer={scorer.version}"
             if p >= self.threshold:
-                return self._decision(cfg.local_target, f"learned:local {why}", p)
+                return self._decision(cfg.local_target, f"learned:local {why}", p, "learned_local")
         if unit_hash(features.request_id or "", "explore") < cfg.exploration_share:
-            return self._decision(cfg.local_target, f"learned:explore {why}", p)
-        return self._decision(cfg.frontier_target, f"learned:frontier {why}", p)
+            return self._decision(cfg.local_target, f"learned:explore {why}", p, "learned_explore")
+        return self._decision(cfg.frontier_target, f"learned:frontier {why}", p, "learned_frontier")
 
-    def _decision(self, target: str, reason: str, p_local: float | None) -> RouteDecision:
-        return RouteDecision(self._rules.chain(target), reason, self._version, p_local)
+    def _decision(
+        self, target: str, reason: str, p_local: float | None, kind: DecisionKind
+    ) -> RouteDecision:
+        return RouteDecision(self._rules.chain(target), reason, self._version, p_local, kind=kind)

@@ -18,7 +18,7 @@ from collections.abc import Iterable
 from typing import Protocol
 
 from router.config import MatchConfig, RoutingConfig
-from router.decision import RouteDecision
+from router.decision import DecisionKind, RouteDecision
 from router.errors import PolicyConfigError, UnknownModelError
 from router.features import RequestFeatures
 
@@ -101,16 +101,16 @@ class RulePolicy:
         if model in aliases:
             pinned = aliases[model]
             if pinned is not None and not self._config.pinned_aliases_use_rules:
-                return self._decision(pinned, f"alias:{model}")
+                return self._decision(pinned, f"alias:{model}", "alias")
             for rule in self._config.rules:
                 if matches(rule.match, features):
-                    return self._decision(rule.target, f"rule:{rule.name}")
+                    return self._decision(rule.target, f"rule:{rule.name}", "rule")
             if pinned is not None:
-                return self._decision(pinned, f"alias:{model}")
-            return self._decision(self._config.default, "default")
+                return self._decision(pinned, f"alias:{model}", "alias")
+            return self._decision(self._config.default, "default", "default")
         if model in self._targets:
-            return self._decision(model, "target")
+            return self._decision(model, "target", "target")
         raise UnknownModelError(model, self.model_names())
 
-    def _decision(self, target: str, reason: str) -> RouteDecision:
-        return RouteDecision(self._chains[target], reason, self._config.version)
+    def _decision(self, target: str, reason: str, kind: DecisionKind) -> RouteDecision:
+        return RouteDecision(self._chains[target], reason, self._config.version, kind=kind)

@@ -3,13 +3,13 @@ the frontier (``router.episode_fallback``)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
 from router.chat_text import is_error_result, request_text
 from router.config import EpisodeRoutingConfig, RoutingConfig
-from router.decision import RouteDecision
+from router.decision import DecisionKind, RouteDecision
 from router.episode_fallback import (
     KEPT_LOCAL_STEPS,
     EpisodeMemory,
@@ -137,26 +137,32 @@ def test_the_fallback_lasts_its_sticky_turns_or_the_rest_of_the_episode() -> Non
 
 def test_the_fallback_decision_names_the_failure_and_the_turn() -> None:
     memory = EpisodeMemory(frozenset({0}), 1, "invalid_tool_call failed_step=0 problem=p")
-    policy = RouteDecision(("local", "frontier"), "default", "v1", 0.9)
+    policy = RouteDecision(("local", "frontier"), "default", "v1", 0.9, kind="default")
     decided = fallback_decision(policy, ("frontier", "other"), memory, 2, CFG)
     assert decided.targets == ("frontier", "other")
     assert decided.reason == "episode_fallback:invalid_tool_call failed_step=0 problem=p turn=2/3"
+    assert decided.kind == "episode_fallback"
     assert (decided.policy_version, decided.p_local) == ("v1", 0.9)
     forever = EpisodeRoutingConfig(sticky_turns=None)
     assert fallback_decision(policy, ("f",), memory, 9, forever).reason.endswith("turn=9/rest")
 
 
 def test_the_client_pinning_a_target_is_kept_and_the_fallback_target_is_resolved() -> None:
-    assert pinned(RouteDecision(("local",), "alias:switchyard-local", "v"))
-    assert pinned(RouteDecision(("local",), "target", "v"))
-    assert not pinned(RouteDecision(("local",), "learned:local p_local=0.9", "v"))
-    decision = RouteDecision(("local", "local-2", "frontier-b"), "default", "v")
+    assert pinned(RouteDecision(("local",), "alias:switchyard-local", "v", kind="alias"))
+    assert pinned(RouteDecision(("local",), "target", "v", kind="target"))
+    assert not pinned(
+        RouteDecision(("local",), "learned:local p_local=0.9", "v", kind="learned_local")
+    )
+    # A rule named like an alias is a rule: the kind decides, not the words.
+    assert not pinned(RouteDecision(("local",), "alias:x", "v", kind="rule"))
+    decision = RouteDecision(("local", "local-2", "frontier-b"), "default", "v", kind="default")
     locals_ = frozenset({"local", "local-2"})
     assert fallback_target(decision, CFG, None, locals_) == "frontier-b"
     assert fallback_target(decision, CFG, "frontier-a", locals_) == "frontier-a"
     named = EpisodeRoutingConfig(fallback_target="frontier-c")
     assert fallback_target(decision, named, "frontier-a", locals_) == "frontier-c"
-    assert fallback_target(RouteDecision(("local",), "default", "v"), CFG, None, locals_) is None
+    lone = RouteDecision(("local",), "default", "v", kind="default")
+    assert fallback_target(lone, CFG, None, locals_) is None
 
 
 def test_memory_keeps_the_newest_local_steps() -> None:
@@ -185,7 +191,8 @@ def _loop(reason: str, memory: EpisodeMemory, results: list[str]) -> RouteDecisi
     chain = (
         LOCAL_CHAIN if reason.startswith(("learned:explore", "learned:local")) else FRONTIER_CHAIN
     )
-    decision = RouteDecision(chain, reason, "v1", 0.1)
+    kind = cast(DecisionKind, reason.split(" ", 1)[0].replace(":", "_"))
+    decision = RouteDecision(chain, reason, "v1", 0.1, kind=kind)
     text = request_text("chat.completions", _agent_body(results))
     return loop_decision(
         decision, memory, text, local_chain=LOCAL_CHAIN, frontier_chain=FRONTIER_CHAIN
@@ -197,6 +204,7 @@ def test_an_agent_loop_that_went_local_stays_local_and_says_why() -> None:
     kept = _loop("learned:frontier p_local=0.100", after_local, ["ok"])
     assert kept.targets == LOCAL_CHAIN
     assert kept.reason == "episode_loop:local learned:frontier p_local=0.100"
+    assert kept.kind == "episode_loop"
     assert (kept.policy_version, kept.p_local) == ("v1", 0.1)
 
 

@@ -76,10 +76,16 @@ def test_a_request_goes_local_when_its_score_clears_the_calibrated_threshold() -
     policy = LearnedPolicy(_rules(), CFG, state)
     d = policy.decide(_f("rename", i=1000))
     assert d.targets == ("local", "frontier") and d.reason.startswith("learned:local")
+    assert d.kind == "learned_local"
     assert "p_local=" in d.reason and "threshold=" in d.reason and "scorer=fit-1" in d.reason
     assert d.policy_version == "v1+fit-1" and d.p_local is not None and d.p_local > 0.8
-    hard = [policy.decide(_f("write_test", f"r{i}", i=i)).target for i in range(1000)]
-    assert 0.07 < hard.count("local") / 1000 < 0.13  # the exploration share only
+    hard = [policy.decide(_f("write_test", f"r{i}", i=i)) for i in range(1000)]
+    explored = [d for d in hard if d.target == "local"]
+    assert 0.07 < len(explored) / 1000 < 0.13  # the exploration share only
+    kinds = [d.kind for d in explored]
+    assert kinds.count("learned_explore") >= 0.8 * len(kinds)  # a few score past the threshold
+    assert set(kinds) <= {"learned_explore", "learned_local"}
+    assert {d.kind for d in hard if d.target == "frontier"} == {"learned_frontier"}
 
 
 def test_untagged_requests_are_told_apart_by_what_they_say() -> None:

@@ -47,7 +47,7 @@ def _f(model: str = "auto", **kw: object) -> RequestFeatures:
 def test_auto_without_matching_rule_goes_to_default_with_its_fallback_chain() -> None:
     d = _policy().decide(_f())
     assert d.targets == ("local", "openai", "anthropic")
-    assert d.reason == "default" and d.policy_version == "v1"
+    assert d.reason == "default" and d.kind == "default" and d.policy_version == "v1"
 
 
 @pytest.mark.parametrize(
@@ -65,6 +65,7 @@ def test_first_matching_rule_decides_for_auto(
 ) -> None:
     d = _policy().decide(features)
     assert (d.target, d.reason) == (target, reason)
+    assert d.kind == reason.split(":", 1)[0]
 
 
 def test_pinned_alias_skips_rules_unless_configured() -> None:
@@ -72,6 +73,7 @@ def test_pinned_alias_skips_rules_unless_configured() -> None:
     p = _policy(pinned_aliases_use_rules=True)
     assert p.decide(_f("fast", has_tools=True)).target == "openai"
     assert p.decide(_f("fast")).reason == "alias:fast"
+    assert p.decide(_f("fast")).kind == "alias"
 
 
 def test_target_name_is_callable_directly_and_unknown_model_raises() -> None:
