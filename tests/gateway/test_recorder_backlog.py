@@ -5,93 +5,41 @@ stored twice."""
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import os
 import signal
-import time
-from collections.abc import AsyncIterator, Callable
 from pathlib import Path
-from typing import Any
 
 from gateway.record_draft import Deferred, InferenceDraft, build_record
-from gateway.recorder_process import FRAME, WriterProcess, decode_batch, encode_batch
-from tests.gateway.test_recorder_process import _draft
-from traffic.store import FeedbackRecord, InferenceFilter, StoreBackend, StoreConfig, open_store
-
-
-async def _until(condition: Callable[[], bool], timeout_s: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, "condition not met in time"
-        await asyncio.sleep(0.02)
-
-
-async def _stored(backend: StoreBackend) -> dict[str, str | None]:
-    """Every stored inference: id -> its answer's text."""
-    out: dict[str, str | None] = {}
-    async for row in backend.iter_inferences(InferenceFilter()):
-        answer = row.inference.response
-        out[row.inference.id] = answer["choices"][0]["message"]["content"] if answer else None
-    return out
-
-
-def _child_pid(writer: WriterProcess) -> int:
-    proc = writer._proc
-    assert proc is not None
-    return proc.pid
-
-
-@contextlib.asynccontextmanager
-async def _running_writer(tmp_path: Path, **settings: Any) -> AsyncIterator[WriterProcess]:
-    """A writer process on a fresh SQLite store, its child started and reporting."""
-    config = StoreConfig(
-        url=f"sqlite:///{tmp_path / 't.db'}", spool_dir=tmp_path / "spool", **settings
-    )
-    backend = open_store(config)
-    await backend.connect()
-    writer = WriterProcess(config, backend)
-    await writer.start()
-    try:
-        await _until(lambda: writer.stats().tasks_alive == 3)
-        yield writer
-    finally:
-        await writer.close()
-        await backend.close()
-
-
-async def _until_stored(tmp_path: Path, expected: dict[str, str | None]) -> None:
-    """Until the store holds exactly ``expected`` (id -> answer text); read from its file."""
-    backend = open_store(StoreConfig(url=f"sqlite:///{tmp_path / 't.db'}"))
-    await backend.connect()
-    try:
-        deadline = time.monotonic() + 30
-        while (stored := await _stored(backend)) != expected:
-            assert time.monotonic() < deadline, f"{len(stored)} of {len(expected)} stored"
-            await asyncio.sleep(0.05)
-    finally:
-        await backend.close()
+from gateway.recorder_process import FRAME, decode_batch, encode_batch
+from tests.gateway.recorder_helpers import (
+    child_pid,
+    running_writer,
+    stream_draft,
+    until,
+    until_stored,
+)
+from traffic.store import FeedbackRecord
 
 
 async def test_a_writer_process_far_behind_spools_the_rest_and_replays_it_losing_nothing(
     tmp_path: Path,
 ) -> None:
-    async with _running_writer(
+    async with running_writer(
         tmp_path, queue_size=20, batch_size=10, flush_interval_s=0.01
     ) as writer:
-        pid = _child_pid(writer)
+        pid = child_pid(writer)
         os.kill(pid, signal.SIGSTOP)  # as starved as a process gets
-        drafts = [_draft(f"answer {i}") for i in range(100)]
+        drafts = [stream_draft(f"answer {i}") for i in range(100)]
         for d in drafts:
             writer.submit(d)
-        await _until(lambda: writer.stats().spooled_total == 80)
+        await until(lambda: writer.stats().spooled_total == 80)
         assert writer.stats().queue_depth == 20  # in flight: the bound, never more
         assert list((tmp_path / "spool").glob("segment-*"))
         os.kill(pid, signal.SIGCONT)
         # Caught up before any close: the child was told to replay what the gateway spooled.
-        await _until_stored(tmp_path, {d.id: f"answer {i}" for i, d in enumerate(drafts)})
-        await _until(lambda: writer.stats().queue_depth == 0)
-        assert _child_pid(writer) == pid and not writer.in_process
+        await until_stored(tmp_path, {d.id: f"answer {i}" for i, d in enumerate(drafts)})
+        await until(lambda: writer.stats().queue_depth == 0)
+        assert child_pid(writer) == pid and not writer.in_process
         assert not list((tmp_path / "spool").glob("segment-*"))  # replayed, then deleted
 
 
@@ -100,31 +48,31 @@ async def test_long_answers_in_flight_are_bounded_by_bytes_not_only_by_count(
 ) -> None:
     """A record count does not bound memory when answers are long: past ``store.queue_bytes``
     of frames in flight the gateway spools the rest, and the child replays it; nothing lost."""
-    async with _running_writer(
+    async with running_writer(
         tmp_path, queue_size=10_000, queue_bytes=64 * 1024, batch_size=5, flush_interval_s=0.01
     ) as writer:
-        pid = _child_pid(writer)
+        pid = child_pid(writer)
         os.kill(pid, signal.SIGSTOP)
         long_text = "x" * 8_000  # a long answer: ~8 KB a record
-        drafts = [_draft(f"{i} {long_text}") for i in range(60)]
+        drafts = [stream_draft(f"{i} {long_text}") for i in range(60)]
         for d in drafts:
             writer.submit(d)
-        await _until(lambda: writer.stats().spooled_total > 0)
-        await _until(lambda: writer.stats().spooled_total + writer.stats().queue_depth == 60)
+        await until(lambda: writer.stats().spooled_total > 0)
+        await until(lambda: writer.stats().spooled_total + writer.stats().queue_depth == 60)
         in_flight = writer.stats().queue_depth
         assert 0 < in_flight < 60 and in_flight * 8_000 <= 64 * 1024 + 5 * 9_000
         os.kill(pid, signal.SIGCONT)
-        await _until_stored(tmp_path, {d.id: f"{i} {long_text}" for i, d in enumerate(drafts)})
+        await until_stored(tmp_path, {d.id: f"{i} {long_text}" for i, d in enumerate(drafts)})
 
 
 async def test_the_writer_process_yields_the_cpu_to_the_gateway(tmp_path: Path) -> None:
-    async with _running_writer(tmp_path) as writer:
-        child = os.getpriority(os.PRIO_PROCESS, _child_pid(writer))
+    async with running_writer(tmp_path) as writer:
+        child = os.getpriority(os.PRIO_PROCESS, child_pid(writer))
         assert child > os.getpriority(os.PRIO_PROCESS, 0)  # nicer: scheduled after serving
 
 
 def test_drafts_and_records_cross_the_pipe_unchanged() -> None:
-    draft = _draft("hello")
+    draft = stream_draft("hello")
     feedback = FeedbackRecord(inference_id=draft.id, kind="accepted")
     seq, items = decode_batch(encode_batch(7, [draft, feedback])[FRAME.size :])
     assert seq == 7 and items == [draft, feedback]

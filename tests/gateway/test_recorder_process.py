@@ -23,15 +23,20 @@ from gateway.record_draft import (
     InferenceDraft,
     build_record,
     from_native_stream,
-    from_raw,
 )
 from gateway.recorder_process import WriterProcess
 from gateway.wire.anthropic_answer import completion_of_message
 from gateway.wire.anthropic_stream import assemble_message
 from tests.fixtures.gateway_fixture import GatewayThread
 from tests.gateway.conftest import store_gateway
+from tests.gateway.recorder_helpers import (
+    child_pid,
+    read_stored,
+    running_writer,
+    stream_draft,
+    until,
+)
 from traffic.store import InferenceFilter, InferenceRow, StoreConfig, open_store
-from traffic.store.ids import new_id
 
 CHAT = {"model": "auto", "messages": [{"role": "user", "content": "record me"}]}
 MESSAGES = {
@@ -59,12 +64,6 @@ def _writer(gw: GatewayThread) -> WriterProcess:
     return writer
 
 
-def _child_pid(writer: WriterProcess) -> int:
-    proc = writer._proc
-    assert proc is not None
-    return proc.pid
-
-
 def test_the_writer_process_stores_assembled_answers_and_feedback_finds_them(
     frontier_sim: Any, tmp_path: Path
 ) -> None:
@@ -72,7 +71,7 @@ def test_the_writer_process_stores_assembled_answers_and_feedback_finds_them(
     gw = store_gateway(frontier_sim.base_url, url, tmp_path / "spool").start()
     try:
         writer = _writer(gw)
-        assert not writer.in_process and _child_pid(writer) != os.getpid()
+        assert not writer.in_process and child_pid(writer) != os.getpid()
         base = gw.base_url
         unary = httpx.post(base + "/v1/chat/completions", json=CHAT, timeout=30)
         streamed = httpx.post(
@@ -121,7 +120,7 @@ def test_a_killed_writer_process_loses_no_record(frontier_sim: Any, tmp_path: Pa
             futures = [pool.submit(client, 60) for _ in range(4)]
             while len(got) < 40 and time.monotonic() < deadline:
                 time.sleep(0.01)
-            first = _child_pid(writer)
+            first = child_pid(writer)
             os.kill(first, signal.SIGKILL)  # records in its memory and in the pipe are gone
             for fut in futures:
                 fut.result()
@@ -213,50 +212,23 @@ def test_a_draft_pickles_and_builds_the_record_it_stands_for() -> None:
     assert record.canonical_response["choices"][0]["message"]["content"] == "hello"
 
 
-def _draft(text: str) -> InferenceDraft:
-    raw = [b'data: {"id":"c1","object":"chat.completion.chunk","created":1,"model":"m","choices"'
-           b':[{"index":0,"delta":{"content":"%s"},"finish_reason":"stop"}]}\n\ndata: [DONE]\n\n'
-           % text.encode()]  # fmt: skip
-    return InferenceDraft(
-        new_id(), time.time(), None, None, "chat.completions", "openai.chat", {"model": "m"},
-        None, Deferred(from_raw, ("chat.completions", raw)), "local", "m", None, None, None,
-        None, 200, None, True, 1.0, 0.5, 1, 1, None, None, None, {}, [],
-    )  # fmt: skip
-
-
 async def test_a_silent_writer_process_is_unhealthy_and_close_drains_what_it_was_given(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(recorder_process, "STALE_STATS_S", 1.0)
-    config = StoreConfig(url=f"sqlite:///{tmp_path / 't.db'}", spool_dir=tmp_path / "spool")
-    backend = open_store(config)
-    await backend.connect()
-    writer = WriterProcess(config, backend)
-    await writer.start()
-    try:
-        await _until(lambda: writer.stats().tasks_alive == 3)
+    async with running_writer(tmp_path) as writer:
         assert writer.healthy
-        pid = _child_pid(writer)
+        pid = child_pid(writer)
         os.kill(pid, signal.SIGSTOP)  # alive, but it no longer reports
-        await _until(lambda: not writer.healthy)
+        await until(lambda: not writer.healthy)
         os.kill(pid, signal.SIGCONT)
-        await _until(lambda: writer.healthy)
-        drafts = [_draft(f"answer {i}") for i in range(50)]
+        await until(lambda: writer.healthy)
+        drafts = [stream_draft(f"answer {i}") for i in range(50)]
         for d in drafts:
             writer.submit(d)
         await writer.close()
-        writer.submit(_draft("after close"))  # spooled, never dropped
-        rows = {r.inference.id: r async for r in backend.iter_inferences(InferenceFilter())}
-    finally:
-        await backend.close()
+        writer.submit(stream_draft("after close"))  # spooled, never dropped
+    rows = await read_stored(tmp_path)
     assert {d.id for d in drafts} <= set(rows)
-    answer = rows[drafts[7].id].inference.response
-    assert answer is not None and answer["choices"][0]["message"]["content"] == "answer 7"
+    assert rows[drafts[7].id] == "answer 7"
     assert list((tmp_path / "spool").glob("segment-*"))
-
-
-async def _until(condition: Any, timeout_s: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, "condition never held"
-        await asyncio.sleep(0.05)
