@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol, cast
+from typing import Any, Literal, Protocol
 
 ProblemKind = Literal["unknown_tool", "malformed_arguments", "schema"]
 
@@ -34,23 +34,26 @@ def warm() -> None:
 
 @dataclass(frozen=True, slots=True)
 class CallCheck:
-    """One tool call of a step and what is wrong with it (``problem`` None: a valid call)."""
+    """One tool call of a step and what is wrong with it (``kind`` None: a valid call;
+    ``detail``: what the schema found, for ``schema``)."""
 
     id: str
     name: str
     arguments: str
-    problem: str | None = None
+    kind: ProblemKind | None = None
+    detail: str = ""
 
     @property
     def valid(self) -> bool:
-        return self.problem is None
+        return self.kind is None
 
     @property
-    def kind(self) -> ProblemKind | None:
-        """The problem without its detail (``schema: <message>`` -> ``schema``)."""
-        if self.problem is None:
+    def problem(self) -> str | None:
+        """The problem as one text: ``unknown_tool``, ``malformed_arguments`` or
+        ``schema: <the first error>``; None for a valid call."""
+        if self.kind is None:
             return None
-        return cast(ProblemKind, self.problem.split(":", 1)[0])
+        return f"{self.kind}: {self.detail}" if self.detail else self.kind
 
 
 class ToolCallLike(Protocol):
@@ -89,12 +92,10 @@ def check_call(
     each with a ``function`` mapping, as :func:`offered_functions` gives them). The problem, in
     this order: ``unknown_tool``, ``malformed_arguments`` (not JSON, or not an object; empty
     text is ``{}``), ``schema: <the first error>``."""
-    schema = next(
-        (t["function"].get("parameters") for t in tools if t["function"]["name"] == name), None
-    )
-    known = any(t["function"]["name"] == name for t in tools)
-    if not known:
+    function = next((t["function"] for t in tools if t["function"]["name"] == name), None)
+    if function is None:
         return CallCheck(call_id, name, arguments, "unknown_tool")
+    schema = function.get("parameters")
     try:
         parsed = json.loads(arguments) if arguments.strip() else {}
     except json.JSONDecodeError:
@@ -116,7 +117,7 @@ def check_call(
         ):
             error = None  # a schema the validator cannot read judges nothing
         if error is not None:
-            return CallCheck(call_id, name, arguments, f"schema: {error.message}"[:200])
+            return CallCheck(call_id, name, arguments, "schema", error.message[:192])
     return CallCheck(call_id, name, arguments)
 
 
@@ -135,6 +136,6 @@ def first_problem(calls: Iterable[ToolCallLike], tools: Any) -> CallCheck | None
         if offered is None:
             offered = offered_functions(tools)
         check = check_call(call.id, call.name, call.arguments, offered)  # never raises
-        if check.problem is not None:
+        if not check.valid:
             return check
     return None
