@@ -224,6 +224,9 @@ class WriterProcess:
             for item in items:
                 self._local.submit(as_record(item))
             return
+        if self._in_flight and self._in_flight_bytes >= self._cfg.queue_bytes:
+            self._fall_behind(items)  # no room by bytes whatever this batch's size: no encode
+            return
         room = max(self._cfg.queue_size - self._in_flight, 0)
         if len(items) > room:  # the child is that far behind: the rest waits on disk
             self._fall_behind(items[room:])
