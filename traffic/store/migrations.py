@@ -75,6 +75,7 @@ MIGRATIONS: Final = (
         "change_log: who changed what and when; traffic_hourly: roll-ups for long windows;"
         " inference (served_model, id) index",
     ),
+    Migration(5, "inference key and episode indexes: partial (rows with none are not indexed)"),
 )
 
 
@@ -91,6 +92,7 @@ def check_migrations(
     sinces = [(t.name, t.since) for t in tables]
     sinces += [(f"{t.name}.{c.name}", c.since) for t in tables for c in t.columns]
     sinces += [(i.name, i.since) for i in indexes]
+    sinces += [(f"{i.name} (dropped)", i.dropped) for i in indexes if i.dropped is not None]
     unknown = [(name, since) for name, since in sinces if since not in known]
     if unknown:
         raise ValueError(f"schema items added by migrations that do not exist: {unknown}")

@@ -215,3 +215,28 @@ async def test_migration_3_adds_the_canonical_exchange_and_old_rows_read_none(
     assert rows[new_row.id] == new_row
     assert rows[new_row.id].canonical_request == translated
     assert rows[new_row.id].canonical_response == completion
+
+
+@pytest.mark.parametrize("dialect", DIALECTS)
+async def test_migration_5_indexes_only_the_rows_with_a_key_or_an_episode(
+    request, tmp_path, dialect
+):
+    old_row = inference(episode_id="ep-old", api_key_id="key-1")
+    new_row = inference()  # neither: no entry in either index
+    rows = await _migrated_rows(request, tmp_path, dialect, 4, old_row, new_row)
+    assert rows[old_row.id] == old_row and rows[new_row.id] == new_row
+    if dialect == "sqlite":
+        conn = sqlite3.connect(tmp_path / "v4.db")
+        defs = dict(conn.execute("SELECT name, sql FROM sqlite_master WHERE type = 'index'"))
+        plan = conn.execute(
+            "EXPLAIN QUERY PLAN SELECT id FROM inference WHERE episode_id = ? ORDER BY id",
+            ["ep-old"],
+        ).fetchall()
+        assert conn.execute(
+            "SELECT id FROM inference WHERE episode_id = ?", ["ep-old"]
+        ).fetchall() == [(old_row.id,)]
+        conn.close()
+        assert "inference_episode_id_set" in " ".join(str(step[-1]) for step in plan)
+        for column in ("api_key_id", "episode_id"):
+            assert f"inference_{column}_id" not in defs  # the full index is gone
+            assert defs[f"inference_{column}_set"].endswith(f"WHERE {column} IS NOT NULL")
