@@ -22,11 +22,20 @@ draw helper, package, module and report-function names from :data:`TRAIN_NAMES` 
 helper's ``names``; the held-out split's from :data:`HELDOUT_NAMES` and each helper's
 ``heldout_names``, which no train-split repository contains. A held-out task therefore asks about
 symbols and paths training never showed: solving it takes reading, not recall.
+
+Most train-split names are not from the pools at all: a train repository names its package,
+its modules and most helpers with compounds of :data:`TRAIN_WORDS` (``cedar_quill``), drawn
+fresh per repository. With the pools' 18 helper names alone, the tiny model learned the names
+rather than to copy them from the request and the tool result, and solved no held-out task
+whose names it had not seen (docs/agent_learnability.md). Real repositories are like the
+compounds: their identifiers are whatever their authors chose.
 """
 
 from __future__ import annotations
 
+import keyword
 import random
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -198,6 +207,24 @@ HELDOUT_NAMES = NamePools(
     tabulate=("rows_as_lines", "table_lines", "format_all"),
 )
 HELPERS_PER_MODULE = 4
+# Words a train repository's generated names are made of. None is, or is part of, a held-out
+# name (tests/loadtests/agent/test_tasks.py checks), a Python keyword or a standard library
+# module a package of that name would shadow.
+TRAIN_WORDS: tuple[str, ...] = (
+    "amber", "birch", "cedar", "delta", "ember", "falcon", "garnet", "hazel", "indigo",
+    "jasper", "kestrel", "lumen", "maple", "nimbus", "onyx", "pebble", "quill", "raven",
+    "sable", "tundra", "umber", "violet", "willow", "yarrow", "zephyr", "atlas", "bramble",
+    "cobalt", "dune", "fjord", "glacier", "heron", "juniper", "lotus", "meadow", "nectar",
+    "opal", "prism", "quartz", "ridge", "summit", "thistle", "vortex", "wren", "basil",
+    "clover", "dahlia", "fern", "ginger", "hollow", "lark", "marsh", "nova", "pine", "rune",
+    "spruce", "topaz", "vale", "aspen", "coral", "flint", "grove", "iron", "jade", "koala",
+    "lemur", "mango", "otter", "panda", "robin", "tiger", "walrus", "bison", "crane",
+    "dingo", "egret", "finch", "gecko", "ibis", "lynx", "moose", "newt", "orca", "puffin",
+    "quail", "stork", "toucan", "viper", "yak", "zebra", "scan", "merge", "pick", "fold",
+    "weave", "sift", "stack", "trace", "blend", "carve", "forge", "mint", "press", "spin",
+)  # fmt: skip
+# The share of a train repository's helpers (and its package and modules) named by compound.
+GENERATED_NAME_SHARE = 0.75
 _REPORT_ROWS = '[("weekly sales", [3, 5, 4]), ("Team Size", [8, 2])]'
 
 
@@ -245,6 +272,29 @@ class Repo:
 
     def test_path(self, module: str) -> str:
         return f"tests/test_{module.rsplit('/', 1)[-1]}"
+
+
+class _Namer:
+    """One repository's names: a pool's, or (train split, :data:`GENERATED_NAME_SHARE` of the
+    time) a compound of :data:`TRAIN_WORDS`; never one the repository already uses."""
+
+    def __init__(self, rng: random.Random, split: Split) -> None:
+        self._rng, self._split, self._taken = rng, split, set[str]()
+
+    def pick(self, pool: tuple[str, ...], words: int = 2) -> str:
+        while True:
+            if self._split == "train" and self._rng.random() < GENERATED_NAME_SHARE:
+                name = "_".join(self._rng.sample(TRAIN_WORDS, words))
+            else:
+                name = self._rng.choice(pool)
+            if name not in self._taken and _definable(name):
+                self._taken.add(name)
+                return name
+
+
+def _definable(name: str) -> bool:
+    """Whether ``name`` can name a function, module or package without shadowing Python's."""
+    return not keyword.iskeyword(name) and name not in sys.stdlib_module_names
 
 
 def _pick(rng: random.Random, pool: tuple[Helper, ...], role: Role) -> tuple[list[Helper], Helper]:
@@ -300,15 +350,17 @@ def generate_repo(seed: int) -> Repo:
     split = split_of(seed)
     pools = TRAIN_NAMES if split == "train" else HELDOUT_NAMES
     rng = random.Random(f"agent-repo:{seed}")
-    package = rng.choice(pools.packages)
-    num_name, txt_name = rng.choice(pools.numeric_modules), rng.choice(pools.text_modules)
-    rep_name = rng.choice(pools.report_modules)
+    names = _Namer(rng, split)
+    package = names.pick(pools.packages, words=1)
+    num_name = names.pick(pools.numeric_modules, words=1)
+    txt_name = names.pick(pools.text_modules, words=1)
+    rep_name = names.pick(pools.report_modules, words=1)
     num_path, txt_path = f"{package}/{num_name}.py", f"{package}/{txt_name}.py"
     rep_path = f"{package}/{rep_name}.py"
     numeric, num_report = _pick(rng, NUMERIC, "list_to_number")
     text, txt_report = _pick(rng, TEXT, "str_to_str")
-    placed_num = [PlacedHelper(h, rng.choice(h.names_in(split)), num_path) for h in numeric]
-    placed_txt = [PlacedHelper(h, rng.choice(h.names_in(split)), txt_path) for h in text]
+    placed_num = [PlacedHelper(h, names.pick(h.names_in(split)), num_path) for h in numeric]
+    placed_txt = [PlacedHelper(h, names.pick(h.names_in(split)), txt_path) for h in text]
     report_numeric = next(p for p in placed_num if p.helper is num_report)
     report_text = next(p for p in placed_txt if p.helper is txt_report)
     describe, tabulate = rng.choice(pools.describe), rng.choice(pools.tabulate)

@@ -10,7 +10,15 @@ from pathlib import Path
 
 import pytest
 
-from loadtests.agent.repos import HELDOUT_NAMES, NUMERIC, TEXT, TRAIN_NAMES, Repo, generate_repo
+from loadtests.agent.repos import (
+    HELDOUT_NAMES,
+    NUMERIC,
+    TEXT,
+    TRAIN_NAMES,
+    TRAIN_WORDS,
+    Repo,
+    generate_repo,
+)
 from loadtests.agent.sandbox import SandboxRunner, Workspace
 from loadtests.agent.tasks import (
     AGENT_KINDS,
@@ -125,6 +133,21 @@ def test_heldout_repositories_use_names_no_train_repository_shows() -> None:
     assert heldout_names and not heldout_names & train_words
     symbols = {make_agent_task("find_definition", s).symbol for s in HELDOUT_SEEDS}
     assert not symbols & train_words
+
+
+def test_train_repositories_name_most_things_with_fresh_compounds_no_heldout_name_touches() -> None:
+    train = [generate_repo(s) for s in TRAIN_SEEDS]
+    helper_names = [h.name for r in train for h in r.helpers]
+    generated = [n for n in helper_names if all(w in TRAIN_WORDS for w in n.split("_"))]
+    # Most helpers have a compound name, and few compounds repeat: recall cannot answer.
+    assert len(generated) > 0.6 * len(helper_names)
+    assert len(set(generated)) > 0.9 * len(generated)
+    train_names = set().union(*(_own_names(r) for r in train))
+    heldout_names = set().union(*(_own_names(generate_repo(s)) for s in HELDOUT_SEEDS))
+    assert not any(a in b or b in a for a in train_names for b in heldout_names)
+    for name in train_names:
+        assert name.isidentifier() and not keyword.iskeyword(name)
+        assert not hasattr(builtins, name)
 
 
 def test_every_name_pool_is_disjoint_from_the_other_split_and_safe_to_define() -> None:
