@@ -207,9 +207,9 @@ HELDOUT_NAMES = NamePools(
     tabulate=("rows_as_lines", "table_lines", "format_all"),
 )
 HELPERS_PER_MODULE = 4
-# Words a train repository's generated names are made of. None is, or is part of, a held-out
-# name (tests/loadtests/agent/test_tasks.py checks), a Python keyword or a standard library
-# module a package of that name would shadow.
+# Words a train repository's generated names are made of. None is part of a held-out name
+# (tests/loadtests/agent/test_tasks.py checks the names made of them); a name that would be a
+# keyword or shadow a standard library module (a package called ``trace``) is drawn again.
 TRAIN_WORDS: tuple[str, ...] = (
     "amber", "birch", "cedar", "delta", "ember", "falcon", "garnet", "hazel", "indigo",
     "jasper", "kestrel", "lumen", "maple", "nimbus", "onyx", "pebble", "quill", "raven",
