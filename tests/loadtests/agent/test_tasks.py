@@ -145,6 +145,7 @@ def test_train_repositories_name_most_things_with_fresh_compounds_no_heldout_nam
     train_names = set().union(*(_own_names(r) for r in train))
     heldout_names = set().union(*(_own_names(generate_repo(s)) for s in HELDOUT_SEEDS))
     assert not any(a in b or b in a for a in train_names for b in heldout_names)
+    assert not any(w in b for w in TRAIN_WORDS for b in heldout_names)
     for name in train_names:
         assert name.isidentifier() and not keyword.iskeyword(name)
         assert not hasattr(builtins, name)
