@@ -35,7 +35,7 @@ from rl_loop.rollouts import Rollout
 from rl_loop.scoring import make_batch, score
 from rl_loop.trainers.engine import PhaseStats
 from rl_loop.trainers.onpolicy import train_items
-from traffic.tool_calls import check_calls, offered_functions
+from traffic.tool_calls import check_call, offered_functions
 
 FEEDBACK_CHARS = 400
 
@@ -59,7 +59,7 @@ def failing_steps(episode: AgentEpisode) -> dict[int, str]:
     hints: dict[int, list[str]] = {}
     last_failed_run: int | None = None
     for step in episode.steps:
-        checks = check_calls(step.calls, functions)
+        checks = [check_call(c.id, c.name, c.arguments, functions) for c in step.calls]
         for call, check, result in zip(step.calls, checks, step.results, strict=True):
             if not check.valid:
                 hint = _schema_hint(call.name, functions)
