@@ -8,7 +8,7 @@ many optimizer steps (issue 18: agent tasks "within the small model's reach afte
                   (``rl_loop.agent.distill.episode_sft_row``)
     base          the preset's random init (``serving.build.ensure_model``), base-trained on
                   stdlib code first when ``pretrain_steps`` > 0 (``serving.train_base``, cached,
-                  the flywheel's settings)
+                  the flywheel's settings); or any checkpoint given as a local path (``base``)
     distill       for each step budget, a fresh copy of the base is distilled on those rows
                   (``rl_loop.agent.distill.train_distill``: every assistant turn, loss on the
                   turn alone); ``max_epochs`` is lifted so the budget, not the data size, sets
@@ -79,6 +79,11 @@ class LearnabilitySettings(BaseModel):
         default=0, ge=0, description="Base training on stdlib code first (cached); 0: the init."
     )
     pretrain_seq_len: int = Field(default=128, ge=16, description="Base training window.")
+    base: Path | None = Field(
+        default=None,
+        description="A checkpoint directory to distil into instead of the preset's (pre-trained) "
+        "init; preset and pretrain_steps are then not read.",
+    )
     budgets: tuple[int, ...] = Field(
         default=(100, 300, 600), min_length=1, description="Distillation steps, one run each."
     )
@@ -179,7 +184,10 @@ def competent_rows(
 
 
 def base_checkpoint(settings: LearnabilitySettings) -> Path:
-    """The preset's init, base-trained for ``pretrain_steps`` (reused when already done)."""
+    """``base`` when given; else the preset's init, base-trained for ``pretrain_steps`` (reused
+    when already done)."""
+    if settings.base is not None:
+        return settings.base
     init = ensure_model(settings.cache / "models", settings.preset, progress=True)
     if settings.pretrain_steps == 0:
         return init
@@ -359,6 +367,7 @@ def parse_settings(argv: Sequence[str] | None = None) -> LearnabilitySettings:
         parser.add_argument("--" + name.replace("_", "-"), type=int, dest=name)
     parser.add_argument("--lr", type=float)
     parser.add_argument("--cache", type=Path)
+    parser.add_argument("--base", type=Path, help="A checkpoint directory to start from.")
     given = {k: v for k, v in vars(parser.parse_args(argv)).items() if v is not None}
     return LearnabilitySettings.model_validate(given)
 

@@ -6,6 +6,7 @@ JSON line of figures. Training here is one step on the tiny model: seconds."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -18,6 +19,7 @@ from rl_loop.trainers.sft import sft_steps
 from scripts.agent_learnability import (
     LearnabilitySettings,
     ScriptedAgentPolicy,
+    base_checkpoint,
     competent_rows,
     heldout_overlap,
     main,
@@ -69,6 +71,12 @@ def test_options_left_out_keep_the_settings_defaults() -> None:
     assert settings.preset == LearnabilitySettings().preset
     with pytest.raises(SystemExit):
         parse_settings(["--kind", "nonsense"])
+
+
+def test_a_checkpoint_given_as_a_path_is_the_base_as_is(tmp_path: Path) -> None:
+    settings = parse_settings(["--base", str(tmp_path), "--pretrain-steps", "1200"])
+    assert settings.base == tmp_path
+    assert base_checkpoint(settings) == tmp_path  # no init built, no pre-training run
 
 
 def test_a_measurement_ends_with_one_json_line_of_figures_per_budget(
