@@ -27,33 +27,11 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import torch
-from transformers import PreTrainedModel, PreTrainedTokenizerFast
+from transformers import PreTrainedTokenizerFast
 
+from serving.copy_curriculum import repeat_figures
 from serving.train_base import CorpusSpec, split_files, token_windows
 from serving.training import load_float32
-
-
-def repeat_figures(
-    model: PreTrainedModel, first: torch.Tensor, gap: torch.Tensor
-) -> dict[str, float]:
-    """Loss on ``first`` (each row), then on its repeat after ``gap``; top-1 on the repeat."""
-    span = first.shape[1]
-    sequence = torch.cat([first, gap, first], dim=1)
-    with torch.no_grad():
-        logits = model(input_ids=sequence).logits[:, :-1].float()
-    targets = sequence[:, 1:]
-    loss = torch.nn.functional.cross_entropy(
-        logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), reduction="none"
-    ).view(targets.shape)
-    start = first.shape[1] + gap.shape[1]  # logits[start - 1] predicts the repeat's first token
-    repeat = slice(start, start + span - 1)
-    return {
-        "first_loss": round(loss[:, : span - 1].mean().item(), 3),
-        "repeat_loss": round(loss[:, repeat].mean().item(), 3),
-        "repeat_top1": round(
-            (logits[:, repeat].argmax(-1) == targets[:, repeat]).float().mean().item(), 3
-        ),
-    }
 
 
 def probe(checkpoint: Path, span: int, windows: int, seed: int) -> dict[str, object]:

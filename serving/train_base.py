@@ -65,6 +65,13 @@ from serving.build import (
     save_hf_model,
     staging_dir,
 )
+from serving.copy_curriculum import (
+    CopySpec,
+    copy_warmup,
+    copy_windows,
+    ordinary_ids,
+    random_repeat_figures,
+)
 from serving.model_config import VERSION_FILE, PresetName, ProbeReference
 from serving.tokenizer import ENDOFTEXT, load_tokenizer, stdlib_sources
 from serving.training import (
@@ -105,6 +112,13 @@ class CorpusSpec(BaseModel):
 #: Config fields that choose how a run computes, not what: left out of a checkpoint's identity
 #: (`find_trained`), so a run on other kernels, or one saved before the field existed, matches.
 NON_IDENTITY_FIELDS: Final = frozenset({"experts_implementation"})
+#: Fields added after checkpoints were saved, with the value those runs had: left out of the
+#: identity at that value, so an older checkpoint still matches the config that made it.
+LATER_FIELDS: Final = {"copy_curriculum": CopySpec().model_dump()}
+#: The copy probe run on every trained checkpoint (`eval`: copy_first_loss, copy_repeat_loss,
+#: copy_top1): random ids, a span of this many tokens, repeated after as many.
+COPY_PROBE_SPAN: Final = 32
+COPY_PROBE_WINDOWS: Final = 16
 
 
 class TrainBaseConfig(BaseModel):
@@ -125,6 +139,10 @@ class TrainBaseConfig(BaseModel):
     eval_windows: int = Field(default=64, ge=1, description="Held-out windows per eval.")
     seed: int = 0
     corpus: CorpusSpec = CorpusSpec()
+    copy_curriculum: CopySpec = Field(
+        default=CopySpec(),
+        description="Synthetic copy windows mixed into each batch (serving.copy_curriculum).",
+    )
     experts_implementation: ExpertsImplementation = Field(
         default=DEFAULT_EXPERTS_IMPLEMENTATION,
         description="How transformers computes the MoE experts of the model being trained: "
@@ -158,6 +176,7 @@ class TrainResult:
     train_loss_last: float
     held_out_ppl_init: float
     held_out_ppl: float
+    copy_top1: float  # the copy probe's top-1 on the repeat (serving.copy_curriculum)
 
 
 def is_held_out(relative_path: str, spec: CorpusSpec) -> bool:
@@ -274,6 +293,7 @@ class _Corpus:
     held_out: torch.Tensor
     train_files: int
     held_out_files: int
+    ordinary_ids: torch.Tensor  # what copy windows and the copy probe draw
 
 
 def _corpus(tokenizer: PreTrainedTokenizerFast, config: TrainBaseConfig) -> _Corpus:
@@ -297,27 +317,45 @@ def _corpus(tokenizer: PreTrainedTokenizerFast, config: TrainBaseConfig) -> _Cor
     held_out = windows[1]
     # Evenly spaced over the held-out stream, so every held-out file is represented.
     picks = torch.linspace(0, len(held_out) - 1, min(config.eval_windows, len(held_out)))
-    return _Corpus(windows[0], held_out[picks.long()], len(train_files), len(held_out_files))
+    ids = ordinary_ids(len(tokenizer), tokenizer.all_special_ids)
+    return _Corpus(windows[0], held_out[picks.long()], len(train_files), len(held_out_files), ids)
 
 
 def _optimise(
     model: PreTrainedModel, corpus: _Corpus, config: TrainBaseConfig, *, progress: bool
-) -> tuple[list[float], list[tuple[int, float]]]:
-    """Steps 3-4: (train loss per step, held-out loss per eval step); updates `model`."""
+) -> tuple[list[float], list[tuple[int, float]], list[float]]:
+    """Steps 3-4: (train loss per step, held-out loss per eval step, copy warm-up loss per
+    step); updates `model`."""
     model.config.output_router_logits = config.router_aux_loss_coef > 0
     model.config.router_aux_loss_coef = config.router_aux_loss_coef
+    copies = torch.Generator().manual_seed(config.seed + 1)
+    evals = [(0, held_out_loss(model, corpus.held_out, config.batch_size))]
+    model.train()
+    warmup_losses = copy_warmup(
+        model,
+        adamw(model, config.copy_curriculum.warmup_lr, config.weight_decay),
+        corpus.ordinary_ids,
+        config.copy_curriculum,
+        copies,
+        grad_clip=config.grad_clip,
+        progress=progress,
+    )
     optimizer = adamw(model, config.lr, config.weight_decay)
     order = torch.Generator().manual_seed(config.seed)
-    evals = [(0, held_out_loss(model, corpus.held_out, config.batch_size))]
+    n_copy = config.copy_curriculum.windows_per_batch(config.batch_size)
     train_losses: list[float] = []
     permutation, cursor = torch.randperm(len(corpus.train), generator=order), 0
-    model.train()
     bar = tqdm(range(config.steps), desc="base training", unit="step", disable=not progress)
     for step in bar:
         if cursor + config.batch_size > len(permutation):
             permutation, cursor = torch.randperm(len(corpus.train), generator=order), 0
-        batch = corpus.train[permutation[cursor : cursor + config.batch_size]]
-        cursor += config.batch_size
+        batch = corpus.train[permutation[cursor : cursor + config.batch_size - n_copy]]
+        cursor += config.batch_size - n_copy
+        if n_copy:
+            synthetic = copy_windows(
+                n_copy, batch.shape[1], corpus.ordinary_ids, config.copy_curriculum, copies
+            )
+            batch = torch.cat([synthetic, batch])
         lr = warmup_cosine_lr(
             step,
             steps=config.steps,
@@ -340,7 +378,7 @@ def _optimise(
             evals.append((step + 1, held_out_loss(model, corpus.held_out, config.batch_size)))
     bar.close()
     model.config.output_router_logits = False
-    return train_losses, evals
+    return train_losses, evals, warmup_losses
 
 
 def _train(
@@ -351,9 +389,13 @@ def _train(
     corpus = _corpus(tokenizer, config)
     model = load_float32(init_dir, config.experts_implementation)
     started = time.perf_counter()
-    train_losses, evals = _optimise(model, corpus, config, progress=progress)
+    train_losses, evals, warmup_losses = _optimise(model, corpus, config, progress=progress)
     seconds = time.perf_counter() - started
     (_, init_loss), (_, final_loss) = evals[0], evals[-1]
+    model.train(False)
+    copy = random_repeat_figures(
+        model, corpus.ordinary_ids, span=COPY_PROBE_SPAN, windows=COPY_PROBE_WINDOWS, seed=0
+    )
     metadata: dict[str, JsonValue] = {
         "kind": "base-training",
         "init_dir": str(init_dir),
@@ -362,6 +404,11 @@ def _train(
         "train_files": corpus.train_files,
         "held_out_files": corpus.held_out_files,
         "tokens_seen": config.steps * config.batch_size * config.seq_len,
+        "copy_warmup_tokens": len(warmup_losses)
+        * config.copy_curriculum.warmup_batch_size
+        * config.copy_curriculum.warmup_window,
+        "copy_warmup_loss_first": warmup_losses[0] if warmup_losses else None,
+        "copy_warmup_loss_last": warmup_losses[-1] if warmup_losses else None,
         "seconds": round(seconds, 2),
         "train_loss_first": train_losses[0],
         "train_loss_last": train_losses[-1],
@@ -375,6 +422,7 @@ def _train(
         "held_out_loss": final_loss,
         "held_out_ppl": math.exp(final_loss),
         "held_out_tokens": float(corpus.held_out[:, 1:].numel()),
+        **{f"copy_{name}": value for name, value in copy.items()},
     }
     with staging_dir(out_dir) as staging:
         model.to(getattr(torch, init.spec.dtype))
@@ -405,6 +453,7 @@ def _train(
         train_loss_last=train_losses[-1],
         held_out_ppl_init=math.exp(init_loss),
         held_out_ppl=math.exp(final_loss),
+        copy_top1=copy["repeat_top1"],
     )
 
 
@@ -413,7 +462,11 @@ def config_identity(config: JsonValue) -> JsonValue:
     (a checkpoint saved before one of them existed has the same identity)."""
     if not isinstance(config, dict):
         return config
-    return {k: v for k, v in config.items() if k not in NON_IDENTITY_FIELDS}
+    return {
+        k: v
+        for k, v in config.items()
+        if k not in NON_IDENTITY_FIELDS and not (k in LATER_FIELDS and v == LATER_FIELDS[k])
+    }
 
 
 def find_trained(out_dir: Path, init_dir: Path, config: TrainBaseConfig) -> Path | None:
@@ -455,6 +508,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=defaults.seed)
     parser.add_argument("--train-bytes", type=int, default=defaults.corpus.train_bytes)
     parser.add_argument(
+        "--copy-fraction",
+        type=float,
+        default=defaults.copy_curriculum.fraction,
+        help="Share of each batch that is copy windows (serving.copy_curriculum).",
+    )
+    parser.add_argument(
+        "--copy-warmup-steps",
+        type=int,
+        default=defaults.copy_curriculum.warmup_steps,
+        help="Steps of short copy windows alone before the code (serving.copy_curriculum).",
+    )
+    parser.add_argument(
         "--experts-implementation",
         choices=get_args(ExpertsImplementation),
         default=defaults.experts_implementation,
@@ -470,6 +535,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             "seed": args.seed,
             "eval_every": max(1, min(defaults.eval_every, args.steps // 3 or 1)),
             "corpus": defaults.corpus.model_copy(update={"train_bytes": args.train_bytes}),
+            "copy_curriculum": defaults.copy_curriculum.model_copy(
+                update={"fraction": args.copy_fraction, "warmup_steps": args.copy_warmup_steps}
+            ),
             "experts_implementation": args.experts_implementation,
         }
     )
@@ -479,7 +547,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(
         f"{result.steps} steps in {result.seconds:.1f}s: train loss {result.train_loss_first:.3f}"
         f" -> {result.train_loss_last:.3f}, held-out ppl {result.held_out_ppl_init:.1f} -> "
-        f"{result.held_out_ppl:.1f}"
+        f"{result.held_out_ppl:.1f}, copy top-1 {result.copy_top1:.2f}"
     )
     print(f"{result.version_id} (parent {result.parent}): {result.checkpoint_dir}")
     return 0

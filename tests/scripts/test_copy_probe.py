@@ -7,8 +7,9 @@ from typing import Any
 
 import torch
 
-from scripts.copy_probe import probe, repeat_figures
+from scripts.copy_probe import probe
 from serving.build import ensure_model
+from serving.copy_curriculum import repeat_figures
 from tests.fixtures.vllm_fixture import cache_dir
 
 

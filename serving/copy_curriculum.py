@@ -1,0 +1,169 @@
+"""The copy curriculum of base training, and the probe that says whether a checkpoint can copy.
+
+Why: an agent task is mostly copying. find_definition copies the symbol from the request into
+the search call, then the ``path:line`` from the tool result into the answer. The mechanism that
+copies is the induction head (a head that finds the earlier occurrence of the current token and
+predicts the token that followed it). On the CPU budget of this project (~1.2 M tokens of
+stdlib code) it does not form from code alone: the tiny base predicted a repeated span no better
+than the first time (docs/agent_learnability.md). Windows that only copying can predict make it
+form: measured on the tiny shape, ~500 steps for a copy at a fixed offset, longer for one at a
+varying offset (docs/agent_learnability.md has the curves).
+
+A copy window (``copy_windows``) is ``seq_len + 1`` token ids: the first half uniformly random
+ids from the tokenizer's ordinary vocabulary (specials never drawn), the second half filled with
+segments of ``min_span``..``max_span`` tokens, each copied from a random place in the first half.
+Every token of the second half but a segment's first is predictable, by copying only: random ids
+carry no prior a model could learn instead. ``CopySpec.fraction`` of each base-training batch
+is such windows, the rest stdlib code as before.
+
+The probe (``repeat_figures``): a span A, a gap B, then A again; the loss and top-1 accuracy on
+the repeat against the loss on A the first time. A model that copies predicts the repeat almost
+perfectly; one that cannot pays for it what it paid the first time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class CopySpec(BaseModel):
+    """How much of base training is copy windows (0: none, the code-only training)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    fraction: float = Field(
+        default=0.0, ge=0, le=1, description="Share of each batch's windows that are copy windows."
+    )
+    min_span: int = Field(default=8, ge=2, description="Shortest copied segment (tokens).")
+    max_span: int = Field(default=32, ge=2, description="Longest copied segment (tokens).")
+    warmup_steps: int = Field(
+        default=0, ge=0, description="Steps of short copy windows alone, before any code."
+    )
+    warmup_window: int = Field(
+        default=32, ge=16, description="Tokens per warm-up window (short: see the docstring)."
+    )
+    warmup_batch_size: int = Field(default=64, ge=1, description="Windows per warm-up step.")
+    warmup_lr: float = Field(default=1e-3, gt=0, description="Peak lr of the warm-up.")
+    warmup_lr_steps: int = Field(default=100, ge=0, description="Linear lr ramp of the warm-up.")
+
+    @model_validator(mode="after")
+    def _check_spans(self) -> CopySpec:
+        if self.min_span > self.max_span:
+            raise ValueError(
+                f"min_span ({self.min_span}) must not exceed max_span ({self.max_span})"
+            )
+        if self.warmup_steps and self.warmup_window // 2 < self.min_span:
+            raise ValueError(
+                f"warmup_window ({self.warmup_window}) must be at least twice min_span "
+                f"({self.min_span})"
+            )
+        return self
+
+    def windows_per_batch(self, batch_size: int) -> int:
+        """How many of a batch's windows are copy windows (at least one when fraction > 0)."""
+        if self.fraction == 0:
+            return 0
+        return max(1, min(batch_size, round(self.fraction * batch_size)))
+
+
+def ordinary_ids(vocab_size: int, special_ids: Sequence[int]) -> torch.Tensor:
+    """The token ids a copy window may draw: the vocabulary less the special tokens."""
+    keep = torch.ones(vocab_size, dtype=torch.bool)
+    keep[[i for i in special_ids if 0 <= i < vocab_size]] = False
+    return keep.nonzero().flatten()
+
+
+def copy_windows(
+    count: int,
+    length: int,
+    ids: torch.Tensor,
+    spec: CopySpec,
+    generator: torch.Generator,
+) -> torch.Tensor:
+    """``[count, length]`` copy windows (see the module docstring), drawn from ``generator``."""
+    half = length // 2
+    if half < spec.min_span:
+        raise ValueError(f"a window of {length} tokens cannot hold a copy of {spec.min_span}")
+    picks = torch.randint(0, len(ids), (count, length), generator=generator)
+    windows = ids[picks]
+    longest = min(spec.max_span, half)
+    for row in range(count):
+        pos = half
+        while pos < length:
+            span = int(torch.randint(spec.min_span, longest + 1, (1,), generator=generator))
+            span = min(span, length - pos)
+            start = int(torch.randint(0, half - span + 1, (1,), generator=generator))
+            windows[row, pos : pos + span] = windows[row, start : start + span]
+            pos += span
+    return windows
+
+
+def copy_warmup(
+    model: Any,
+    optimizer: torch.optim.Optimizer,
+    ids: torch.Tensor,
+    spec: CopySpec,
+    generator: torch.Generator,
+    *,
+    grad_clip: float,
+    progress: bool = False,
+) -> list[float]:
+    """The warm-up phase: ``spec.warmup_steps`` steps on short copy windows alone (loss on
+    every token, the MoE balance loss included when the model's config asks for it), lr ramped
+    to ``spec.warmup_lr`` over ``spec.warmup_lr_steps``, then constant. Returns the loss per
+    step; updates ``model`` (in train mode) with ``optimizer``."""
+    from tqdm import tqdm
+
+    from serving.training import set_lr
+
+    losses: list[float] = []
+    bar = tqdm(range(spec.warmup_steps), desc="copy warm-up", unit="step", disable=not progress)
+    for step in bar:
+        ramp = min(1.0, (step + 1) / spec.warmup_lr_steps) if spec.warmup_lr_steps else 1.0
+        set_lr(optimizer, spec.warmup_lr * ramp)
+        batch = copy_windows(spec.warmup_batch_size, spec.warmup_window, ids, spec, generator)
+        output = model(input_ids=batch, labels=batch)
+        optimizer.zero_grad(set_to_none=True)
+        output.loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+        optimizer.step()
+        losses.append(float(output.loss.item()))
+        bar.set_postfix(loss=f"{losses[-1]:.3f}")
+    bar.close()
+    return losses
+
+
+def repeat_figures(model: Any, first: torch.Tensor, gap: torch.Tensor) -> dict[str, float]:
+    """Loss on ``first`` (each row), then on its repeat after ``gap``; top-1 on the repeat.
+
+    ``model`` is anything called as ``model(input_ids=...)`` that returns ``.logits``."""
+    span = first.shape[1]
+    sequence = torch.cat([first, gap, first], dim=1)
+    with torch.no_grad():
+        logits = model(input_ids=sequence).logits[:, :-1].float()
+    targets = sequence[:, 1:]
+    loss = torch.nn.functional.cross_entropy(
+        logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), reduction="none"
+    ).view(targets.shape)
+    start = first.shape[1] + gap.shape[1]  # logits[start - 1] predicts the repeat's first token
+    repeat = slice(start, start + span - 1)
+    return {
+        "first_loss": round(loss[:, : span - 1].mean().item(), 3),
+        "repeat_loss": round(loss[:, repeat].mean().item(), 3),
+        "repeat_top1": round(
+            (logits[:, repeat].argmax(-1) == targets[:, repeat]).float().mean().item(), 3
+        ),
+    }
+
+
+def random_repeat_figures(
+    model: Any, ids: torch.Tensor, *, span: int, windows: int, seed: int
+) -> dict[str, float]:
+    """``repeat_figures`` on uniformly random ordinary ids (only copying predicts the repeat)."""
+    generator = torch.Generator().manual_seed(seed)
+    noise = ids[torch.randint(0, len(ids), (windows, 2 * span), generator=generator)]
+    return repeat_figures(model, noise[:, :span], noise[:, span:])
