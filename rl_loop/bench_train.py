@@ -63,8 +63,9 @@ from rl_loop.scoring import label_logprobs, make_batch
 from rl_loop.train import load_job, write_rollouts
 from rl_loop.trainers.dpo import preference_margins
 from serving.build import ensure_demo_model
+from serving.copy_curriculum import COPY_RECIPE
 from serving.replica import find_free_port
-from serving.train_base import TrainBaseConfig, ensure_trained
+from serving.train_base import base_training_config, ensure_trained
 
 REPO = Path(__file__).resolve().parents[1]
 CPU_DDP = REPO / "rl_loop" / "configs" / "accelerate" / "cpu-ddp.yaml"
@@ -120,10 +121,7 @@ def base_model(steps: int) -> Path:
     init = ensure_demo_model(REPO / ".cache")
     if steps == 0:
         return init
-    every = max(1, min(100, steps // 3))
-    return ensure_trained(
-        init, init.parent, TrainBaseConfig(steps=steps, seq_len=128, eval_every=every)
-    )
+    return ensure_trained(init, init.parent, base_training_config(steps, 128, COPY_RECIPE))
 
 
 def write_data(s: BenchSettings, model: Path) -> dict[str, Path]:

@@ -62,8 +62,9 @@ from rl_loop.config import SftConfig
 from rl_loop.datasets import SftExample
 from rl_loop.modeling import Policy, load_policy
 from serving.build import ensure_model
+from serving.copy_curriculum import COPY_RECIPE, CopySpec
 from serving.model_config import PresetName
-from serving.train_base import TrainBaseConfig, ensure_trained
+from serving.train_base import base_training_config, ensure_trained
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -79,6 +80,9 @@ class LearnabilitySettings(BaseModel):
         default=0, ge=0, description="Base training on stdlib code first (cached); 0: the init."
     )
     pretrain_seq_len: int = Field(default=128, ge=16, description="Base training window.")
+    pretrain_copy: CopySpec = Field(
+        default=COPY_RECIPE, description="The base's copy curriculum (the flywheel's)."
+    )
     base: Path | None = Field(
         default=None,
         description="A checkpoint directory to distil into instead of the preset's (pre-trained) "
@@ -191,9 +195,8 @@ def base_checkpoint(settings: LearnabilitySettings) -> Path:
     init = ensure_model(settings.cache / "models", settings.preset, progress=True)
     if settings.pretrain_steps == 0:
         return init
-    every = max(1, min(100, settings.pretrain_steps // 3))
-    config = TrainBaseConfig(
-        steps=settings.pretrain_steps, seq_len=settings.pretrain_seq_len, eval_every=every
+    config = base_training_config(
+        settings.pretrain_steps, settings.pretrain_seq_len, settings.pretrain_copy
     )
     return ensure_trained(init, init.parent, config, progress=True)
 
@@ -366,9 +369,17 @@ def parse_settings(argv: Sequence[str] | None = None) -> LearnabilitySettings:
     ):
         parser.add_argument("--" + name.replace("_", "-"), type=int, dest=name)
     parser.add_argument("--lr", type=float)
+    parser.add_argument(
+        "--no-copy-curriculum",
+        action="store_true",
+        help="Base-train on code alone (the base before serving.copy_curriculum).",
+    )
     parser.add_argument("--cache", type=Path)
     parser.add_argument("--base", type=Path, help="A checkpoint directory to start from.")
-    given = {k: v for k, v in vars(parser.parse_args(argv)).items() if v is not None}
+    args = vars(parser.parse_args(argv))
+    if args.pop("no_copy_curriculum"):
+        args["pretrain_copy"] = CopySpec()
+    given = {k: v for k, v in args.items() if v is not None}
     return LearnabilitySettings.model_validate(given)
 
 

@@ -74,11 +74,12 @@ from rl_loop.report import (
     write_report,
 )
 from serving.build import ensure_demo_model, read_version
+from serving.copy_curriculum import COPY_RECIPE, CopySpec
 from serving.hotswap import RELOAD_WORKER_EXTENSION
 from serving.names import ADMIN_TOKEN_ENV, LOCAL_MODEL_NAME
 from serving.processes import Child, Interrupted, ProcessFleet
 from serving.replica import VllmReplica, find_free_port
-from serving.train_base import TrainBaseConfig, ensure_trained, find_trained
+from serving.train_base import base_training_config, ensure_trained, find_trained
 from serving.vllm_config import VllmLaunchConfig
 from traffic.store import InferenceFilter, StoreBackend, StoreConfig, open_store
 
@@ -104,6 +105,9 @@ class Settings(BaseModel):
         default=1200, ge=0, description="Base training on stdlib code first (cached); 0: none."
     )
     pretrain_seq_len: int = Field(default=128, ge=16, description="Base training window.")
+    pretrain_copy: CopySpec = Field(
+        default=COPY_RECIPE, description="The base's copy curriculum (serving.copy_curriculum)."
+    )
     client_concurrency: int = Field(default=6, ge=1)
     max_tokens: int = Field(default=160, ge=8, description="Answer cap of IDE requests.")
     shadow_share: float = Field(default=0.3, ge=0, le=1)
@@ -169,16 +173,15 @@ def log(message: str) -> None:
 # ---------------------------------------------------------------- model and services
 
 
-def base_model(pretrain_steps: int, seq_len: int) -> Path:
+def base_model(pretrain_steps: int, seq_len: int, copy: CopySpec) -> Path:
     """The tiny random init, base-trained for ``pretrain_steps`` (reused when already done)."""
     init = ensure_demo_model(CACHE, progress=True)
     if pretrain_steps == 0:
         return init
-    every = max(1, min(100, pretrain_steps // 3))
-    config = TrainBaseConfig(steps=pretrain_steps, seq_len=seq_len, eval_every=every)
+    config = base_training_config(pretrain_steps, seq_len, copy)
     if find_trained(init.parent, init, config) is None:
         log(f"base training {pretrain_steps} steps on stdlib code (once; cached) ...")
-    return ensure_trained(init, init.parent, config)
+    return ensure_trained(init, init.parent, config, progress=True)
 
 
 def gateway_config(run: Path, replicas: list[str], sim_url: str, s: Settings) -> dict[str, Any]:
@@ -290,7 +293,7 @@ async def run(s: Settings, preset: str, fleet: ProcessFleet) -> dict[str, Any]:
     run_dir = OUT / f"run-{datetime.now(UTC).strftime('%Y%m%dT%H%M%S')}"
     run_dir.mkdir(parents=True)
     log(f"preset {preset}: {s.rounds} rounds x {s.tasks_per_round} tasks; output {run_dir}")
-    served = base_model(s.pretrain_steps, s.pretrain_seq_len)
+    served = base_model(s.pretrain_steps, s.pretrain_seq_len, s.pretrain_copy)
     loop_config = LoopConfig.model_validate(
         {"work_dir": run_dir, "threads": os.cpu_count(), **s.loop}
     )

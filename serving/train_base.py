@@ -67,6 +67,7 @@ from serving.build import (
 )
 from serving.copy_curriculum import (
     CopySpec,
+    copy_extend,
     copy_warmup,
     copy_windows,
     ordinary_ids,
@@ -114,7 +115,7 @@ class CorpusSpec(BaseModel):
 NON_IDENTITY_FIELDS: Final = frozenset({"experts_implementation"})
 #: Fields added after checkpoints were saved, with the value those runs had: left out of the
 #: identity at that value, so an older checkpoint still matches the config that made it.
-LATER_FIELDS: Final = {"copy_curriculum": CopySpec().model_dump()}
+LATER_FIELDS: Final = {"copy_curriculum": CopySpec().model_dump(mode="json")}
 #: The copy probe run on every trained checkpoint (`eval`: copy_first_loss, copy_repeat_loss,
 #: copy_top1): random ids, a span of this many tokens, repeated after as many.
 COPY_PROBE_SPAN: Final = 32
@@ -324,8 +325,8 @@ def _corpus(tokenizer: PreTrainedTokenizerFast, config: TrainBaseConfig) -> _Cor
 def _optimise(
     model: PreTrainedModel, corpus: _Corpus, config: TrainBaseConfig, *, progress: bool
 ) -> tuple[list[float], list[tuple[int, float]], list[float]]:
-    """Steps 3-4: (train loss per step, held-out loss per eval step, copy warm-up loss per
-    step); updates `model`."""
+    """Steps 3-4: (train loss per step, held-out loss per eval step, loss per step of the copy
+    phases: warm-up, then extension); updates `model`."""
     model.config.output_router_logits = config.router_aux_loss_coef > 0
     model.config.router_aux_loss_coef = config.router_aux_loss_coef
     copies = torch.Generator().manual_seed(config.seed + 1)
@@ -377,6 +378,19 @@ def _optimise(
         if (step + 1) % config.eval_every == 0 or step + 1 == config.steps:
             evals.append((step + 1, held_out_loss(model, corpus.held_out, config.batch_size)))
     bar.close()
+    if config.copy_curriculum.extend_windows:
+        extend_losses = copy_extend(
+            model,
+            adamw(model, config.copy_curriculum.extend_lr, config.weight_decay),
+            corpus.ordinary_ids,
+            config.copy_curriculum,
+            copies,
+            grad_clip=config.grad_clip,
+            progress=progress,
+        )
+        warmup_losses += extend_losses
+        # What the extension cost the code: the last held-out figure is measured after it.
+        evals.append((config.steps, held_out_loss(model, corpus.held_out, config.batch_size)))
     model.config.output_router_logits = False
     return train_losses, evals, warmup_losses
 
@@ -404,11 +418,12 @@ def _train(
         "train_files": corpus.train_files,
         "held_out_files": corpus.held_out_files,
         "tokens_seen": config.steps * config.batch_size * config.seq_len,
-        "copy_warmup_tokens": len(warmup_losses)
+        "copy_warmup_tokens": config.copy_curriculum.warmup_steps
         * config.copy_curriculum.warmup_batch_size
         * config.copy_curriculum.warmup_window,
-        "copy_warmup_loss_first": warmup_losses[0] if warmup_losses else None,
-        "copy_warmup_loss_last": warmup_losses[-1] if warmup_losses else None,
+        "copy_extend_windows": list(config.copy_curriculum.extend_windows),
+        "copy_loss_first": warmup_losses[0] if warmup_losses else None,
+        "copy_loss_last": warmup_losses[-1] if warmup_losses else None,
         "seconds": round(seconds, 2),
         "train_loss_first": train_losses[0],
         "train_loss_last": train_losses[-1],
@@ -479,6 +494,13 @@ def find_trained(out_dir: Path, init_dir: Path, config: TrainBaseConfig) -> Path
         if version.parent == parent and config_identity(version.metadata.get("config")) == wanted:
             return version_file.parent
     return None
+
+
+def base_training_config(steps: int, seq_len: int, copy: CopySpec) -> TrainBaseConfig:
+    """The base training the flywheel and the agent measurements run: the defaults, `steps` of
+    `seq_len` windows with the copy curriculum `copy`, evaluated at most every 100 steps."""
+    every = max(1, min(100, steps // 3))
+    return TrainBaseConfig(steps=steps, seq_len=seq_len, eval_every=every, copy_curriculum=copy)
 
 
 def ensure_trained(

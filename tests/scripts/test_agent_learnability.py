@@ -26,6 +26,8 @@ from scripts.agent_learnability import (
     parse_settings,
     train_tasks,
 )
+from serving.copy_curriculum import COPY_RECIPE, CopySpec
+from serving.train_base import base_training_config
 from tests.fixtures.vllm_fixture import cache_dir
 
 COMPETENT = SimulatorConfig(agent_success_rate=1.0)
@@ -71,6 +73,13 @@ def test_options_left_out_keep_the_settings_defaults() -> None:
     assert settings.preset == LearnabilitySettings().preset
     with pytest.raises(SystemExit):
         parse_settings(["--kind", "nonsense"])
+
+
+def test_the_base_is_the_flywheels_with_its_copy_curriculum_unless_told_otherwise() -> None:
+    assert parse_settings([]).pretrain_copy == COPY_RECIPE
+    assert parse_settings(["--no-copy-curriculum"]).pretrain_copy == CopySpec()
+    config = base_training_config(1200, 128, COPY_RECIPE)
+    assert config.copy_curriculum == COPY_RECIPE and config.eval_every == 100
 
 
 def test_a_checkpoint_given_as_a_path_is_the_base_as_is(tmp_path: Path) -> None:

@@ -58,6 +58,8 @@ def test_copy_spec_counts_its_windows_and_refuses_inverted_spans() -> None:
     assert CopySpec(fraction=0.01).windows_per_batch(8) == 1
     with pytest.raises(ValueError, match="min_span"):
         CopySpec(min_span=10, max_span=4)
+    with pytest.raises(ValueError, match="extend_windows"):
+        CopySpec(min_span=8, extend_windows=(64, 12))
     with pytest.raises(ValueError, match="warmup_window"):
         CopySpec(min_span=20, max_span=30, warmup_steps=1, warmup_window=32)
     with pytest.raises(ValueError, match="cannot hold"):
@@ -67,7 +69,14 @@ def test_copy_spec_counts_its_windows_and_refuses_inverted_spans() -> None:
 @pytest.mark.slow
 def test_base_training_mixes_copy_windows_and_reports_the_copy_probe(tmp_path: Path) -> None:
     init = ensure_demo_model(cache_dir())
-    copies = CopySpec(fraction=0.5, warmup_steps=2, warmup_batch_size=4)
+    copies = CopySpec(
+        fraction=0.5,
+        warmup_steps=2,
+        warmup_batch_size=4,
+        extend_windows=(24, 32),
+        extend_steps=1,
+        extend_tokens=64,
+    )
     config = QUICK_TRAINING.model_copy(
         update={"steps": 3, "eval_every": 3, "copy_curriculum": copies}
     )
@@ -76,7 +85,10 @@ def test_base_training_mixes_copy_windows_and_reports_the_copy_probe(tmp_path: P
     assert version.eval["copy_repeat_top1"] == result.copy_top1
     assert {"copy_first_loss", "copy_repeat_loss"} <= set(version.eval)
     assert version.metadata["copy_warmup_tokens"] == 2 * 4 * copies.warmup_window
-    assert isinstance(version.metadata["copy_warmup_loss_last"], float)
+    assert isinstance(version.metadata["copy_loss_last"], float)
+    assert version.metadata["copy_extend_windows"] == [24, 32]
+    held_out = version.metadata["held_out_curve"]
+    assert isinstance(held_out, list) and len(held_out) == 3  # init, last code step, extension
     assert find_trained(tmp_path, init, config) == result.checkpoint_dir
     assert find_trained(tmp_path, init, QUICK_TRAINING.model_copy(update={"steps": 3})) is None
     tokenizer = load_tokenizer(init)
