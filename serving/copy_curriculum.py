@@ -23,7 +23,8 @@ perfectly; one that cannot pays for it what it paid the first time.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -125,40 +126,29 @@ def copy_windows(
     return windows
 
 
-def copy_warmup(
-    model: Any,
-    optimizer: torch.optim.Optimizer,
-    ids: torch.Tensor,
-    spec: CopySpec,
-    generator: torch.Generator,
-    *,
-    grad_clip: float,
-    progress: bool = False,
-) -> list[float]:
-    """The warm-up phase: ``spec.warmup_steps`` steps on short copy windows alone, lr ramped
-    to ``spec.warmup_lr`` over ``spec.warmup_lr_steps``, then constant. Returns the loss per
-    step (``_copy_steps``)."""
+@dataclass(frozen=True)
+class CopyPhase:
+    """A run of optimizer steps on copy windows alone: ``(window length, windows)`` per step,
+    lr ramped linearly to ``peak_lr`` over ``ramp_steps``, then constant."""
+
+    name: str
+    schedule: list[tuple[int, int]]
+    peak_lr: float
+    ramp_steps: int = 0
+
+    def lr(self, step: int) -> float:
+        return self.peak_lr * (min(1.0, (step + 1) / self.ramp_steps) if self.ramp_steps else 1.0)
+
+
+def warmup_phase(spec: CopySpec) -> CopyPhase:
+    """Before any code: ``warmup_steps`` steps of short windows, where the copy forms."""
     schedule = [(spec.warmup_window, spec.warmup_batch_size)] * spec.warmup_steps
-
-    def lr(step: int) -> float:
-        ramp = min(1.0, (step + 1) / spec.warmup_lr_steps) if spec.warmup_lr_steps else 1.0
-        return spec.warmup_lr * ramp
-
-    return _copy_steps(model, optimizer, ids, spec, generator, schedule, lr, grad_clip, progress)
+    return CopyPhase("copy warm-up", schedule, spec.warmup_lr, spec.warmup_lr_steps)
 
 
-def copy_extend(
-    model: Any,
-    optimizer: torch.optim.Optimizer,
-    ids: torch.Tensor,
-    spec: CopySpec,
-    generator: torch.Generator,
-    *,
-    grad_clip: float,
-    progress: bool = False,
-) -> list[float]:
-    """The extension phase: ``spec.extend_steps`` steps at each of ``spec.extend_windows``
-    lengths, ``spec.extend_tokens`` tokens a step, at ``spec.extend_lr``.
+def extend_phase(spec: CopySpec) -> CopyPhase:
+    """After the code: ``extend_steps`` steps at each of ``extend_windows`` lengths,
+    ``extend_tokens`` tokens a step.
 
     Why growing lengths: a copy learned in 128-token windows fades with distance (measured on
     the tiny base: repeat top-1 0.71 at 120 tokens, 0.25 at 280, 0.04 at 580, 0.01 at 1,080),
@@ -169,42 +159,31 @@ def copy_extend(
         for length in spec.extend_windows
         for _ in range(spec.extend_steps)
     ]
-    return _copy_steps(
-        model,
-        optimizer,
-        ids,
-        spec,
-        generator,
-        schedule,
-        lambda _: spec.extend_lr,
-        grad_clip,
-        progress,
-    )
+    return CopyPhase("copy extension", schedule, spec.extend_lr)
 
 
-def _copy_steps(
+def train_on_copies(
     model: Any,
     optimizer: torch.optim.Optimizer,
     ids: torch.Tensor,
     spec: CopySpec,
     generator: torch.Generator,
-    schedule: Sequence[tuple[int, int]],
-    lr: Callable[[int], float],
+    phase: CopyPhase,
+    *,
     grad_clip: float,
-    progress: bool,
+    progress: bool = False,
 ) -> list[float]:
-    """One optimizer step per ``(window length, windows)`` of ``schedule`` on copy windows
-    alone (loss on every token, the MoE balance loss included when the model's config asks for
-    it); the loss per step. ``model`` is left in train mode."""
+    """``phase``'s steps (loss on every token, the MoE balance loss included when the model's
+    config asks for it); the loss per step. ``model`` is left in train mode."""
     from tqdm import tqdm
 
     from serving.training import set_lr
 
     losses: list[float] = []
     model.train()
-    bar = tqdm(schedule, desc="copy windows", unit="step", disable=not progress)
+    bar = tqdm(phase.schedule, desc=phase.name, unit="step", disable=not progress)
     for step, (length, count) in enumerate(bar):
-        set_lr(optimizer, lr(step))
+        set_lr(optimizer, phase.lr(step))
         batch = copy_windows(count, length, ids, spec, generator)
         output = model(input_ids=batch, labels=batch)
         optimizer.zero_grad(set_to_none=True)

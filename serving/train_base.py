@@ -47,7 +47,7 @@ import math
 import random
 import sysconfig
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, get_args
@@ -66,12 +66,14 @@ from serving.build import (
     staging_dir,
 )
 from serving.copy_curriculum import (
+    CopyPhase,
     CopySpec,
-    copy_extend,
-    copy_warmup,
     copy_windows,
+    extend_phase,
     ordinary_ids,
     random_repeat_figures,
+    train_on_copies,
+    warmup_phase,
 )
 from serving.model_config import VERSION_FILE, PresetName, ProbeReference
 from serving.tokenizer import ENDOFTEXT, load_tokenizer, stdlib_sources
@@ -332,15 +334,7 @@ def _optimise(
     copies = torch.Generator().manual_seed(config.seed + 1)
     evals = [(0, held_out_loss(model, corpus.held_out, config.batch_size))]
     model.train()
-    warmup_losses = copy_warmup(
-        model,
-        adamw(model, config.copy_curriculum.warmup_lr, config.weight_decay),
-        corpus.ordinary_ids,
-        config.copy_curriculum,
-        copies,
-        grad_clip=config.grad_clip,
-        progress=progress,
-    )
+    copy_losses = _copy_phase(model, corpus, config, copies, warmup_phase, progress=progress)
     optimizer = adamw(model, config.lr, config.weight_decay)
     order = torch.Generator().manual_seed(config.seed)
     n_copy = config.copy_curriculum.windows_per_batch(config.batch_size)
@@ -379,20 +373,36 @@ def _optimise(
             evals.append((step + 1, held_out_loss(model, corpus.held_out, config.batch_size)))
     bar.close()
     if config.copy_curriculum.extend_windows:
-        extend_losses = copy_extend(
-            model,
-            adamw(model, config.copy_curriculum.extend_lr, config.weight_decay),
-            corpus.ordinary_ids,
-            config.copy_curriculum,
-            copies,
-            grad_clip=config.grad_clip,
-            progress=progress,
-        )
-        warmup_losses += extend_losses
+        copy_losses += _copy_phase(model, corpus, config, copies, extend_phase, progress=progress)
         # What the extension cost the code: the last held-out figure is measured after it.
         evals.append((config.steps, held_out_loss(model, corpus.held_out, config.batch_size)))
     model.config.output_router_logits = False
-    return train_losses, evals, warmup_losses
+    return train_losses, evals, copy_losses
+
+
+def _copy_phase(
+    model: PreTrainedModel,
+    corpus: _Corpus,
+    config: TrainBaseConfig,
+    generator: torch.Generator,
+    make_phase: Callable[[CopySpec], CopyPhase],
+    *,
+    progress: bool,
+) -> list[float]:
+    """One phase of the copy curriculum, with an optimizer of its own."""
+    phase = make_phase(config.copy_curriculum)
+    if not phase.schedule:
+        return []
+    return train_on_copies(
+        model,
+        adamw(model, phase.peak_lr, config.weight_decay),
+        corpus.ordinary_ids,
+        config.copy_curriculum,
+        generator,
+        phase,
+        grad_clip=config.grad_clip,
+        progress=progress,
+    )
 
 
 def _train(
@@ -403,7 +413,7 @@ def _train(
     corpus = _corpus(tokenizer, config)
     model = load_float32(init_dir, config.experts_implementation)
     started = time.perf_counter()
-    train_losses, evals, warmup_losses = _optimise(model, corpus, config, progress=progress)
+    train_losses, evals, copy_losses = _optimise(model, corpus, config, progress=progress)
     seconds = time.perf_counter() - started
     (_, init_loss), (_, final_loss) = evals[0], evals[-1]
     model.train(False)
@@ -422,8 +432,8 @@ def _train(
         * config.copy_curriculum.warmup_batch_size
         * config.copy_curriculum.warmup_window,
         "copy_extend_windows": list(config.copy_curriculum.extend_windows),
-        "copy_loss_first": warmup_losses[0] if warmup_losses else None,
-        "copy_loss_last": warmup_losses[-1] if warmup_losses else None,
+        "copy_loss_first": copy_losses[0] if copy_losses else None,
+        "copy_loss_last": copy_losses[-1] if copy_losses else None,
         "seconds": round(seconds, 2),
         "train_loss_first": train_losses[0],
         "train_loss_last": train_losses[-1],
