@@ -389,10 +389,17 @@ def _copy_phase(
     *,
     progress: bool,
 ) -> list[float]:
-    """One phase of the copy curriculum, with an optimizer of its own."""
+    """One phase of the copy curriculum, with an optimizer of its own; code windows of any
+    length are cut from the training token stream (the windows of `corpus.train`, joined)."""
     phase = make_phase(config.copy_curriculum)
     if not phase.schedule:
         return []
+    stream = corpus.train.flatten()
+
+    def code(count: int, length: int) -> torch.Tensor:
+        windows = stream[: len(stream) // length * length].view(-1, length)
+        return windows[torch.randint(0, len(windows), (count,), generator=generator)]
+
     return train_on_copies(
         model,
         adamw(model, phase.peak_lr, config.weight_decay),
@@ -401,6 +408,7 @@ def _copy_phase(
         generator,
         phase,
         grad_clip=config.grad_clip,
+        code=code,
         progress=progress,
     )
 

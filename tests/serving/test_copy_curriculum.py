@@ -9,7 +9,14 @@ import pytest
 import torch
 
 from serving.build import ensure_demo_model, read_version
-from serving.copy_curriculum import CopySpec, copy_windows, ordinary_ids
+from serving.copy_curriculum import (
+    CopySpec,
+    copy_windows,
+    extend_phase,
+    ordinary_ids,
+    train_on_copies,
+    warmup_phase,
+)
 from serving.tokenizer import load_tokenizer
 from serving.train_base import QUICK_TRAINING, config_identity, find_trained
 from serving.train_base import train_base as run_training
@@ -102,3 +109,18 @@ def test_a_checkpoint_saved_before_the_copy_curriculum_keeps_its_identity() -> N
     assert config_identity(saved_before) == config_identity(now)
     with_copies = QUICK_TRAINING.model_copy(update={"copy_curriculum": CopySpec(fraction=0.25)})
     assert config_identity(with_copies.model_dump(mode="json")) != config_identity(now)
+
+
+def test_the_phases_grow_lengths_at_constant_tokens_and_the_extension_needs_code() -> None:
+    spec = CopySpec(warmup_steps=3, extend_windows=(64, 128), extend_steps=2, extend_tokens=256)
+    warm = warmup_phase(spec)
+    assert warm.schedule == [(32, 64)] * 3 and not warm.with_code
+    assert [warm.lr(s) for s in (0, 99, 500)] == [1e-5, 1e-3, 1e-3]
+    extend = extend_phase(spec)
+    assert extend.schedule == [(64, 4), (64, 4), (128, 2), (128, 2)] and extend.with_code
+    with pytest.raises(ValueError, match="pass `code`"):
+        model = torch.nn.Linear(2, 2)
+        optimizer = torch.optim.SGD(model.parameters())
+        train_on_copies(
+            model, optimizer, torch.arange(10, 99), spec, torch.Generator(), extend, grad_clip=1.0
+        )
