@@ -62,10 +62,10 @@ from rl_loop.rollouts import Rollout
 from rl_loop.scoring import label_logprobs, make_batch
 from rl_loop.train import load_job, write_rollouts
 from rl_loop.trainers.dpo import preference_margins
+from serving.base_checkpoints import base_training_config, ensure_trained
 from serving.build import ensure_demo_model
 from serving.copy_curriculum import COPY_RECIPE
 from serving.replica import find_free_port
-from serving.train_base import base_training_config, ensure_trained
 
 REPO = Path(__file__).resolve().parents[1]
 CPU_DDP = REPO / "rl_loop" / "configs" / "accelerate" / "cpu-ddp.yaml"

@@ -23,6 +23,7 @@ import torch
 from pydantic import JsonValue
 from transformers import PreTrainedModel, PreTrainedTokenizerFast
 
+from serving.base_corpus import CorpusSpec, split_files, token_windows
 from serving.build import (
     copy_tokenizer_files,
     finalize_checkpoint,
@@ -30,8 +31,8 @@ from serving.build import (
     save_hf_model,
     staging_dir,
 )
+from serving.logprob_probe import probe_reference
 from serving.tokenizer import ENDOFTEXT, IM_END, load_tokenizer
-from serving.train_base import CorpusSpec, probe_reference, split_files, token_windows
 from serving.training import DEFAULT_EXPERTS_IMPLEMENTATION, ExpertsImplementation, load_float32
 
 Message = Mapping[str, Any]

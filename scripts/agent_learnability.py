@@ -61,10 +61,10 @@ from rl_loop.agent.runner import AssistantMessage, play_episode
 from rl_loop.config import SftConfig
 from rl_loop.datasets import SftExample
 from rl_loop.modeling import Policy, load_policy
+from serving.base_checkpoints import base_training_config, ensure_trained
 from serving.build import ensure_model
 from serving.copy_curriculum import COPY_RECIPE, CopySpec
 from serving.model_config import PresetName
-from serving.train_base import base_training_config, ensure_trained
 
 REPO = Path(__file__).resolve().parents[1]
 

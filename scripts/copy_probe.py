@@ -29,8 +29,8 @@ from pathlib import Path
 import torch
 from transformers import PreTrainedTokenizerFast
 
-from serving.copy_curriculum import repeat_figures
-from serving.train_base import CorpusSpec, split_files, token_windows
+from serving.base_corpus import CorpusSpec, split_files, token_windows
+from serving.copy_curriculum import random_repeat_figures, repeat_figures
 from serving.training import load_float32
 
 
@@ -46,14 +46,13 @@ def probe(checkpoint: Path, span: int, windows: int, seed: int) -> dict[str, obj
         max_bytes_per_file=spec.max_bytes_per_file,
         seq_len=2 * span - 1,
     )[:windows]
-    generator = torch.Generator().manual_seed(seed)
-    noise = torch.randint(0, len(tokenizer), (len(code), 2 * span), generator=generator)
+    every_id = torch.arange(len(tokenizer))
     return {
         "checkpoint": str(checkpoint),
         "span": span,
         "windows": len(code),
         "code": repeat_figures(model, code[:, :span], code[:, span:]),
-        "random": repeat_figures(model, noise[:, :span], noise[:, span:]),
+        "random": random_repeat_figures(model, every_id, span=span, windows=len(code), seed=seed),
     }
 
 

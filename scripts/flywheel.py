@@ -73,13 +73,13 @@ from rl_loop.report import (
     window_figures,
     write_report,
 )
+from serving.base_checkpoints import base_training_config, ensure_trained, find_trained
 from serving.build import ensure_demo_model, read_version
 from serving.copy_curriculum import COPY_RECIPE, CopySpec
 from serving.hotswap import RELOAD_WORKER_EXTENSION
 from serving.names import ADMIN_TOKEN_ENV, LOCAL_MODEL_NAME
 from serving.processes import Child, Interrupted, ProcessFleet
 from serving.replica import VllmReplica, find_free_port
-from serving.train_base import base_training_config, ensure_trained, find_trained
 from serving.vllm_config import VllmLaunchConfig
 from traffic.store import InferenceFilter, StoreBackend, StoreConfig, open_store
 

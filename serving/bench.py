@@ -44,15 +44,17 @@ from typing import Any
 import httpx
 import yaml
 
+from serving.base_checkpoints import ensure_trained
 from serving.build import ensure_demo_model, read_version
 from serving.fp8 import export_fp8
 from serving.hotswap import HotSwapConfig, publish_weights
 from serving.launch import launch_config
+from serving.logprob_probe import PROBE_TEXT
 from serving.names import ADMIN_TOKEN_ENV, LOCAL_MODEL_NAME
 from serving.processes import Child, Interrupted, ProcessFleet
 from serving.replica import find_free_port
 from serving.supervisor import ReplicaSupervisor, SupervisorConfig, vllm_replica_factory
-from serving.train_base import PROBE_TEXT, QUICK_TRAINING, ensure_trained
+from serving.train_base import QUICK_TRAINING
 
 
 @dataclass(frozen=True)

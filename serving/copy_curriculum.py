@@ -29,6 +29,9 @@ from typing import Any
 
 import torch
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+from tqdm import tqdm
+
+from serving.training import set_lr
 
 
 class CopySpec(BaseModel):
@@ -182,10 +185,6 @@ def train_on_copies(
     is left in train mode."""
     if phase.with_code and code is None:
         raise ValueError(f"{phase.name} trains on code windows too: pass `code`")
-    from tqdm import tqdm
-
-    from serving.training import set_lr
-
     losses: list[float] = []
     model.train()
     bar = tqdm(phase.schedule, desc=phase.name, unit="step", disable=not progress)

@@ -53,9 +53,10 @@ from pydantic import JsonValue
 from safetensors.torch import load_file, save_file
 from transformers import PreTrainedModel
 
+from serving.base_corpus import CorpusSpec, split_files, token_windows
 from serving.build import copy_tokenizer_files, finalize_checkpoint, read_version, staging_dir
+from serving.logprob_probe import probe_reference
 from serving.tokenizer import load_tokenizer
-from serving.train_base import CorpusSpec, probe_reference, split_files, token_windows
 from serving.training import load_float32
 
 logger = logging.getLogger(__name__)

@@ -59,10 +59,10 @@ import httpx
 from pydantic import BaseModel, ConfigDict, Field
 
 from serving.build import checkpoint_digest, make_version_id, read_version
+from serving.logprob_probe import checkpoint_probe
 from serving.model_config import CheckpointVersion, ProbeReference
 from serving.names import ADMIN_TOKEN_ENV, LOCAL_MODEL_NAME
 from serving.tokenizer import TOKENIZER_FILES
-from serving.train_base import checkpoint_probe
 
 logger = logging.getLogger(__name__)
 

@@ -3,16 +3,12 @@ new versioned checkpoint that vLLM serves.
 
 The algorithm
 -------------
-1. Corpus. The Python standard library's own `.py` files (nothing is downloaded). Each file goes
-   to the held-out split when the first 8 bytes of SHA-256(`split_salt` + its path relative to
-   the stdlib root), read as an integer, fall below `held_out_fraction` of 2**64; otherwise it
-   is a training file. The split depends only on the path, never on how many files exist or
-   their order, so it is the same on every machine with the same Python version.
-2. Token stream. Training files, in an order shuffled by `seed`, each cut to
-   `max_bytes_per_file`, are tokenized with the checkpoint's own tokenizer and concatenated with
-   `<|endoftext|>` between documents until `train_bytes` is reached; likewise the held-out files
-   (sorted order, `held_out_bytes`). Each stream is cut into non-overlapping windows of
-   `seq_len + 1` tokens (input = window[:-1], target = window[1:]).
+1. Corpus. The Python standard library's own `.py` files, split into training and held-out files
+   by a hash of each path (:mod:`serving.base_corpus`: the same split on every machine).
+2. Token stream. Training files, in an order shuffled by `seed`, tokenized and concatenated up
+   to `train_bytes`; likewise the held-out files (sorted order, `held_out_bytes`). Each stream
+   is cut into non-overlapping windows of `seq_len + 1` tokens (input = window[:-1], target =
+   window[1:]).
 3. Optimisation. The model is trained in float32 (upcast from the bf16 checkpoint) with AdamW
    (betas 0.9/0.95, decoupled weight decay on matrices only), a linear warm-up over
    `warmup_steps` then a cosine decay to `min_lr_ratio * lr` (all three in `serving.training`,
@@ -23,7 +19,9 @@ The algorithm
    epoch); with the same init, config and seed two runs give bit-identical weights. The MoE
    experts run on the kernels `experts_implementation` names (the per-expert loop by default,
    the fastest on a CPU); they change the speed, not the function, so they are no part of the
-   run's identity when `find_trained` looks for a checkpoint it already wrote.
+   run's identity (:mod:`serving.base_checkpoints`). With a `copy_curriculum`
+   (:mod:`serving.copy_curriculum`), copy windows come first (warm-up), then fill a share of each
+   batch, then grow in length beside code windows (extension).
 4. Evaluation. Held-out loss is the mean token cross-entropy over `eval_windows` held-out
    windows spread evenly over the held-out stream; perplexity is its exponential. It is
    measured before training, every `eval_every` steps and at the end.
@@ -41,13 +39,11 @@ under DIR when `--init` is not given) prints the figures and the new checkpoint'
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import math
 import random
-import sysconfig
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, get_args
@@ -57,6 +53,7 @@ from pydantic import BaseModel, ConfigDict, Field, JsonValue
 from tqdm import tqdm
 from transformers import PreTrainedModel, PreTrainedTokenizerFast
 
+from serving.base_corpus import CorpusSpec, split_files, token_windows
 from serving.build import (
     copy_tokenizer_files,
     ensure_model,
@@ -75,8 +72,9 @@ from serving.copy_curriculum import (
     train_on_copies,
     warmup_phase,
 )
-from serving.model_config import VERSION_FILE, PresetName, ProbeReference
-from serving.tokenizer import ENDOFTEXT, load_tokenizer, stdlib_sources
+from serving.logprob_probe import probe_reference
+from serving.model_config import PresetName
+from serving.tokenizer import load_tokenizer
 from serving.training import (
     DEFAULT_EXPERTS_IMPLEMENTATION,
     ExpertsImplementation,
@@ -89,35 +87,6 @@ from serving.training import (
 
 LOSS_CURVE_FILE = "loss_curve.png"
 CHECKPOINT_KIND = "pretrain"
-#: The fixed prompt of every checkpoint's `probe` (code, like the served traffic).
-PROBE_TEXT = (
-    "def fibonacci(n: int) -> int:\n"
-    '    """Return the n-th Fibonacci number."""\n'
-    "    a, b = 0, 1\n"
-    "    for _ in range(n):\n"
-    "        a, b = b, a + b\n"
-    "    return a\n"
-)
-
-
-class CorpusSpec(BaseModel):
-    """Which source files feed training and evaluation, and how much of them."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    held_out_fraction: float = Field(default=0.05, gt=0, lt=1, description="Files held out.")
-    split_salt: str = Field(default="switchyard-base-v1", description="Changes the split.")
-    max_bytes_per_file: int = Field(default=16_000, ge=1_000, description="Cap per file.")
-    train_bytes: int = Field(default=1_000_000, ge=10_000, description="Training text bound.")
-    held_out_bytes: int = Field(default=100_000, ge=5_000, description="Held-out text bound.")
-
-
-#: Config fields that choose how a run computes, not what: left out of a checkpoint's identity
-#: (`find_trained`), so a run on other kernels, or one saved before the field existed, matches.
-NON_IDENTITY_FIELDS: Final = frozenset({"experts_implementation"})
-#: Fields added after checkpoints were saved, with the value those runs had: left out of the
-#: identity at that value, so an older checkpoint still matches the config that made it.
-LATER_FIELDS: Final = {"copy_curriculum": CopySpec().model_dump(mode="json")}
 #: The copy probe run on every trained checkpoint (`eval`: copy_first_loss, copy_repeat_loss,
 #: copy_top1): random ids, a span of this many tokens, repeated after as many.
 COPY_PROBE_SPAN: Final = 32
@@ -150,7 +119,7 @@ class TrainBaseConfig(BaseModel):
         default=DEFAULT_EXPERTS_IMPLEMENTATION,
         description="How transformers computes the MoE experts of the model being trained: "
         "'eager' (fastest on the CPU), 'grouped_mm' or 'batched_mm' (GPU kernels). Not part of "
-        "the checkpoint's identity (see `NON_IDENTITY_FIELDS`).",
+        "the checkpoint's identity (see `serving.base_checkpoints.NON_IDENTITY_FIELDS`).",
     )
 
 
@@ -180,76 +149,6 @@ class TrainResult:
     held_out_ppl_init: float
     held_out_ppl: float
     copy_top1: float  # the copy probe's top-1 on the repeat (serving.copy_curriculum)
-
-
-def is_held_out(relative_path: str, spec: CorpusSpec) -> bool:
-    """Step 1 of the algorithm: the deterministic split of one file."""
-    digest = hashlib.sha256(f"{spec.split_salt}\0{relative_path}".encode()).digest()
-    return int.from_bytes(digest[:8], "big") < spec.held_out_fraction * 2**64
-
-
-def split_files(spec: CorpusSpec, files: Sequence[Path] | None = None) -> tuple[list[Path], ...]:
-    """(training files, held-out files) of the stdlib (or of `files`), each sorted."""
-    root = Path(sysconfig.get_paths()["stdlib"])
-    chosen = sorted(stdlib_sources() if files is None else files)
-    train: list[Path] = []
-    held_out: list[Path] = []
-    for path in chosen:
-        name = path.relative_to(root).as_posix() if path.is_relative_to(root) else path.name
-        (held_out if is_held_out(name, spec) else train).append(path)
-    return train, held_out
-
-
-def token_windows(
-    tokenizer: PreTrainedTokenizerFast,
-    files: Sequence[Path],
-    *,
-    max_bytes: int,
-    max_bytes_per_file: int,
-    seq_len: int,
-) -> torch.Tensor:
-    """Step 2: `[n, seq_len + 1]` int64 windows of the files' concatenated token stream."""
-    separator = tokenizer.convert_tokens_to_ids(ENDOFTEXT)
-    assert isinstance(separator, int)
-    stream: list[int] = []
-    total = 0
-    for path in files:
-        if total >= max_bytes:
-            break
-        try:
-            raw = path.read_bytes()[: min(max_bytes_per_file, max_bytes - total)]
-        except OSError:
-            continue
-        total += len(raw)
-        stream += tokenizer(raw.decode("utf-8", errors="ignore"))["input_ids"]
-        stream.append(separator)
-    n = len(stream) // (seq_len + 1)
-    if n == 0:
-        raise ValueError(f"corpus of {len(stream)} tokens is shorter than one window")
-    return torch.tensor(stream[: n * (seq_len + 1)], dtype=torch.long).view(n, seq_len + 1)
-
-
-@torch.no_grad()
-def token_logprobs(model: PreTrainedModel, token_ids: Sequence[int]) -> list[float]:
-    """log p(token_ids[i + 1] | token_ids[: i + 1]) for every i, in float32 math."""
-    ids = torch.tensor([list(token_ids)], dtype=torch.long)
-    logits = model(input_ids=ids).logits[0, :-1].float()
-    picked = torch.log_softmax(logits, dim=-1).gather(1, ids[0, 1:, None])
-    return [float(v) for v in picked[:, 0]]
-
-
-def probe_reference(model: PreTrainedModel, tokenizer: PreTrainedTokenizerFast) -> ProbeReference:
-    """The model's logprobs of `PROBE_TEXT` (what a replica must reproduce after a swap)."""
-    ids: list[int] = tokenizer(PROBE_TEXT)["input_ids"]
-    return ProbeReference(prompt_token_ids=tuple(ids), logprobs=tuple(token_logprobs(model, ids)))
-
-
-def checkpoint_probe(checkpoint_dir: Path) -> ProbeReference:
-    """The checkpoint's stored `probe`, or one computed from its weights if it has none."""
-    stored = read_version(checkpoint_dir).probe
-    if stored is not None:
-        return stored
-    return probe_reference(load_float32(checkpoint_dir), load_tokenizer(checkpoint_dir))
 
 
 def plot_loss_curve(
@@ -334,7 +233,8 @@ def _optimise(
     copies = torch.Generator().manual_seed(config.seed + 1)
     evals = [(0, held_out_loss(model, corpus.held_out, config.batch_size))]
     model.train()
-    copy_losses = _copy_phase(model, corpus, config, copies, warmup_phase, progress=progress)
+    spec = config.copy_curriculum
+    copy_losses = _copy_phase(model, corpus, config, copies, warmup_phase(spec), progress=progress)
     optimizer = adamw(model, config.lr, config.weight_decay)
     order = torch.Generator().manual_seed(config.seed)
     n_copy = config.copy_curriculum.windows_per_batch(config.batch_size)
@@ -372,8 +272,9 @@ def _optimise(
         if (step + 1) % config.eval_every == 0 or step + 1 == config.steps:
             evals.append((step + 1, held_out_loss(model, corpus.held_out, config.batch_size)))
     bar.close()
-    if config.copy_curriculum.extend_windows:
-        copy_losses += _copy_phase(model, corpus, config, copies, extend_phase, progress=progress)
+    if spec.extend_windows:
+        phase = extend_phase(spec)
+        copy_losses += _copy_phase(model, corpus, config, copies, phase, progress=progress)
         # What the extension cost the code: the last held-out figure is measured after it.
         evals.append((config.steps, held_out_loss(model, corpus.held_out, config.batch_size)))
     model.config.output_router_logits = False
@@ -385,13 +286,12 @@ def _copy_phase(
     corpus: _Corpus,
     config: TrainBaseConfig,
     generator: torch.Generator,
-    make_phase: Callable[[CopySpec], CopyPhase],
+    phase: CopyPhase,
     *,
     progress: bool,
 ) -> list[float]:
     """One phase of the copy curriculum, with an optimizer of its own; code windows of any
     length are cut from the training token stream (the windows of `corpus.train`, joined)."""
-    phase = make_phase(config.copy_curriculum)
     if not phase.schedule:
         return []
     stream = corpus.train.flatten()
@@ -488,48 +388,6 @@ def _train(
         held_out_ppl=math.exp(final_loss),
         copy_top1=copy["repeat_top1"],
     )
-
-
-def config_identity(config: JsonValue) -> JsonValue:
-    """A run's config as saved in its checkpoint's metadata, less the `NON_IDENTITY_FIELDS` fields
-    (a checkpoint saved before one of them existed has the same identity)."""
-    if not isinstance(config, dict):
-        return config
-    return {
-        k: v
-        for k, v in config.items()
-        if k not in NON_IDENTITY_FIELDS and not (k in LATER_FIELDS and v == LATER_FIELDS[k])
-    }
-
-
-def find_trained(out_dir: Path, init_dir: Path, config: TrainBaseConfig) -> Path | None:
-    """A checkpoint under `out_dir` that `train_base(init_dir, out_dir, config)` wrote, or a run
-    whose config differs only in how it computed (`NON_IDENTITY_FIELDS`)."""
-    parent = read_version(init_dir).version_id
-    wanted = config_identity(json.loads(config.model_dump_json()))
-    for version_file in sorted(out_dir.glob(f"{CHECKPOINT_KIND}-*/{VERSION_FILE}")):
-        version = read_version(version_file.parent)
-        if version.parent == parent and config_identity(version.metadata.get("config")) == wanted:
-            return version_file.parent
-    return None
-
-
-def base_training_config(steps: int, seq_len: int, copy: CopySpec) -> TrainBaseConfig:
-    """The base training the flywheel and the agent measurements run: the defaults, `steps` of
-    `seq_len` windows with the copy curriculum `copy`, evaluated at most every 100 steps."""
-    every = max(1, min(100, steps // 3))
-    return TrainBaseConfig(steps=steps, seq_len=seq_len, eval_every=every, copy_curriculum=copy)
-
-
-def ensure_trained(
-    init_dir: Path, out_dir: Path, config: TrainBaseConfig, *, progress: bool = False
-) -> Path:
-    """`find_trained`, or a new training run when there is none (runs are deterministic, so
-    the found checkpoint is the one a new run would write)."""
-    found = find_trained(out_dir, init_dir, config)
-    if found is not None:
-        return found
-    return train_base(init_dir, out_dir, config, progress=progress).checkpoint_dir
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -26,8 +26,8 @@ from scripts.agent_learnability import (
     parse_settings,
     train_tasks,
 )
+from serving.base_checkpoints import base_training_config
 from serving.copy_curriculum import COPY_RECIPE, CopySpec
-from serving.train_base import base_training_config
 from tests.fixtures.vllm_fixture import cache_dir
 
 COMPETENT = SimulatorConfig(agent_success_rate=1.0)

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from serving.base_checkpoints import config_identity, find_trained
 from serving.build import ensure_demo_model, read_version
 from serving.copy_curriculum import (
     CopySpec,
@@ -18,7 +19,7 @@ from serving.copy_curriculum import (
     warmup_phase,
 )
 from serving.tokenizer import load_tokenizer
-from serving.train_base import QUICK_TRAINING, config_identity, find_trained
+from serving.train_base import QUICK_TRAINING
 from serving.train_base import train_base as run_training
 from tests.fixtures.vllm_fixture import cache_dir
 

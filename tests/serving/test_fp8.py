@@ -11,6 +11,7 @@ import torch
 from safetensors import safe_open
 from transformers import AutoModelForCausalLM
 
+from serving.base_checkpoints import ensure_trained
 from serving.build import checkpoint_digest, ensure_demo_model, make_version_id, read_version
 from serving.fp8 import (
     DEQUANTIZED_KIND,
@@ -25,7 +26,7 @@ from serving.fp8 import (
     quantize_weight,
 )
 from serving.replica import VllmReplica, find_free_port
-from serving.train_base import QUICK_TRAINING, ensure_trained
+from serving.train_base import QUICK_TRAINING
 from serving.vllm_config import VllmLaunchConfig
 from tests.fixtures.vllm_fixture import cache_dir
 

@@ -19,6 +19,7 @@ import pytest
 from safetensors.torch import load_file, save_file
 
 from gateway.config import parse_config
+from serving.base_checkpoints import ensure_trained
 from serving.build import (
     copy_tokenizer_files,
     ensure_demo_model,
@@ -34,9 +35,10 @@ from serving.hotswap import (
     compare_probe,
     publish_weights,
 )
+from serving.logprob_probe import checkpoint_probe
 from serving.names import ADMIN_TOKEN_ENV, LOCAL_MODEL_NAME
 from serving.supervisor import ReplicaSupervisor, SupervisorConfig
-from serving.train_base import QUICK_TRAINING, checkpoint_probe, ensure_trained
+from serving.train_base import QUICK_TRAINING
 from serving.vllm_config import VllmLaunchConfig
 from tests.fixtures.gateway_fixture import GatewayThread
 from tests.fixtures.vllm_fixture import cache_dir

@@ -14,24 +14,14 @@ from transformers import AutoModelForCausalLM
 from transformers.integrations.moe import ALL_EXPERTS_FUNCTIONS
 
 from serving import train_base
+from serving.base_checkpoints import ensure_trained, find_trained
+from serving.base_corpus import CorpusSpec, is_held_out, split_files, token_windows
 from serving.build import checkpoint_digest, ensure_demo_model, make_version_id, read_version
+from serving.logprob_probe import token_logprobs
 from serving.model_config import VERSION_FILE, CheckpointVersion, ModelSpec
 from serving.tokenizer import TOKENIZER_FILES, load_tokenizer, stdlib_sources
-from serving.train_base import (
-    LOSS_CURVE_FILE,
-    QUICK_TRAINING,
-    CorpusSpec,
-    TrainBaseConfig,
-    ensure_trained,
-    find_trained,
-    is_held_out,
-    split_files,
-    token_logprobs,
-    token_windows,
-)
-from serving.train_base import (
-    train_base as run_training,
-)
+from serving.train_base import LOSS_CURVE_FILE, QUICK_TRAINING, TrainBaseConfig
+from serving.train_base import train_base as run_training
 from serving.training import ExpertsImplementation
 from tests.fixtures.vllm_fixture import cache_dir
 
