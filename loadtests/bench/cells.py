@@ -92,14 +92,25 @@ def measure_cells(
     return cells
 
 
+def recording_first(round_no: int) -> bool:
+    """Whether round ``round_no`` (from 0) measures the recording system first: every other
+    round, starting with the first, since the main cells measure it second."""
+    return round_no % 2 == 0
+
+
 def measure_recording_rounds(
     settings: BenchSettings, systems: Systems, say: Callable[[str], None]
 ) -> dict[str, dict[str, list[float]]]:
     """Recording on / off req/s ratios from ``settings.recording_rounds`` extra pairs per path
-    and mode at the headline concurrency, each pair run back to back (off, then on).
+    and mode at the headline concurrency, each pair run back to back, the order alternating:
+    on then off in the first round, off then on in the next, and so on.
 
-    Why: one 3-5 s cell per system on a shared 2-core machine swings a ratio by +-30% when
-    another process wakes up; pairs taken seconds apart and their median hold it. The workload
+    Why pairs: one 3-5 s cell per system on a shared 2-core machine swings a ratio by +-30% when
+    another process wakes up; pairs taken seconds apart and their median hold it. Why the order
+    alternates: the main cells always run off before on (their system order), so every pair
+    taken in one order measures the order too (what the previous cell left running: the
+    recording gateway's writer finishing its batch, the simulator's buffers), and with the
+    main cell's pair, an odd number of rounds leaves as many pairs in each order. The workload
     is the cells' own (same requests, concurrency and window)."""
     out: dict[str, dict[str, list[float]]] = {}
     timeout = settings.duration_s + settings.cell_timeout_margin_s
@@ -113,14 +124,16 @@ def measure_recording_rounds(
             if mode not in settings.modes:
                 continue
             ratios = out.setdefault(base, {}).setdefault(mode, [])
-            for _ in range(settings.recording_rounds):
+            for round_no in range(settings.recording_rounds):
+                order = (name, base) if recording_first(round_no) else (base, name)
                 try:
-                    off = run_loadgen(
-                        cell_spec(settings, systems, base, mode, HEADLINE_CONCURRENCY), timeout
+                    first, second = (
+                        run_loadgen(
+                            cell_spec(settings, systems, s, mode, HEADLINE_CONCURRENCY), timeout
+                        )
+                        for s in order
                     )
-                    on = run_loadgen(
-                        cell_spec(settings, systems, name, mode, HEADLINE_CONCURRENCY), timeout
-                    )
+                    on, off = (first, second) if order[0] == name else (second, first)
                 except (RuntimeError, subprocess.TimeoutExpired, ValueError) as exc:
                     say(f"[red]recording round {base} {mode} failed[/red]: {exc}")
                     continue

@@ -173,9 +173,10 @@ class BenchSettings:
     systems: tuple[SystemName, ...] = SYSTEMS
     duration_s: float = 5.0  # measured window per cell
     warmup_requests: int = 50  # per cell, uncounted; at least 2 per connection
-    # Extra back-to-back (off, on) pairs per recording path and mode at c=16; the recording
-    # ratios are the median over the main cells' pair and these (see cells.measure_recording_rounds)
-    recording_rounds: int = 4
+    # Extra back-to-back on/off pairs per recording path and mode at c=16, in alternating order;
+    # the recording ratios are the median over the main cells' pair and these. Odd: as many
+    # pairs in each order (see cells.measure_recording_rounds)
+    recording_rounds: int = 5
     max_requests_per_cell: int = 200_000  # a bound, should a window be long
     max_tokens: int = 16  # answer length asked for (unary and stream)
     long_stream_tokens: int = 256  # answer length of the long stream

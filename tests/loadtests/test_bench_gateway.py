@@ -306,3 +306,14 @@ def test_recording_ratio_is_the_median_of_the_main_pair_and_the_rounds() -> None
     assert figures._median_ratio(0.6, [0.95, 0.93, 0.97]) == 0.94
     assert figures._median_ratio(None, [0.9, 1.0, 0.8]) == 0.9
     assert figures._median_ratio(None, []) is None
+
+
+def test_recording_rounds_alternate_which_system_runs_first() -> None:
+    """With the main cells' pair (recording second), an odd number of rounds puts as many
+    pairs in each order."""
+    from loadtests.bench.cells import recording_first
+    from loadtests.bench.settings import BenchSettings, quick_settings
+
+    for settings in (BenchSettings(), quick_settings()):
+        firsts = [recording_first(i) for i in range(settings.recording_rounds)]
+        assert sum(firsts) == settings.recording_rounds - sum(firsts) + 1  # + the main pair
