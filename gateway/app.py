@@ -14,10 +14,10 @@ import logging
 import time
 from collections.abc import AsyncIterator, Callable, Iterable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import aiohttp
 from fastapi import FastAPI
-from opentelemetry.sdk.trace.export import SpanExporter
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
@@ -44,6 +44,9 @@ from gateway.recording import RecorderHandle, open_recorder
 from gateway.state import GatewayState, RecordSink, new_state
 from gateway.tracing import build_tracer
 from traffic.tool_calls import warm as warm_tool_calls
+
+if TYPE_CHECKING:
+    from opentelemetry.sdk.trace.export import SpanExporter
 
 log = logging.getLogger(__name__)
 

@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 import aiohttp
-from opentelemetry.sdk.trace import Tracer, TracerProvider
 
 from gateway.auth.budget import BudgetGuard
 from gateway.auth.keys import ANONYMOUS, Authenticator, Principal, presented_key
@@ -45,6 +44,8 @@ from router.policy import RoutingPolicy, RulePolicy
 from traffic.store.records import InferenceRecord
 
 if TYPE_CHECKING:
+    from opentelemetry.sdk.trace import Tracer, TracerProvider
+
     from gateway.fleet.apply import FleetApplier
 
 

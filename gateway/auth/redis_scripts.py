@@ -13,13 +13,11 @@ import logging
 import math
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import redis.asyncio as aioredis
-from redis.asyncio.retry import Retry
-from redis.backoff import NoBackoff
-from redis.commands.core import AsyncScript
-from redis.exceptions import RedisError
+if TYPE_CHECKING:
+    import redis.asyncio as aioredis
+    from redis.commands.core import AsyncScript
 
 log = logging.getLogger(__name__)
 
@@ -27,6 +25,12 @@ log = logging.getLogger(__name__)
 def redis_client(url: str, *, timeout_s: float, max_connections: int) -> aioredis.Redis:
     """A client for request-path scripts: a blocking pool (under a burst, calls wait briefly
     for a connection instead of failing at once), one timeout at most, no retries inside."""
+    # Imported here, not at module level: this module is on the gateway's start-up path
+    # (`import gateway.app`), where importing redis costs ~80-140 ms; only Redis features get here.
+    import redis.asyncio as aioredis
+    from redis.asyncio.retry import Retry
+    from redis.backoff import NoBackoff
+
     pool = aioredis.BlockingConnectionPool.from_url(
         url,
         max_connections=max_connections,
@@ -49,6 +53,11 @@ class ScriptRunner:
         retry_s: float,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
+        # Imported here, not at module level (start-up path, see redis_client); kept on the
+        # instance so that each call does not pay for an import statement.
+        from redis.exceptions import RedisError
+
+        self._redis_error: type[Exception] = RedisError
         self.client = client
         self._what = what
         self.retry_s = retry_s
@@ -65,7 +74,7 @@ class ScriptRunner:
             return None
         try:
             result = await script(keys=keys, args=args)
-        except RedisError as exc:
+        except self._redis_error as exc:
             self.failures += 1
             self._skip_until = self._monotonic() + self.retry_s
             if not self.down:

@@ -15,7 +15,6 @@ from gateway.auth.shared_budget import SharedBudget
 from gateway.episode_routing import build_episode_routing
 from gateway.fleet.apply import FleetApplier
 from gateway.fleet.base import Fleet, LocalFleet
-from gateway.fleet.redis_fleet import RedisFleet
 from gateway.state import GatewayState
 
 Gauge = tuple[str, str, dict[str, str], float]
@@ -33,7 +32,13 @@ _HELP = {
 
 def build_fleet(state: GatewayState) -> Fleet:
     config = state.config.fleet
-    return RedisFleet(config) if config.shared else LocalFleet()
+    if not config.shared:
+        return LocalFleet()
+    # Imported here, not at module level: this module is on the gateway's start-up path, and
+    # redis_fleet imports redis (~80-140 ms), which only a shared (Redis) fleet needs.
+    from gateway.fleet.redis_fleet import RedisFleet
+
+    return RedisFleet(config)
 
 
 async def start_fleet(state: GatewayState) -> Fleet:

@@ -134,3 +134,26 @@ def _wait_for_line(log_path: Path, text: str, timeout_s: float = 120.0) -> None:
     while text not in log_path.read_text():
         assert time.monotonic() < deadline, f"{text!r} never logged:\n{log_path.read_text()}"
         time.sleep(0.05)
+
+
+# Imported by the gateway only when used: the dataset pipeline (an export), httpx (litellm's
+# errors, once litellm imported it), redis (a Redis rate limiter, fleet or budget), the
+# OpenTelemetry SDK (traces on).
+NOT_AT_START = ("traffic.export.dataset", "httpx", "redis", "opentelemetry.sdk.trace")
+
+
+def test_importing_the_app_leaves_out_what_only_some_requests_use() -> None:
+    code = "import json, sys, gateway.app; print(json.dumps(sorted(sys.modules)))"
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=REPO_ROOT,
+        env={**os.environ, **ENV},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    imported = set(json.loads(done.stdout.strip().splitlines()[-1]))
+    assert "gateway.app" in imported
+    assert [m for m in NOT_AT_START if m in imported] == []

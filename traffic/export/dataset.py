@@ -33,9 +33,9 @@ from tqdm import tqdm
 
 from traffic.export.builders import BuiltRecord, Example, example_of, make_builder
 from traffic.export.config import DatasetConfig, DatasetKind, DedupConfig
-from traffic.export.conversation import AssistantTurn, ToolCall, UnsupportedShape
+from traffic.export.conversation import UnsupportedShape
 from traffic.export.dedup import Deduplicator, Fingerprint
-from traffic.export.pii import CachingScrubber, TextScrub, scrub_messages, scrub_text
+from traffic.export.pii import CachingScrubber, TextScrub, scrub_messages, scrub_text, scrub_turn
 from traffic.export.split import EpisodeStarts, RowTime, Split, assign_splits, record_split
 from traffic.export.wire_formats import LegacyTranslator
 from traffic.export.writers import serialize
@@ -110,24 +110,6 @@ class Dataset:
     eval: list[dict[str, Any]]
     counts: ExportCounts
     pii: dict[str, int]
-
-
-def scrub_turn(
-    answer: AssistantTurn | None, scrub: TextScrub, counts: Counter[str]
-) -> AssistantTurn | None:
-    """``answer`` with PII scrubbed from its text and tool-call arguments (found: ``counts``)."""
-    if answer is None:
-        return None
-    content = answer.content
-    if content is not None:
-        content, found = scrub(content)
-        counts.update(found)
-    calls = []
-    for call in answer.tool_calls:
-        arguments, found = scrub(call.arguments)
-        counts.update(found)
-        calls.append(ToolCall(call.id, call.name, arguments))
-    return AssistantTurn(content, tuple(calls))
 
 
 def scrub_example(example: Example, scrub: TextScrub = scrub_text) -> tuple[Example, Counter[str]]:

@@ -45,7 +45,6 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from traffic.export.config import OutputFormat, SplitConfig
 from traffic.export.conversation import LegacyTranslator, Message
-from traffic.export.dataset import scrub_turn
 from traffic.export.episodes import (
     Episode,
     EpisodeStep,
@@ -55,7 +54,7 @@ from traffic.export.episodes import (
     rebuild_episode,
     step_view,
 )
-from traffic.export.pii import CachingScrubber, TextScrub, scrub_messages
+from traffic.export.pii import CachingScrubber, TextScrub, scrub_messages, scrub_turn
 from traffic.export.split import RowTime, Split, assign_splits
 from traffic.export.writers import (
     ColumnType,

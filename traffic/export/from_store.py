@@ -14,15 +14,18 @@ import asyncio
 import queue
 import threading
 from collections.abc import Callable, Iterator
-from typing import Any, Final, TypeVar
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 from pydantic import TypeAdapter
 
-from traffic.export.config import DatasetConfig, ExportConfig
-from traffic.export.dataset import Dataset, build_dataset
-from traffic.export.export import ExportManifest, export_dataset
-from traffic.export.wire_formats import LegacyTranslator
 from traffic.store import InferenceFilter, InferenceRow, StoreBackend
+
+if TYPE_CHECKING:  # the pipeline is imported when it runs: the gateway's start path imports this
+    # module (for TRAFFIC_QUERY) and must not pay for the dataset pipeline (~130 ms)
+    from traffic.export.config import DatasetConfig, ExportConfig
+    from traffic.export.dataset import Dataset
+    from traffic.export.export import ExportManifest
+    from traffic.export.wire_formats import LegacyTranslator
 
 QUEUE_BATCHES = 8
 BATCH_ROWS = 500
@@ -50,6 +53,8 @@ async def export_from_store(
     progress: bool = False,
 ) -> ExportManifest:
     """Export the rows ``query`` selects as ``config`` says; the filters go into the manifest."""
+    from traffic.export.export import export_dataset
+
     filters = TRAFFIC_QUERY.dump_python(query, mode="json")
     config = config.model_copy(update={"filters": filters})
     return await _consume(
@@ -65,6 +70,8 @@ async def dataset_from_store(
     legacy: LegacyTranslator | None = None,
 ) -> Dataset:
     """Build the dataset ``config`` says from the rows ``query`` selects, in memory."""
+    from traffic.export.dataset import build_dataset
+
     return await _consume(backend, query, lambda rows: build_dataset(rows, config, legacy=legacy))
 
 

@@ -50,6 +50,8 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
+from traffic.export.turns import AssistantTurn, ToolCall
+
 PLACEHOLDERS: Mapping[str, str] = MappingProxyType(
     {
         "secret": "<SECRET>",
@@ -418,3 +420,21 @@ def scrub_messages(
             copy["tool_calls"] = calls
         out.append(copy)
     return out, counts
+
+
+def scrub_turn(
+    answer: AssistantTurn | None, scrub: TextScrub, counts: Counter[str]
+) -> AssistantTurn | None:
+    """``answer`` with PII scrubbed from its text and tool-call arguments (found: ``counts``)."""
+    if answer is None:
+        return None
+    content = answer.content
+    if content is not None:
+        content, found = scrub(content)
+        counts.update(found)
+    calls = []
+    for call in answer.tool_calls:
+        arguments, found = scrub(call.arguments)
+        counts.update(found)
+        calls.append(ToolCall(call.id, call.name, arguments))
+    return AssistantTurn(content, tuple(calls))
