@@ -73,6 +73,21 @@ IN_PROCESS = textwrap.dedent(
 )
 
 
+def _python_json(code: str, *args: str) -> Any:
+    """What ``code``, run in a fresh interpreter from the repository, printed last (JSON)."""
+    done = subprocess.run(
+        [sys.executable, "-c", code, *args],
+        cwd=REPO_ROOT,
+        env={**os.environ, **ENV},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
 @pytest.fixture(scope="module")
 def model_dir() -> Path:
     return ensure_demo_model(cache_dir())
@@ -87,17 +102,7 @@ def replica() -> Iterator[ThreadedSimulator]:
 
 def test_the_app_starts_and_tokenizes_without_transformers_or_torch(model_dir: Path) -> None:
     config = cache_aware_config(model_dir, ["http://127.0.0.1:9"])  # nothing listens there
-    done = subprocess.run(
-        [sys.executable, "-c", IN_PROCESS, json.dumps(config)],
-        cwd=REPO_ROOT,
-        env={**os.environ, **ENV},
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    out = json.loads(done.stdout.strip().splitlines()[-1])
+    out = _python_json(IN_PROCESS, json.dumps(config))
     assert out["ready"] == 200
     assert out["loaded"] and out["ids"] > 0  # the tokenizer did load, and tokenizes
     assert out["at_import"] == out["at_ready"] == out["after_tokenizing"] == []
@@ -144,16 +149,6 @@ NOT_AT_START = ("traffic.export.dataset", "httpx", "redis", "opentelemetry.sdk.t
 
 def test_importing_the_app_leaves_out_what_only_some_requests_use() -> None:
     code = "import json, sys, gateway.app; print(json.dumps(sorted(sys.modules)))"
-    done = subprocess.run(
-        [sys.executable, "-c", code],
-        cwd=REPO_ROOT,
-        env={**os.environ, **ENV},
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    imported = set(json.loads(done.stdout.strip().splitlines()[-1]))
+    imported = set(_python_json(code))
     assert "gateway.app" in imported
     assert [m for m in NOT_AT_START if m in imported] == []
