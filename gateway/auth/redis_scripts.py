@@ -22,6 +22,14 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
+def redis_error() -> type[Exception]:
+    """redis's base error class, imported when asked for (see :func:`redis_client`): what code
+    that holds a Redis client catches."""
+    from redis.exceptions import RedisError
+
+    return RedisError
+
+
 def redis_client(url: str, *, timeout_s: float, max_connections: int) -> aioredis.Redis:
     """A client for request-path scripts: a blocking pool (under a burst, calls wait briefly
     for a connection instead of failing at once), one timeout at most, no retries inside."""
@@ -53,11 +61,8 @@ class ScriptRunner:
         retry_s: float,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
-        # Imported here, not at module level (start-up path, see redis_client); kept on the
-        # instance so that each call does not pay for an import statement.
-        from redis.exceptions import RedisError
-
-        self._redis_error: type[Exception] = RedisError
+        # Kept on the instance: each call does not pay for an import statement.
+        self.redis_error = redis_error()
         self.client = client
         self._what = what
         self.retry_s = retry_s
@@ -74,7 +79,7 @@ class ScriptRunner:
             return None
         try:
             result = await script(keys=keys, args=args)
-        except self._redis_error as exc:
+        except self.redis_error as exc:
             self.failures += 1
             self._skip_until = self._monotonic() + self.retry_s
             if not self.down:

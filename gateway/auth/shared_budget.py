@@ -156,12 +156,9 @@ class SharedBudget:
 
     async def spent(self, key_id: str) -> float:
         """The fleet's settled spend of ``key_id`` (0 when unknown or unreachable)."""
-        # Imported here, not at module level (start-up path); redis is loaded by now (the client).
-        from redis.exceptions import RedisError
-
         try:
             raw = await self._scripts.client.hget(self._keys(key_id)[0], "spent")
-        except RedisError:
+        except self._scripts.redis_error:
             return 0.0
         return float(raw) if raw is not None else 0.0
 

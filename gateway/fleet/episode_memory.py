@@ -24,6 +24,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
+from gateway.auth.redis_scripts import redis_error
 from router.episode_fallback import KEPT_LOCAL_STEPS, EpisodeMemory
 
 if TYPE_CHECKING:
@@ -134,11 +135,7 @@ class RedisEpisodeMemory:
         retry_s: float,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
-        # Imported here, not at module level (start-up path, see above); kept on the instance so
-        # that each request does not pay for an import statement.
-        from redis.exceptions import RedisError
-
-        self._errors: tuple[type[Exception], ...] = (RedisError, OSError)
+        self._errors = (redis_error(), OSError)  # redis is imported when a client exists
         self.client = client
         self._namespace = namespace
         self._ttl_ms = max(1, int(ttl_s * 1000))

@@ -127,13 +127,13 @@ def measure_recording_rounds(
             for round_no in range(settings.recording_rounds):
                 order = (name, base) if recording_first(round_no) else (base, name)
                 try:
-                    first, second = (
-                        run_loadgen(
+                    result = {
+                        s: run_loadgen(
                             cell_spec(settings, systems, s, mode, HEADLINE_CONCURRENCY), timeout
                         )
                         for s in order
-                    )
-                    on, off = (first, second) if order[0] == name else (second, first)
+                    }
+                    on, off = result[name], result[base]
                 except (RuntimeError, subprocess.TimeoutExpired, ValueError) as exc:
                     say(f"[red]recording round {base} {mode} failed[/red]: {exc}")
                     continue

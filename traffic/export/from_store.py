@@ -20,8 +20,9 @@ from pydantic import TypeAdapter
 
 from traffic.store import InferenceFilter, InferenceRow, StoreBackend
 
-if TYPE_CHECKING:  # the pipeline is imported when it runs: the gateway's start path imports this
-    # module (for TRAFFIC_QUERY) and must not pay for the dataset pipeline (~130 ms)
+# The dataset pipeline is imported when an export runs: the gateway's start path imports this
+# module (TRAFFIC_QUERY, summarize) and must not pay for the pipeline (~130 ms).
+if TYPE_CHECKING:
     from traffic.export.config import DatasetConfig, ExportConfig
     from traffic.export.dataset import Dataset
     from traffic.export.export import ExportManifest
