@@ -31,6 +31,9 @@ class UpstreamCall:
     wire_format: str = "openai.chat"
     client_body: dict[str, Any] | None = None
     client_headers: dict[str, str] = field(default_factory=dict)
+    # What a back-end changed in the client's request to make it acceptable to its provider
+    # (recorded as ``note.*`` tags); set by the back-end on each attempt.
+    notes: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(slots=True)

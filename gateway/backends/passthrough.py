@@ -12,7 +12,9 @@ A direct call is one POST on the gateway's aiohttp session, the answer's bytes r
 come (:mod:`gateway.backends.relay`): no per-call wrapper, no per-chunk objects. The Messages door
 to Anthropic sends the client's body unchanged apart from ``model``: thinking blocks with their
 signatures, ``cache_control``, ``metadata`` and any field the gateway does not know reach the
-provider, with the client's ``anthropic-version`` and ``anthropic-beta`` headers. A translated
+provider, with the client's ``anthropic-version`` and ``anthropic-beta`` headers (but for thinking
+blocks Anthropic would refuse, which another target made: :mod:`gateway.wire.anthropic_thinking`).
+Its answer names the model the client asked for (:func:`_asked_model`). A translated
 body (the Messages or Responses door to an OpenAI-format provider) carries only OpenAI's own chat
 fields: the translators also emit vLLM's (``continue_final_message``, ``top_k``), which OpenAI
 refuses.
@@ -44,6 +46,7 @@ from gateway.backends.vllm import upstream_status_error
 from gateway.config import BackendConfig
 from gateway.errors import UpstreamTimeoutError, UpstreamUnavailableError
 from gateway.wire.anthropic_answer import usage_as_openai
+from gateway.wire.anthropic_thinking import reconcile_thinking
 from gateway.wire.openai_requests import OPENAI_CHAT_FIELDS
 
 _JSON = {"Content-Type": "application/json"}
@@ -86,8 +89,8 @@ class PassThroughBackend:
         if route.wire == "anthropic":
             if call.wire_format != "anthropic.messages" or call.client_body is None:
                 return None
-            body = dict(call.client_body)
-            body["model"] = route.model
+            body, call.notes = reconcile_thinking(call.client_body)
+            body = {**body, "model": route.model}
             return route.chat_url, orjson.dumps(body), headers, True
         if call.endpoint == "chat.completions" and route.chat_url:
             url = route.chat_url
@@ -136,6 +139,10 @@ class PassThroughBackend:
         url, payload, headers, native = direct
         resp = await self._post(url, payload, headers)
         body, parsed = await read_json_answer(resp, self.name, self.route.provider)
+        asked, served = _asked_model(call) if native else None, parsed.get("model")
+        if asked is not None and isinstance(served, str) and served != asked:  # renamed
+            parsed["model"] = asked
+            body = orjson.dumps(parsed)
         raw_usage = parsed.get("usage")
         usage = Usage.from_openai(usage_as_openai(raw_usage) if native else raw_usage)
         return UpstreamResult(body, parsed, usage, self.config.model, None, native=native)
@@ -148,7 +155,9 @@ class PassThroughBackend:
         resp = await self._post(url, payload, headers)
         first = await read_first_block(resp, self.name, self.route.provider)
         watcher: EventWatcher = (
-            AnthropicWatcher() if native else OpenAIWatcher(strip_usage=not call.client_wants_usage)
+            AnthropicWatcher(_asked_model(call))
+            if native
+            else OpenAIWatcher(strip_usage=not call.client_wants_usage)
         )
         return RelayStream(
             resp, first, watcher, served_model=self.config.model, source=self.name, native=native
@@ -156,3 +165,12 @@ class PassThroughBackend:
 
     async def aclose(self) -> None:
         return None
+
+
+def _asked_model(call: UpstreamCall) -> str | None:
+    """The model name a Messages client asked for: its answer carries that name, as Anthropic's
+    answers carry the id they were asked for. Claude Code keeps a turn's signed thinking only
+    when the answer's model is the one it asks for (it strips thinking made by another model),
+    so an alias such as ``auto`` answered under the provider's name would lose it."""
+    model = call.client_body.get("model") if call.client_body is not None else None
+    return model if isinstance(model, str) else None

@@ -7,8 +7,9 @@ wire format looks only at the events that matter and fills the :class:`StreamOut
 - OpenAI (``data: {chunk}`` ... ``data: [DONE]``): the usage-only chunk is found by a substring
   test, parsed, and cut out when the client did not ask for usage; ``[DONE]`` completes it.
 - Anthropic Messages (``event: <type>\\ndata: {...}``): ``message_start`` and ``message_delta``
-  carry the usage and are parsed; ``message_stop`` completes it; an ``error`` event ends the stream
-  as an upstream failure (the pipeline tells the client in its door's shape).
+  carry the usage and are parsed (``message_start``'s ``model`` renamed to the one the client
+  asked for); ``message_stop`` completes it; an ``error`` event ends the stream as an upstream
+  failure (the pipeline tells the client in its door's shape).
 
 Every other event is forwarded without being parsed: per chunk the gateway does a buffer cut, a
 few substring searches and one list append. The record's answer is assembled once, from the kept
@@ -57,17 +58,24 @@ class AnthropicWatcher:
     ``message_delta`` (output, and input counts where the provider repeats them: the latest
     value of each count wins)."""
 
-    __slots__ = ("_usage",)
+    __slots__ = ("_model", "_usage")
 
-    def __init__(self) -> None:
+    def __init__(self, model: str | None = None) -> None:
+        self._model = model  # the name message_start gives the model (None: the provider's)
         self._usage: dict[str, Any] = {}
 
     def watch(self, block: bytes, outcome: StreamOutcome) -> bytes:
         if b"event: message_start" in block or b"event: message_delta" in block:
             for data in _named_events(block, (b"message_start", b"message_delta")):
-                usage = data.get("usage") or (data.get("message") or {}).get("usage") or {}
+                message = data.get("message") or {}
+                usage = data.get("usage") or message.get("usage") or {}
                 if isinstance(usage, dict):
                     self._usage.update((k, v) for k, v in usage.items() if v is not None)
+                served = message.get("model")
+                if self._model is not None and isinstance(served, str) and served != self._model:
+                    # message_start opens the stream: its "model" is the block's first
+                    old, new = orjson.dumps(served), orjson.dumps(self._model)
+                    block = block.replace(b'"model":' + old, b'"model":' + new, 1)
             outcome.usage = Usage.from_openai(usage_as_openai(self._usage))
         if b"event: error" in block:
             for data in _named_events(block, (b"error",)):

@@ -133,7 +133,7 @@ def _message(
         "id": ctx.message_id,
         "type": "message",
         "role": "assistant",
-        "model": seq.model or ctx.model,
+        "model": ctx.model,  # the name asked for (gateway.backends.passthrough._asked_model)
         "content": content,
         "stop_reason": stop[0],
         "stop_sequence": stop[1],
@@ -209,7 +209,7 @@ class MessagesStreamEncoder:
         return b"".join(out)
 
     def encode(self, chunk: dict[str, Any]) -> bytes:
-        steps = self._seq.feed(chunk)  # first, so the start event knows the served model
+        steps = self._seq.feed(chunk)
         return self._start() + self._steps(steps)
 
     def finish(self) -> bytes:

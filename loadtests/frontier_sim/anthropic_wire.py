@@ -19,6 +19,7 @@ from typing import Any
 
 import orjson
 
+from loadtests.frontier_sim import thinking
 from loadtests.frontier_sim.answers import (
     Answer,
     BadRequest,
@@ -38,6 +39,7 @@ from loadtests.frontier_sim.prompt_cache import (
 from loadtests.frontier_sim.transcript import StepCollector
 
 _STOP_REASONS = {"natural": "end_turn", "length": "max_tokens", "stop": "stop_sequence"}
+_ROLES = ("user", "assistant", "system")
 _ERROR_TYPES = {
     400: "invalid_request_error",
     401: "authentication_error",
@@ -61,6 +63,7 @@ class ParsedMessages:
     stream: bool
     cacheable: CacheablePrompt | None = None
     cache: CacheUse = NO_CACHE
+    thinking: str | None = None  # the thinking block's text, when the request enabled it
 
     def with_cache(self, cache: CacheUse) -> ParsedMessages:
         return replace(self, cache=cache)
@@ -124,8 +127,9 @@ def parse_messages_request(body: Any) -> ParsedMessages:
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise BadRequest("messages: must be a non-empty array")
-    if not all(isinstance(m, dict) and m.get("role") in ("user", "assistant") for m in messages):
-        raise BadRequest("messages: each message needs role user or assistant")
+    # "system" turns inside `messages`: Claude Code (2.1) sends them mid-conversation.
+    if not all(isinstance(m, dict) and m.get("role") in _ROLES for m in messages):
+        raise BadRequest("messages: each message needs role user, assistant or system")
     stop = body.get("stop_sequences") or []
     if not isinstance(stop, list) or not all(isinstance(s, str) for s in stop):
         raise BadRequest("stop_sequences: must be an array of strings")
@@ -135,6 +139,8 @@ def parse_messages_request(body: Any) -> ParsedMessages:
     has_result = last["role"] == "user" and isinstance(last.get("content"), list)
     tool_result = _blocks_text(last["content"], "tool_result") if has_result else ""
     tools, tool_mode, forced_tool = _tools(body)
+    thinks = thinking.thinking_requested(body)
+    thinking.check_replayed(messages, thinks)
     system = _blocks_text(body.get("system") or "")
     steps = StepCollector()
     for m in messages:
@@ -158,7 +164,12 @@ def parse_messages_request(body: Any) -> ParsedMessages:
         stop=tuple(stop),
         tool_steps=steps.steps(),
     )
-    return ParsedMessages(view, bool(body.get("stream")), _marked_blocks(model, body, messages))
+    return ParsedMessages(
+        view,
+        bool(body.get("stream")),
+        _marked_blocks(model, body, messages),
+        thinking=thinking.thinking_text(view) if thinks else None,
+    )
 
 
 def _marked_blocks(
@@ -211,8 +222,11 @@ def _stop_sequence(answer: Answer) -> str | None:
 
 
 def _usage(request: ParsedMessages, output_tokens: int) -> dict[str, int]:
-    """Anthropic's usage: ``input_tokens`` excludes the cache reads and writes."""
+    """Anthropic's usage: ``input_tokens`` excludes the cache reads and writes; thinking is
+    billed as output."""
     cache = request.cache
+    if request.thinking is not None:
+        output_tokens += estimate_tokens(request.thinking)
     return {
         "input_tokens": request.view.prompt_tokens - cache.read - cache.written,
         "cache_creation_input_tokens": cache.written,
@@ -242,10 +256,11 @@ def message(request: ParsedMessages, answer: Answer) -> bytes:
         }
     else:
         block = {"type": "text", "text": answer.text}
+    content = [block] if request.thinking is None else [thinking.block(request.thinking), block]
     return orjson.dumps(
         {
             **_head(request),
-            "content": [block],
+            "content": content,
             "stop_reason": _stop_reason(answer),
             "stop_sequence": _stop_sequence(answer),
             "usage": _usage(request, answer.tokens),
@@ -263,6 +278,11 @@ def message_stream(request: ParsedMessages, answer: Answer) -> Iterator[bytes]:
         "usage": _usage(request, 1),
     }
     yield _event("message_start", {"type": "message_start", "message": start})
+    index = 0
+    if request.thinking is not None:
+        for name, payload in thinking.stream_events(request.thinking, index):
+            yield _event(name, payload)
+        index += 1
     block: dict[str, Any]
     if isinstance(answer, ToolCall):
         block = {"type": "tool_use", "id": "toolu_" + uuid.uuid4().hex[:24], "name": answer.name}
@@ -274,16 +294,17 @@ def message_stream(request: ParsedMessages, answer: Answer) -> Iterator[bytes]:
         block = {"type": "text", "text": ""}
         deltas = [{"type": "text_delta", "text": piece} for piece in answer.pieces()]
     yield _event(
-        "content_block_start", {"type": "content_block_start", "index": 0, "content_block": block}
+        "content_block_start",
+        {"type": "content_block_start", "index": index, "content_block": block},
     )
     yield _event("ping", {"type": "ping"})
     for delta in deltas:
         yield _event(
-            "content_block_delta", {"type": "content_block_delta", "index": 0, "delta": delta}
+            "content_block_delta", {"type": "content_block_delta", "index": index, "delta": delta}
         )
-    yield _event("content_block_stop", {"type": "content_block_stop", "index": 0})
+    yield _event("content_block_stop", {"type": "content_block_stop", "index": index})
     stop = {"stop_reason": _stop_reason(answer), "stop_sequence": _stop_sequence(answer)}
-    usage = {"output_tokens": answer.tokens}
+    usage = {"output_tokens": _usage(request, answer.tokens)["output_tokens"]}
     yield _event("message_delta", {"type": "message_delta", "delta": stop, "usage": usage})
     yield _event("message_stop", {"type": "message_stop"})
 

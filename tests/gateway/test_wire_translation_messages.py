@@ -259,7 +259,7 @@ def test_messages_stream_is_valid_sdk_events_and_matches_the_unary_render(thinki
     message = Message.model_validate(unary)
     assert message.content[-2].type == "tool_use"
     assert message.content[-2].id == "call_a" and message.content[-2].input == {"path": "a.py"}
-    assert message.model == "served"
+    assert message.model == "asked"  # the name the client asked for (Claude Code checks it)
 
 
 def test_messages_stop_sequence_named_by_vllm_and_missing_ids() -> None:

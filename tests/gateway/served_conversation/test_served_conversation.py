@@ -29,6 +29,7 @@ from hypothesis import strategies as st
 from gateway.config import parse_config
 from gateway.legacy_records import LIVE_TRANSLATOR
 from gateway.wire.anthropic import translate_messages
+from gateway.wire.anthropic_thinking import reconcile_thinking
 from gateway.wire.assemble import assemble_chat
 from tests.fixtures.gateway_fixture import GatewayThread
 from tests.gateway.served_conversation import client_strategies as gen
@@ -166,7 +167,10 @@ def _check_canonical_fields(
     canonical = record.canonical_request
     assert canonical is not None and record.canonical_response is not None
     if path == "/v1/messages":
-        assert got == {**record.request, "model": got["model"]}
+        # As sent, but for thinking Anthropic would refuse (noted in the record's tags).
+        sent, notes = reconcile_thinking(record.request)
+        assert got == {**sent, "model": got["model"]}
+        assert {f"note.{k}": v for k, v in notes.items()}.items() <= record.tags.items()
         assert canonical == translate_messages(record.request).body
         return
     assert canonical["messages"] == got["messages"]
