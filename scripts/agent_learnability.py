@@ -39,6 +39,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, get_args
 
+import torch
 from pydantic import BaseModel, ConfigDict, Field
 from tqdm import tqdm
 
@@ -63,10 +64,11 @@ from rl_loop.datasets import SftExample
 from rl_loop.modeling import Policy, load_policy
 from serving.base_checkpoints import base_training_config, ensure_trained
 from serving.build import ensure_model
-from serving.copy_curriculum import COPY_RECIPE, CopySpec
+from serving.copy_curriculum import COPY_RECIPE, CopySpec, copy_windows, ordinary_ids
 from serving.model_config import PresetName
 
 REPO = Path(__file__).resolve().parents[1]
+COPY_REPLAY_POOL = 4096  # copy windows drawn once; each step takes copy_replay of them
 
 
 class LearnabilitySettings(BaseModel):
@@ -100,6 +102,14 @@ class LearnabilitySettings(BaseModel):
     max_new_tokens: int = Field(default=128, ge=1, description="Tokens per assistant turn.")
     batch_size: int = Field(default=16, ge=1, description="Examples per optimizer step.")
     lr: float = Field(default=SftConfig().lr, gt=0, description="Peak learning rate.")
+    copy_replay: int = Field(
+        default=0,
+        ge=0,
+        description="Copy windows (serving.copy_curriculum) per distillation step, trained with "
+        "the plain LM loss beside the trajectories, so that the base's copy is kept while the "
+        "task is learnt; 0: none.",
+    )
+    copy_replay_len: int = Field(default=256, ge=32, description="Tokens per copy window.")
     cache: Path = Field(default=REPO / ".cache", description="Where checkpoints are kept.")
 
     def sft_config(self, steps: int) -> SftConfig:
@@ -109,8 +119,18 @@ class LearnabilitySettings(BaseModel):
             max_epochs=1e9,
             batch_size=self.batch_size,
             lr=self.lr,
-            replay_windows=0,
+            replay_windows=self.copy_replay,
         )
+
+    def copy_replay_windows(self, policy: Policy) -> torch.Tensor | None:
+        """The copy windows the distillation draws its replay from (None: no replay)."""
+        if not self.copy_replay:
+            return None
+        tokenizer = policy.tokenizer
+        ids = ordinary_ids(len(tokenizer), tokenizer.all_special_ids)
+        generator = torch.Generator().manual_seed(self.seed)
+        count = max(COPY_REPLAY_POOL, self.copy_replay)
+        return copy_windows(count, self.copy_replay_len, ids, COPY_RECIPE, generator)
 
 
 class ScriptedAgentPolicy:
@@ -285,6 +305,7 @@ def budget_figures(
                 settings.sft_config(steps),
                 output_dir=Path(scratch),
                 seed=settings.seed,
+                replay=settings.copy_replay_windows(policy),
             )
         figures.update(
             train_seconds=round(stats.seconds, 1),
@@ -366,6 +387,8 @@ def parse_settings(argv: Sequence[str] | None = None) -> LearnabilitySettings:
         "max_steps",
         "max_new_tokens",
         "batch_size",
+        "copy_replay",
+        "copy_replay_len",
     ):
         parser.add_argument("--" + name.replace("_", "-"), type=int, dest=name)
     parser.add_argument("--lr", type=float)

@@ -25,6 +25,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from rl_loop.agent.episode import AgentEpisode, ToolCall
 from rl_loop.config import SftConfig
 from rl_loop.datasets import SftExample
@@ -118,9 +120,11 @@ def train_distill(
     seed: int = 0,
     device: str = "cpu",
     max_length: int | None = None,
+    replay: torch.Tensor | None = None,
 ) -> PhaseStats:
-    """SFT of ``policy`` on the assistant turns of ``rows`` (the loop's SFT trainer; replay of
-    the code corpus is ``config.replay_windows``' business, off when no corpus is given)."""
+    """SFT of ``policy`` on the assistant turns of ``rows`` (the loop's SFT trainer):
+    ``config.replay_windows`` rows of ``replay`` (token windows: the code corpus, or copy
+    windows) are trained beside them with the plain LM loss each step; none without it."""
     examples = distillation_examples(rows)
     stats, _ = train_sft(
         policy,
@@ -130,5 +134,6 @@ def train_distill(
         seed=seed,
         device=device,
         max_length=max_length,
+        replay=replay,
     )
     return stats
