@@ -17,13 +17,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from pydantic import JsonValue
 from transformers import PreTrainedModel, PreTrainedTokenizerFast
 
-from serving.base_corpus import CorpusSpec, split_files, token_windows
+from serving.base_corpus import corpus_windows
 from serving.build import (
     copy_tokenizer_files,
     finalize_checkpoint,
@@ -104,19 +104,13 @@ def load_policy(
 
 
 @lru_cache(maxsize=8)
-def code_windows(tokenizer_dir: str, split: str, seq_len: int, max_bytes: int) -> torch.Tensor:
-    """Windows ``[n, seq_len + 1]`` of the stdlib code corpus of ``serving.train_base``: its
-    ``train`` files (replay against forgetting) or its ``held_out`` ones (perplexity)."""
-    corpus = CorpusSpec()
-    train_files, held_out = split_files(corpus)
-    files = held_out if split == "held_out" else sorted(train_files)
-    return token_windows(
-        load_tokenizer(Path(tokenizer_dir)),
-        files,
-        max_bytes=max_bytes,
-        max_bytes_per_file=corpus.max_bytes_per_file,
-        seq_len=seq_len,
-    )
+def code_windows(
+    tokenizer_dir: str, split: Literal["train", "held_out"], seq_len: int, max_bytes: int
+) -> torch.Tensor:
+    """:func:`serving.base_corpus.corpus_windows` for a checkpoint's tokenizer, kept: the loop
+    reads the same windows every round."""
+    tokenizer = load_tokenizer(Path(tokenizer_dir))
+    return corpus_windows(tokenizer, split, seq_len=seq_len, max_bytes=max_bytes)
 
 
 @torch.no_grad()

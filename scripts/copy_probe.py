@@ -29,7 +29,7 @@ from pathlib import Path
 import torch
 from transformers import PreTrainedTokenizerFast
 
-from serving.base_corpus import CorpusSpec, split_files, token_windows
+from serving.base_corpus import corpus_windows
 from serving.copy_curriculum import random_repeat_figures, repeat_figures
 from serving.training import load_float32
 
@@ -37,15 +37,7 @@ from serving.training import load_float32
 def probe(checkpoint: Path, span: int, windows: int, seed: int) -> dict[str, object]:
     tokenizer = PreTrainedTokenizerFast.from_pretrained(checkpoint)
     model = load_float32(checkpoint)
-    spec = CorpusSpec()
-    _, held_out = split_files(spec)
-    code = token_windows(
-        tokenizer,
-        held_out,
-        max_bytes=spec.held_out_bytes,
-        max_bytes_per_file=spec.max_bytes_per_file,
-        seq_len=2 * span - 1,
-    )[:windows]
+    code = corpus_windows(tokenizer, "held_out", seq_len=2 * span - 1)[:windows]
     every_id = torch.arange(len(tokenizer))
     return {
         "checkpoint": str(checkpoint),

@@ -17,6 +17,7 @@ import hashlib
 import sysconfig
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Literal
 
 import torch
 from pydantic import BaseModel, ConfigDict, Field
@@ -82,3 +83,25 @@ def token_windows(
     if n == 0:
         raise ValueError(f"corpus of {len(stream)} tokens is shorter than one window")
     return torch.tensor(stream[: n * (seq_len + 1)], dtype=torch.long).view(n, seq_len + 1)
+
+
+def corpus_windows(
+    tokenizer: PreTrainedTokenizerFast,
+    split: Literal["train", "held_out"],
+    *,
+    seq_len: int,
+    max_bytes: int | None = None,
+    spec: CorpusSpec | None = None,
+) -> torch.Tensor:
+    """`[n, seq_len + 1]` windows of the corpus's `train` files (replay against forgetting) or
+    its `held_out` ones (perplexity, drift, probes), as base training splits them; at most
+    `max_bytes` of text (the spec's held-out size by default)."""
+    spec = spec or CorpusSpec()
+    train, held_out = split_files(spec)
+    return token_windows(
+        tokenizer,
+        held_out if split == "held_out" else train,
+        max_bytes=spec.held_out_bytes if max_bytes is None else max_bytes,
+        max_bytes_per_file=spec.max_bytes_per_file,
+        seq_len=seq_len,
+    )

@@ -53,7 +53,7 @@ from pydantic import JsonValue
 from safetensors.torch import load_file, save_file
 from transformers import PreTrainedModel
 
-from serving.base_corpus import CorpusSpec, split_files, token_windows
+from serving.base_corpus import CorpusSpec, corpus_windows
 from serving.build import copy_tokenizer_files, finalize_checkpoint, read_version, staging_dir
 from serving.logprob_probe import probe_reference
 from serving.tokenizer import load_tokenizer
@@ -227,15 +227,8 @@ def drift_windows(
     checkpoint_dir: Path, windows: int = 16, seq_len: int = 64, corpus: CorpusSpec | None = None
 ) -> torch.Tensor:
     """`windows` held-out code windows (base training's split) tokenized for the checkpoint."""
-    spec = corpus or CorpusSpec()
-    _, held_out = split_files(spec)
-    return token_windows(
-        load_tokenizer(checkpoint_dir),
-        held_out,
-        max_bytes=spec.held_out_bytes,
-        max_bytes_per_file=spec.max_bytes_per_file,
-        seq_len=seq_len,
-    )[:windows]
+    tokenizer = load_tokenizer(checkpoint_dir)
+    return corpus_windows(tokenizer, "held_out", seq_len=seq_len, spec=corpus)[:windows]
 
 
 def export_fp8(checkpoint_dir: Path, out_dir: Path, *, drift_window_count: int = 16) -> Fp8Export:
