@@ -14,17 +14,9 @@ import pytest
 
 from loadtests.frontier_sim.thinking import sign
 from tests.fixtures.gateway_fixture import GatewayThread, gateway_config
+from tests.loadtests.test_simulator_thinking import LOOKUP_TOOL
 
 TARGET = "anthropic-thinking"
-LOOKUP_TOOL: Any = {
-    "name": "lookup",
-    "description": "Look a symbol up",
-    "input_schema": {
-        "type": "object",
-        "properties": {"symbol": {"type": "string"}},
-        "required": ["symbol"],
-    },
-}
 BETA = "interleaved-thinking-2025-05-14"
 
 

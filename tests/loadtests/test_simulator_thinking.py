@@ -44,6 +44,24 @@ def tool_turn(claude: anthropic.Anthropic) -> tuple[list[dict[str, Any]], str]:
     return blocks, tool_use["id"]
 
 
+def answer_tools(
+    claude: anthropic.Anthropic, blocks: list[dict[str, Any]], call_id: str
+) -> anthropic.types.Message:
+    """The second turn: the first turn's blocks sent back, then the tool's result."""
+    result: Any = {"type": "tool_result", "tool_use_id": call_id, "content": "record.py:12"}
+    return claude.messages.create(
+        model="claude-sonnet-4-5",
+        max_tokens=4096,
+        thinking=THINKING,
+        tools=[LOOKUP_TOOL],
+        messages=[
+            *ASK_TOOL,
+            {"role": "assistant", "content": blocks},
+            {"role": "user", "content": [result]},
+        ],
+    )
+
+
 def test_thinking_comes_first_with_its_signature(claude: anthropic.Anthropic) -> None:
     message = claude.messages.create(
         model="claude-sonnet-4-5",
@@ -82,18 +100,7 @@ def test_streamed_thinking_assembles_to_the_unary_block(claude: anthropic.Anthro
 def test_a_tool_turn_sent_back_unchanged_is_answered(claude: anthropic.Anthropic) -> None:
     blocks, call_id = tool_turn(claude)
     assert blocks[0]["type"] == "thinking"
-    result: Any = {"type": "tool_result", "tool_use_id": call_id, "content": "record.py:12"}
-    second = claude.messages.create(
-        model="claude-sonnet-4-5",
-        max_tokens=4096,
-        thinking=THINKING,
-        tools=[LOOKUP_TOOL],
-        messages=[
-            *ASK_TOOL,
-            {"role": "assistant", "content": blocks},
-            {"role": "user", "content": [result]},
-        ],
-    )
+    second = answer_tools(claude, blocks, call_id)
     assert second.content[0].type == "thinking"
     assert second.stop_reason in ("end_turn", "tool_use")
 
@@ -101,36 +108,14 @@ def test_a_tool_turn_sent_back_unchanged_is_answered(claude: anthropic.Anthropic
 def test_a_changed_thinking_block_is_refused(claude: anthropic.Anthropic) -> None:
     blocks, call_id = tool_turn(claude)
     blocks[0] = {**blocks[0], "thinking": blocks[0]["thinking"] + " (edited)"}
-    result: Any = {"type": "tool_result", "tool_use_id": call_id, "content": "record.py:12"}
     with pytest.raises(anthropic.BadRequestError, match="Invalid `signature` in `thinking` block"):
-        claude.messages.create(
-            model="claude-sonnet-4-5",
-            max_tokens=4096,
-            thinking=THINKING,
-            tools=[LOOKUP_TOOL],
-            messages=[
-                *ASK_TOOL,
-                {"role": "assistant", "content": blocks},
-                {"role": "user", "content": [result]},
-            ],
-        )
+        answer_tools(claude, blocks, call_id)
 
 
 def test_a_tool_turn_whose_thinking_was_dropped_is_refused(claude: anthropic.Anthropic) -> None:
     blocks, call_id = tool_turn(claude)
-    result: Any = {"type": "tool_result", "tool_use_id": call_id, "content": "record.py:12"}
     with pytest.raises(anthropic.BadRequestError, match="must start with a thinking block"):
-        claude.messages.create(
-            model="claude-sonnet-4-5",
-            max_tokens=4096,
-            thinking=THINKING,
-            tools=[LOOKUP_TOOL],
-            messages=[
-                *ASK_TOOL,
-                {"role": "assistant", "content": blocks[1:]},
-                {"role": "user", "content": [result]},
-            ],
-        )
+        answer_tools(claude, blocks[1:], call_id)
 
 
 def test_a_budget_under_1024_tokens_is_refused(claude: anthropic.Anthropic) -> None:
