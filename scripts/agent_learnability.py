@@ -313,6 +313,11 @@ def budget_figures(
             loss_first=stats.first_loss,
             loss_last=stats.last_loss,
         )
+        if "replay_loss_first" in stats.extra:  # the copy windows' LM loss (--copy-replay)
+            figures.update(
+                copy_loss_first=stats.extra["replay_loss_first"],
+                copy_loss_last=stats.extra["replay_loss_last"],
+            )
     trained = time.perf_counter()
     result = evaluate(settings, f"{steps} steps", policy, environment, task_ids)
     summary = result.summary()

@@ -15,8 +15,10 @@ from loadtests.agent.tasks import AgentKind, agent_task_from_id, make_agent_task
 from loadtests.frontier_sim.config import SimulatorConfig
 from rl_loop.agent.distill import episode_sft_row, row_examples
 from rl_loop.agent.runner import play_episode
+from rl_loop.modeling import load_policy
 from rl_loop.trainers.sft import sft_steps
 from scripts.agent_learnability import (
+    COPY_REPLAY_POOL,
     LearnabilitySettings,
     ScriptedAgentPolicy,
     base_checkpoint,
@@ -122,3 +124,20 @@ def test_the_measured_heldout_tasks_ask_about_symbols_and_answers_training_never
     assert overlap["train_symbols"] > 0 and overlap["train_answers"] > 0
     assert overlap["heldout_symbol_seen"] == 0
     assert overlap["heldout_answer_seen"] == 0 and overlap["heldout_pair_seen"] == 0
+
+
+def test_copy_replay_trains_copy_windows_beside_the_trajectories(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    argv = ["--budgets", "2", "--trajectories", "2", "--heldout", "1", "--batch-size", "2"]
+    argv += ["--max-steps", "2", "--max-new-tokens", "8", "--cache", str(cache_dir())]
+    assert main([*argv, "--copy-replay", "2", "--copy-replay-len", "64"]) == 0
+    figures = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["budgets"][0]
+    assert figures["copy_loss_first"] > 0 and figures["copy_loss_last"] > 0
+    settings = parse_settings(["--copy-replay", "2", "--copy-replay-len", "64"])
+    policy = load_policy(base_checkpoint(settings.model_copy(update={"cache": cache_dir()})))
+    windows = settings.copy_replay_windows(policy)
+    assert windows is not None and windows.shape == (COPY_REPLAY_POOL, 64)
+    specials = set(policy.tokenizer.all_special_ids)
+    assert not specials & set(windows.flatten().tolist())
+    assert parse_settings([]).copy_replay_windows(policy) is None
