@@ -31,8 +31,8 @@ class UpstreamCall:
     wire_format: str = "openai.chat"
     client_body: dict[str, Any] | None = None
     client_headers: dict[str, str] = field(default_factory=dict)
-    # What a back-end changed in the client's request to make it acceptable to its provider
-    # (recorded as ``note.*`` tags); set by the back-end on each attempt.
+    # What a native pass-through changed in the client's body to make it acceptable to its
+    # provider (recorded as ``note.*`` tags when a native answer came back); set on each attempt.
     notes: dict[str, str] = field(default_factory=dict)
 
 
