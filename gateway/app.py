@@ -39,6 +39,7 @@ from gateway.config import SwitchyardConfig
 from gateway.console.routes import Console
 from gateway.fleet import admin as fleet_admin
 from gateway.fleet.wiring import start_fleet
+from gateway.memory_trim import trim_periodically
 from gateway.metrics import GatewayMetrics
 from gateway.recording import RecorderHandle, open_recorder
 from gateway.state import GatewayState, RecordSink, new_state
@@ -161,9 +162,13 @@ def create_app(
         # collector's generations cut full-collection pauses from ~1 s to ~0.1 s under load.
         gc.collect()
         gc.freeze()
+        trim_every = config.gateway.memory_trim_interval_s
+        trimmer = asyncio.create_task(trim_periodically(trim_every)) if trim_every else None
         try:
             yield
         finally:
+            if trimmer is not None:
+                trimmer.cancel()
             await warming
             await drain(state, state.config.gateway.limits.drain_timeout_s)
             if console is not None:

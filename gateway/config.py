@@ -201,6 +201,12 @@ class GatewaySection(BaseModel):
     admin_token_env: str = Field(
         default=ADMIN_TOKEN_ENV, description="Env var holding the admin credential."
     )
+    memory_trim_interval_s: float | None = Field(
+        default=10.0,
+        gt=0,
+        description="Seconds between returns of the C heap's free memory to the system "
+        "(gateway.memory_trim); null: never.",
+    )
 
 
 class ShadowConfig(BaseModel):
