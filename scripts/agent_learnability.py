@@ -293,8 +293,10 @@ def budget_figures(
     steps: int,
     environment: SandboxEnvironment,
     task_ids: Sequence[str],
+    replay: torch.Tensor | None = None,
 ) -> dict[str, Any]:
-    """Distil a fresh copy of ``base`` for ``steps`` and evaluate it."""
+    """Distil a fresh copy of ``base`` for ``steps`` (``replay``: copy windows trained beside
+    the trajectories) and evaluate it."""
     policy = load_policy(base)
     figures: dict[str, Any] = {"steps": steps}
     if steps > 0:
@@ -305,7 +307,7 @@ def budget_figures(
                 settings.sft_config(steps),
                 output_dir=Path(scratch),
                 seed=settings.seed,
-                replay=settings.copy_replay_windows(policy),
+                replay=replay,
             )
         figures.update(
             train_seconds=round(stats.seconds, 1),
@@ -348,18 +350,20 @@ def run(settings: LearnabilitySettings) -> dict[str, Any]:
     examples = distillation_examples(rows)
     task_ids = heldout_task_ids(settings.heldout, settings.seed, [settings.kind])
     heldout = [make_agent_task(*parse_agent_task_id(t)) for t in task_ids]
+    base_policy = load_policy(base)
+    replay = settings.copy_replay_windows(base_policy)  # drawn once, the same for every budget
     report: dict[str, Any] = {
         "settings": json.loads(settings.model_dump_json(exclude={"cache"})),
         "base": base.name,
-        "parameters": sum(p.numel() for p in load_policy(base).model.parameters()),
+        "parameters": sum(p.numel() for p in base_policy.model.parameters()),
         "trajectories": {"played": played, "passed": len(rows), "examples": len(examples)},
         "heldout_overlap": heldout_overlap(train_tasks(settings), heldout),
-        "sequence_lengths": sequence_lengths(load_policy(base), examples),
+        "sequence_lengths": sequence_lengths(base_policy, examples),
         "budgets": [],
     }
     print(json.dumps({k: v for k, v in report.items() if k != "budgets"}), flush=True)
     for steps in tqdm(settings.budgets, desc="budgets", unit="budget"):
-        figures = budget_figures(settings, base, rows, steps, environment, task_ids)
+        figures = budget_figures(settings, base, rows, steps, environment, task_ids, replay)
         report["budgets"].append(figures)
         print(table_line(settings, figures), flush=True)
     return report

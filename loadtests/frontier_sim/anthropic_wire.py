@@ -221,17 +221,21 @@ def _stop_sequence(answer: Answer) -> str | None:
     return None if isinstance(answer, ToolCall) else answer.stop_sequence
 
 
+def _output_tokens(request: ParsedMessages, answer_tokens: int) -> int:
+    """Output tokens as billed: the answer's, and the thinking's when there is one."""
+    if request.thinking is None:
+        return answer_tokens
+    return answer_tokens + estimate_tokens(request.thinking)
+
+
 def _usage(request: ParsedMessages, output_tokens: int) -> dict[str, int]:
-    """Anthropic's usage: ``input_tokens`` excludes the cache reads and writes; thinking is
-    billed as output."""
+    """Anthropic's usage: ``input_tokens`` excludes the cache reads and writes."""
     cache = request.cache
-    if request.thinking is not None:
-        output_tokens += estimate_tokens(request.thinking)
     return {
         "input_tokens": request.view.prompt_tokens - cache.read - cache.written,
         "cache_creation_input_tokens": cache.written,
         "cache_read_input_tokens": cache.read,
-        "output_tokens": output_tokens,
+        "output_tokens": _output_tokens(request, output_tokens),
     }
 
 
@@ -304,7 +308,7 @@ def message_stream(request: ParsedMessages, answer: Answer) -> Iterator[bytes]:
         )
     yield _event("content_block_stop", {"type": "content_block_stop", "index": index})
     stop = {"stop_reason": _stop_reason(answer), "stop_sequence": _stop_sequence(answer)}
-    usage = {"output_tokens": _usage(request, answer.tokens)["output_tokens"]}
+    usage = {"output_tokens": _output_tokens(request, answer.tokens)}
     yield _event("message_delta", {"type": "message_delta", "delta": stop, "usage": usage})
     yield _event("message_stop", {"type": "message_stop"})
 

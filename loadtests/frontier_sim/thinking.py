@@ -11,6 +11,10 @@ signature unchanged (else 400 ``Invalid `signature` in `thinking` block``), and 
 enabled, an assistant turn that made the tool calls the last user turn answers must start with its
 thinking block (else 400, as Anthropic answers a client whose thinking blocks were dropped).
 Thinking tokens are billed as output tokens.
+
+These checks are written here, apart from the gateway's own reading of the same rules
+(``gateway.wire.anthropic_thinking``), on purpose: the simulator stands for the provider, and a
+gateway bug shared with its test's oracle would pass unseen.
 """
 
 from __future__ import annotations

@@ -39,11 +39,8 @@ def gw(frontier_sim: Any) -> Iterator[GatewayThread]:
             "aliases": {"gpt-4o": OPENAI_TARGET, "claude-sonnet-4-5": ANTHROPIC_TARGET},
         },
     )
-    gateway = GatewayThread(config).start()
-    try:
+    with GatewayThread(config) as gateway:
         yield gateway
-    finally:
-        gateway.stop()
 
 
 @pytest.fixture(scope="module")

@@ -30,11 +30,8 @@ def gw(frontier_sim: Any) -> Iterator[GatewayThread]:
         },
         routing={"default": TARGET, "aliases": {"claude-sonnet-4-5": TARGET, "auto": TARGET}},
     )
-    gateway = GatewayThread(config).start()
-    try:
+    with GatewayThread(config) as gateway:
         yield gateway
-    finally:
-        gateway.stop()
 
 
 @pytest.fixture(scope="module")
