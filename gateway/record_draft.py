@@ -23,7 +23,12 @@ from typing import Any, Final, NamedTuple
 
 import orjson
 
-from gateway.wire.assemble import assemble_chat, assemble_completion, parse_stream
+from gateway.wire.assemble import (
+    assemble_chat,
+    assemble_chat_stream,
+    assemble_completion,
+    parse_stream,
+)
 from traffic.store.records import InferenceRecord
 from traffic.store.spool import SpoolRecord
 
@@ -165,7 +170,10 @@ def from_chunks(endpoint: str, chunks: list[dict[str, Any]]) -> Answers:
 
 def from_raw(endpoint: str, raw: list[bytes]) -> Answers:
     """A relayed OpenAI stream from the bytes sent to the client."""
-    return from_chunks(endpoint, parse_stream(b"".join(raw)))
+    blob = b"".join(raw)
+    if endpoint == "chat.completions":
+        return assemble_chat_stream(blob), None
+    return from_chunks(endpoint, parse_stream(blob))
 
 
 def from_encoded(response: Answer, consumed: list[dict[str, Any]]) -> Answers:

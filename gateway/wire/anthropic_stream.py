@@ -23,6 +23,21 @@ from typing import Any
 import orjson
 
 from gateway.wire.sse import EVENT_SEP, plain_json_events
+from gateway.wire.stream_template import (
+    TextRun,
+    find_template,
+    named_events,
+    named_payload,
+    read_events,
+    sentinel_text,
+)
+
+_DELTA_EVENT = b"event: content_block_delta\n"
+_TEXT_KEYS = {"text_delta": "text", "thinking_delta": "thinking"}
+# Messages events carry little besides their text, so one orjson call over them all is cheap:
+# the template wins from ~30 deltas on (measured: 16 deltas, 2.7 KB, 20 us against 17; 256
+# deltas 92 against 170-185). A stream's length stands for its count (~125 bytes an event).
+TEMPLATE_MIN_BYTES = 5000
 
 
 def _events(blob: bytes) -> list[dict[str, Any]]:
@@ -40,6 +55,37 @@ def _events(blob: bytes) -> list[dict[str, Any]]:
                 if isinstance(data, dict):
                     out.append(data)
     return out
+
+
+def _template_events(blob: bytes) -> list[dict[str, Any] | TextRun] | None:
+    """The events, the text (or thinking) deltas of the first kind streamed read as one
+    template (:mod:`gateway.wire.stream_template`: ~3x cheaper for long answers); None when
+    the stream does not allow it."""
+    if len(blob) < TEMPLATE_MIN_BYTES:
+        return None
+    events = named_events(blob)
+    if events is None:
+        return None
+    first = next((e for e in events if e.startswith(_DELTA_EVENT)), None)
+    if first is None:
+        return None
+    key = b'"thinking":' if b'"thinking_delta"' in first else b'"text":'
+    template = find_template(first, key, named_payload)
+    if template is None or _text_delta_key(template.event) is None:
+        return None
+    return read_events(events, template, named_payload)
+
+
+def _text_delta_key(event: dict[str, Any]) -> str | None:
+    """The key of the text a template event's delta carries (the sentinel's), if the event is
+    a ``content_block_delta`` whose text is all it adds."""
+    delta = event.get("delta")
+    if event.get("type") != "content_block_delta" or not isinstance(delta, dict):
+        return None
+    key = _TEXT_KEYS.get(str(delta.get("type")))
+    if key is None or not sentinel_text(delta.get(key)) or not isinstance(event.get("index"), int):
+        return None
+    return key
 
 
 def _apply_delta(block: dict[str, Any], delta: dict[str, Any], partial: dict[int, str]) -> None:
@@ -72,7 +118,15 @@ def assemble_message(blob: bytes) -> dict[str, Any] | None:
     message: dict[str, Any] | None = None
     blocks: dict[int, dict[str, Any]] = {}
     partial: dict[int, str] = {}
-    for event in _events(blob):
+    items = _template_events(blob)
+    for item in items if items is not None else _events(blob):
+        if type(item) is TextRun:
+            target = blocks.get(item.template.event["index"]) if message is not None else None
+            key = _text_delta_key(item.template.event)
+            if target is not None and key is not None:
+                target[key] = target.get(key, "") + "".join(item.texts)
+            continue
+        event: dict[str, Any] = item  # type: ignore[assignment]
         kind = event.get("type")
         if kind == "message_start" and isinstance(event.get("message"), dict):
             message = dict(event["message"])

@@ -7,11 +7,19 @@ finish_reason, usage) and legacy completion chunks.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 import orjson
 
 from gateway.wire.sse import iter_events, plain_json_events
+from gateway.wire.stream_template import (
+    TextRun,
+    data_events,
+    find_template,
+    read_events,
+    sentinel_text,
+)
 
 
 def parse_stream(blob: bytes) -> list[dict[str, Any]]:
@@ -54,16 +62,52 @@ _HEAD_KEYS = ("id", "created", "model", "system_fingerprint")
 _TEXT_KEYS = frozenset(("content", "reasoning_content", "reasoning"))
 
 
-def assemble_chat(chunks: list[dict[str, Any]]) -> dict[str, Any]:
+def assemble_chat_stream(blob: bytes) -> dict[str, Any] | None:
+    """The ``chat.completion`` a relayed OpenAI stream's bytes amount to (None: no chunk):
+    :func:`assemble_chat` over :func:`parse_stream`, its text deltas read as one template
+    where they allow it (:mod:`gateway.wire.stream_template`: ~3x cheaper for plain text)."""
+    events = data_events(blob)
+    if events is not None and len(events) > 2:
+        template = find_template(events[1], b'"content":')
+        if template is not None and _plain_text_delta(template.event):
+            items = read_events(events, template)
+            if items is not None:
+                return assemble_chat(items)
+    chunks = parse_stream(blob)
+    return assemble_chat(chunks) if chunks else None
+
+
+def _plain_text_delta(event: dict[str, Any]) -> bool:
+    """Whether a template chunk holds one choice whose delta's only text is the template's
+    ``content`` and carries no tool calls: adding it again changes nothing but that text."""
+    choices = event.get("choices")
+    if not isinstance(choices, list) or len(choices) != 1 or not isinstance(choices[0], dict):
+        return False
+    delta = choices[0].get("delta")
+    if not isinstance(delta, dict) or not sentinel_text(delta.get("content")):
+        return False
+    return not any(
+        v for k, v in delta.items() if k != "content" and (k in _TEXT_KEYS or k == "tool_calls")
+    )
+
+
+def assemble_chat(chunks: Iterable[dict[str, Any] | TextRun]) -> dict[str, Any]:
     """A ``chat.completion`` object equivalent to the streamed ``chat.completion.chunk`` list.
 
     Text deltas are collected per choice and joined once at the end; a delta whose text is not
-    a string (a broken upstream) is left out rather than failing the record."""
+    a string (a broken upstream) is left out rather than failing the record. A
+    :class:`TextRun` stands for its events: its template's chunk (empty text) once, which is
+    all those chunks do but their texts, then the texts."""
     choices: dict[int, dict[str, Any]] = {}
     texts: dict[int, dict[str, list[str]]] = {}
     head: dict[str, Any] | None = None
     usage: dict[str, Any] | None = None
-    for chunk in chunks:
+    for item in chunks:
+        run: list[str] | None = None
+        if type(item) is TextRun:
+            chunk, run = item.template.blank, item.texts
+        else:
+            chunk = item  # type: ignore[assignment]
         if head is None and chunk.get("id"):
             head = {k: chunk.get(k) for k in _HEAD_KEYS}
         if chunk.get("usage"):
@@ -93,6 +137,8 @@ def assemble_chat(chunks: list[dict[str, Any]]) -> dict[str, Any]:
                         _merge_tool_calls(slot["message"].setdefault("tool_calls", []), value)
             if ch.get("finish_reason"):
                 slot["finish_reason"] = ch["finish_reason"]
+            if run is not None and any(run):
+                texts[i].setdefault("content", []).extend(run)
     for i, pieces in texts.items():
         message = choices[i]["message"]
         for key, parts in pieces.items():
