@@ -91,6 +91,7 @@ def finish(
         cost,
         _tags(f, ex),
         ex.attempts,
+        ex.request_json,
     )
     submit_draft = getattr(state.recorder, "submit_draft", None)
     if submit_draft is not None:  # the record is built in the writer (gateway.record_draft)

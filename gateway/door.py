@@ -185,6 +185,7 @@ def _prepare(
     """Parse, bound-check and translate the body; fill the exchange's request and features."""
     body = parse_checked(raw, limits)
     ex.request = body  # only a body within bounds is kept parsed (the record can encode it)
+    ex.request_json = raw  # what the record writer process stores (gateway.record_draft)
     try:
         translated = translate(body, ex, request)
     except GatewayError:

@@ -68,6 +68,7 @@ class Exchange:
     wire_format: str
     started: float
     request: dict[str, Any] | None = None
+    request_json: bytes | None = None  # the body ``request`` was parsed from, as it came
     canonical_request: dict[str, Any] | None = None
     canonical_response: dict[str, Any] | None = None
     features: RequestFeatures | None = None

@@ -27,7 +27,7 @@ from gateway.wire.anthropic_answer import completion_of_message
 from gateway.wire.responses import completion_of_response
 from gateway.wire.responses_request import translate_request
 from traffic.export import LegacyTranslator, UnsupportedShape
-from traffic.store import InferenceFilter, StoreBackend
+from traffic.store import InferenceFilter, StoreBackend, json_object
 
 _TRANSLATORS: Final[MappingProxyType[str, Callable[[dict[str, Any]], dict[str, Any]]]] = (
     MappingProxyType(
@@ -90,7 +90,7 @@ async def backfill_canonical(
                 counts["already_canonical"] += 1
                 continue
             try:
-                request = translator.request(record.wire_format, record.request)
+                request = translator.request(record.wire_format, json_object(record.request) or {})
             except UnsupportedShape:
                 counts["untranslatable"] += 1
                 continue

@@ -34,6 +34,7 @@ from traffic.store import (
     InferenceRow,
     ShadowRecord,
     StoreBackend,
+    json_object,
 )
 
 Arm = Literal["local", "frontier"]
@@ -68,7 +69,7 @@ def features_of(inf: InferenceRecord) -> RequestFeatures:
     """The router's view of a recorded request (prompt size estimated as the gateway does)."""
     return recorded_features(
         inf.endpoint,
-        inf.request or {},
+        json_object(inf.request) or {},
         recorded_text(inf),
         tags=inf.tags,
         api_key_id=inf.api_key_id,

@@ -25,7 +25,7 @@ from router.policy import RoutingPolicy
 from router.replay import Arm, ReplayItem, ReplayReport, replay
 from traffic.export.conversation import canonical_body
 from traffic.export.labels import summarize_feedback
-from traffic.store import InferenceRecord, InferenceRow, StoreBackend
+from traffic.store import InferenceRecord, InferenceRow, StoreBackend, json_object
 from traffic.store.console_queries import Window, recent_ok
 
 
@@ -41,7 +41,7 @@ def features_of(inf: InferenceRecord) -> RequestFeatures:
     """The router's view of a recorded request, as ``python -m rl_loop.replay`` reads it."""
     return recorded_features(
         inf.endpoint,
-        inf.request or {},
+        json_object(inf.request) or {},
         request_text(inf.endpoint, canonical_body(inf)),
         tags=inf.tags,
         api_key_id=inf.api_key_id,

@@ -5,9 +5,11 @@ can start records from its own process."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import pickle
 import signal
+import sqlite3
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -95,6 +97,43 @@ def test_the_writer_process_stores_assembled_answers_and_feedback_finds_them(
     m = rows[native.headers["x-request-id"]].inference
     assert m.response is not None and m.response["type"] == "message"
     assert m.canonical_response is not None and m.canonical_response["object"] == "chat.completion"
+
+
+def test_the_writer_process_stores_the_clients_body_as_it_came(
+    frontier_sim: Any, tmp_path: Path
+) -> None:
+    """The request goes to the writer process as the bytes the client sent (not pickled as an
+    object) and is stored as they are; the record reads back as the parsed body. The Messages
+    door's canonical request (its chat translation) is stored as orjson encoded it."""
+    url = f"sqlite:///{tmp_path / 'traffic.db'}"
+    db = tmp_path / "traffic.db"
+    chat = (
+        b'{ "model" : "auto",\n  "messages": [{"role": "user", '
+        b'"content": "caf\\u00e9 \xe2\x9c\x93"}],\n  "x_unknown_field": {"kept": [1, 2.5, null]} }'
+    )
+    messages = json.dumps({**MESSAGES, "metadata": {"user_id": "u1"}}, indent=2).encode()
+    gw = store_gateway(frontier_sim.base_url, url, tmp_path / "spool").start()
+    try:
+        assert not _writer(gw).in_process
+        headers = {"content-type": "application/json"}
+        one = httpx.post(gw.base_url + "/v1/chat/completions", content=chat, headers=headers)
+        two = httpx.post(gw.base_url + "/v1/messages", content=messages, headers=headers)
+        assert one.status_code == 200 and two.status_code == 200, (one.text, two.text)
+    finally:
+        gw.stop()
+    ids = [one.headers["x-request-id"], two.headers["x-request-id"]]
+    with sqlite3.connect(db) as conn:
+        stored = dict(conn.execute("SELECT id, request FROM inference").fetchall())
+    assert stored[ids[0]] == chat.decode()  # byte for byte: spaces, escapes, unknown fields
+    assert stored[ids[1]] == messages.decode()
+    rows = _read_all(url)
+    request = rows[ids[0]].inference.request
+    assert isinstance(request, dict) and request == json.loads(chat)
+    assert request["messages"][0]["content"] == "café ✓"
+    message = rows[ids[1]].inference
+    assert message.request == json.loads(messages)
+    assert isinstance(message.canonical_request, dict)
+    assert message.canonical_request["messages"][-1]["content"] == "record me too"
 
 
 def test_a_killed_writer_process_loses_no_record(frontier_sim: Any, tmp_path: Path) -> None:

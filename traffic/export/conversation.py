@@ -55,7 +55,7 @@ from traffic.export.wire_formats import (
     internal_answer,
     internal_request,
 )
-from traffic.store.records import InferenceRecord
+from traffic.store.records import InferenceRecord, json_object
 
 __all__ = [
     "SKIP_REASONS",
@@ -106,7 +106,7 @@ def canonical_body(record: InferenceRecord) -> Mapping[str, Any]:
         kind, body = internal_request(record, None)
         return {"messages": _messages(kind, body), "tools": _tools(kind, body)}
     except UnsupportedShape:
-        return record.request or {}
+        return json_object(record.request) or {}
 
 
 def answer_of(

@@ -31,10 +31,13 @@ from traffic.store.records import (
     InferenceOwner,
     InferenceRecord,
     InferenceRow,
+    JsonField,
+    JsonText,
     ModelVersionRecord,
     PolicyVersionRecord,
     ShadowRecord,
     WireFormat,
+    json_object,
 )
 from traffic.store.sqlite_backend import SqliteBackend
 from traffic.store.writer import RecordWriter, WriterStats
@@ -49,6 +52,8 @@ __all__ = [
     "InferenceOwner",
     "InferenceRecord",
     "InferenceRow",
+    "JsonField",
+    "JsonText",
     "ModelVersionRecord",
     "PolicyVersionRecord",
     "RecordWriter",
@@ -63,6 +68,7 @@ __all__ = [
     "WireFormat",
     "WriterStats",
     "id_time",
+    "json_object",
     "new_id",
     "open_store",
 ]

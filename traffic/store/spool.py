@@ -44,8 +44,16 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, BinaryIO, Final
 
+import orjson
+
 from traffic.store.ids import new_id
-from traffic.store.records import FeedbackRecord, InferenceRecord, ShadowRecord, utc_now
+from traffic.store.records import (
+    FeedbackRecord,
+    InferenceRecord,
+    JsonText,
+    ShadowRecord,
+    utc_now,
+)
 
 SpoolRecord = InferenceRecord | FeedbackRecord | ShadowRecord
 
@@ -62,7 +70,7 @@ _SEGMENT_GLOB: Final = "segment-*.jsonl"
 
 def encode_line(record: SpoolRecord) -> bytes:
     """One spool line; raises (``TypeError``, ``KeyError``, ``RecursionError`` ...) if it cannot."""
-    data = {f.name: getattr(record, f.name) for f in dataclasses.fields(record)}
+    data = _fields(record)
     data["ts"] = record.ts.isoformat()
     line = json.dumps({"kind": _KIND_OF[type(record)], "record": data}, ensure_ascii=False)
     # Only a lone surrogate fails strict UTF-8; as a JSON escape it reads back unchanged.
@@ -237,9 +245,19 @@ def dead_letter_line(item: object, reason: str, at: str) -> bytes:
         return json.dumps({**head, **sketch, **tail}, ensure_ascii=False).encode() + b"\n"
 
 
+def _fields(record: Any) -> dict[str, Any]:
+    """A record's fields by name, an encoded JSON field (:class:`JsonText`) as its object (a
+    line reads back as the record it stands for)."""
+    data = {f.name: getattr(record, f.name) for f in dataclasses.fields(record)}
+    for name, value in data.items():
+        if type(value) is JsonText:
+            data[name] = orjson.loads(value.data)
+    return data
+
+
 def _plain(record: object) -> Any:
     if dataclasses.is_dataclass(record) and not isinstance(record, type):
-        data = {f.name: getattr(record, f.name) for f in dataclasses.fields(record)}
+        data = _fields(record)
         if isinstance(data.get("ts"), datetime):
             data["ts"] = data["ts"].isoformat()
         return data

@@ -9,6 +9,7 @@ from traffic.store import (
     FeedbackRecord,
     InferenceFilter,
     InferenceRow,
+    JsonText,
     ModelVersionRecord,
     PolicyVersionRecord,
     ShadowRecord,
@@ -221,6 +222,20 @@ async def test_nan_in_json_is_stored_as_null_rather_than_losing_the_record(store
     await store_backend.insert_inferences([rec])
     (row,) = await read_all(store_backend)
     assert row.inference.request == {"x": None, "y": [None]}
+
+
+async def test_encoded_json_is_stored_as_it_is_and_reads_back_as_its_object(store_backend):
+    """A body as the client sent it (JsonText: spacing, escapes, a NUL escape PostgreSQL's jsonb
+    refuses) reads back as the body parsed."""
+    body = b'{ "model": "m", "messages": [{"role": "user", "content": "caf\\u00e9 \\u0000"}] }'
+    rec = inference(request=JsonText(body), canonical_request=JsonText(b'{"model":"m"}'))
+    await store_backend.insert_inferences([rec])
+    (row,) = await read_all(store_backend)
+    expected = {"model": "m", "messages": [{"role": "user", "content": "café \x00"}]}
+    if store_backend.codec.dialect == "postgres":  # jsonb holds no NUL: replaced, as for dicts
+        expected["messages"][0]["content"] = "café \ufffd"
+    assert row.inference.request == expected
+    assert row.inference.canonical_request == {"model": "m"}
 
 
 def test_records_validate_on_construction():

@@ -2,7 +2,7 @@ import dataclasses
 import json
 import math
 
-from traffic.store import FeedbackRecord, InferenceRecord
+from traffic.store import FeedbackRecord, InferenceRecord, JsonText
 from traffic.store.spool import (
     DEAD_LETTER_FILE,
     SKETCH_CHARS,
@@ -178,3 +178,21 @@ def test_a_line_spooled_before_the_canonical_exchange_was_recorded_reads_it_as_n
     old = decode_line(json.dumps(line).encode())
     assert isinstance(old, InferenceRecord)
     assert old == dataclasses.replace(record, canonical_request=None, canonical_response=None)
+
+
+def test_a_record_holding_encoded_json_spools_and_reads_back_as_its_objects(tmp_path):
+    """The writer process's records hold the client's body as it came (JsonText); spooled
+    (the database down), they read back as the parsed body, as the store gives it."""
+    body = b'{ "model": "m",  "messages": [{"role": "user", "content": "caf\\u00e9"}] }'
+    record = inference(request=JsonText(body), canonical_request=JsonText(b'{"model":"m"}'))
+    spool = Spool(tmp_path, segment_bytes=1 << 20)
+    assert spool.append([record]) == (1, 0)
+    spool.seal()
+    (segment,) = spool.segments()
+    claim = spool.claim(segment)
+    assert claim is not None
+    (back,) = claim.records
+    assert back == dataclasses.replace(
+        record, request=json.loads(body), canonical_request={"model": "m"}
+    )
+    claim.release()
