@@ -26,14 +26,22 @@ alternating back-to-back pairs, medians; the child changed for each row, not com
     child as it is, SCHED_IDLE instead of nice 10               0.80             0.81
       (against as it is in the same run)                        0.78             0.82
 
-Per 16-token streamed record the child spends ~55 us of user CPU: the answer ~22 (one orjson
+Per 16-token streamed record the child spent ~55 us of user CPU: the answer ~22 (one orjson
 call over the 18 events' 4.5 KB ~10, assembling ~6), the record ~5, the row ~4, the SQL ~9, the
 pipe, acknowledgements and loop the rest; the serving process ~5 us more of system time (the
 pipe). Per request the whole system spends ~0.58 ms (gateway 0.3, simulator 0.16, load
 generator 0.11), and on this VM throughput falls with CPU spent anywhere, at any priority
-(SCHED_IDLE changed nothing): the ratio tracks the child's share. Without assembling at all the
-SQL alone would hold it near 0.85; 0.9 would take storing the stream's raw bytes and assembling
-at read, with a cheaper row (not done).
+(SCHED_IDLE changed nothing): the ratio tracks the child's share.
+
+Since (2026-11-28): stream answers read as one template (:mod:`gateway.wire.stream_template`)
+and the request sent as the bytes it came in (:class:`~traffic.store.records.JsonText`). The
+child's CPU per record, fed recorded frames at 3,000 records/s on a quiet box (median of 3,
+before -> after): OpenAI stream 55.5 -> 49.5 us, unary 38.5 -> 30.5, Anthropic stream 67 ->
+61.5, unary 43 -> 37. Of the 49.5 us of an OpenAI stream: the answer and record ~23, the row's
+encoding ~7, unpickling ~4.5, SQLite (its thread, WAL checkpoints included) ~16, the loop and
+freeing the rest. A ratio of 0.9 needs the whole record, gateway side included, under ~60 us of
+CPU on this box, where it is ~85 (the end-to-end ratios, 0.76-0.83 on streams, moved within
+their noise).
 
 Bounded: at most ``store.queue_size`` records, and ``store.queue_bytes`` of their frames, are in
 flight (sent, not acknowledged; a single batch goes whatever its size when nothing is); beyond, the

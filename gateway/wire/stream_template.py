@@ -71,6 +71,8 @@ def find_template(
     if literal is None:
         return None
     before, after = event[:start], event[literal.end() :]
+    if not after:  # an object's text is followed by at least its closing brace
+        return None
     marked, empty = before + _SENTINEL_JSON + after, before + b'""' + after
     if payload is not None:
         marked_data, empty_data = payload(marked), payload(empty)
