@@ -169,6 +169,8 @@ def create_app(
         finally:
             if trimmer is not None:
                 trimmer.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await trimmer
             await warming
             await drain(state, state.config.gateway.limits.drain_timeout_s)
             if console is not None:

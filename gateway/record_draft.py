@@ -86,6 +86,7 @@ class InferenceDraft(NamedTuple):
 _ANSWERS: Final = InferenceDraft._fields.index("answers")
 _REQUEST: Final = InferenceDraft._fields.index("request")
 _CANONICAL: Final = InferenceDraft._fields.index("canonical_request")
+_REQUEST_JSON: Final = len(InferenceDraft._fields)  # in the flat tuple: Deferred takes two
 
 
 def to_wire(draft: InferenceDraft) -> tuple[Any, ...]:
@@ -101,7 +102,7 @@ def to_wire(draft: InferenceDraft) -> tuple[Any, ...]:
     values = [*draft[:_ANSWERS], *draft.answers, *draft[_ANSWERS + 1 :]]
     if draft.request_json is not None:
         values[_REQUEST] = JsonText(draft.request_json)
-        values[-1] = None
+        values[_REQUEST_JSON] = None
     canonical = draft.canonical_request
     if canonical is not None and type(canonical) is not JsonText:
         # What orjson will not encode goes as it is (the store's encoder copes).

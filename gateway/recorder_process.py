@@ -39,9 +39,11 @@ child's CPU per record, fed recorded frames at 3,000 records/s on a quiet box (m
 before -> after): OpenAI stream 55.5 -> 49.5 us, unary 38.5 -> 30.5, Anthropic stream 67 ->
 61.5, unary 43 -> 37. Of the 49.5 us of an OpenAI stream: the answer and record ~23, the row's
 encoding ~7, unpickling ~4.5, SQLite (its thread, WAL checkpoints included) ~16, the loop and
-freeing the rest. A ratio of 0.9 needs the whole record, gateway side included, under ~60 us of
-CPU on this box, where it is ~85 (the end-to-end ratios, 0.76-0.83 on streams, moved within
-their noise).
+freeing the rest. A ratio of 0.9 needs the whole record, gateway side included, under ~11% of
+a request's CPU (~60 us for a stream). Measured in one bench run after both changes
+(whole-system CPU per request, recording off -> on): OpenAI stream 576 -> 654 us, Anthropic
+stream 586 -> 748, OpenAI unary 416 -> 479, Anthropic unary 457 -> 538; the end-to-end stream
+ratios (0.76-0.85) moved within their noise.
 
 Bounded: at most ``store.queue_size`` records, and ``store.queue_bytes`` of their frames, are in
 flight (sent, not acknowledged; a single batch goes whatever its size when nothing is); beyond, the

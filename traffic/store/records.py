@@ -60,6 +60,10 @@ class JsonText(NamedTuple):
     def text(self) -> str:
         return self.data.decode()
 
+    def parsed(self) -> Any:
+        """The document as objects."""
+        return orjson.loads(self.data)
+
 
 JsonField = dict[str, Any] | JsonText
 
@@ -67,7 +71,7 @@ JsonField = dict[str, Any] | JsonText
 def json_object(value: JsonField | None) -> dict[str, Any] | None:
     """A JSON field as its object (a :class:`JsonText` parsed; None when it is not one)."""
     if isinstance(value, JsonText):
-        parsed = orjson.loads(value.data)
+        parsed = value.parsed()
         return parsed if isinstance(parsed, dict) else None
     return value
 

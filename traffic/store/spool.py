@@ -44,8 +44,6 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, BinaryIO, Final
 
-import orjson
-
 from traffic.store.ids import new_id
 from traffic.store.records import (
     FeedbackRecord,
@@ -251,7 +249,7 @@ def _fields(record: Any) -> dict[str, Any]:
     data = {f.name: getattr(record, f.name) for f in dataclasses.fields(record)}
     for name, value in data.items():
         if type(value) is JsonText:
-            data[name] = orjson.loads(value.data)
+            data[name] = value.parsed()
     return data
 
 
