@@ -19,6 +19,9 @@ Every figure is read at the headline concurrency (c=16), throughput and CPU per 
   (``recording_on_off_rounds`` lists them); ``recording_on_off_cpu.<system>.<mode>``: the main
   pair's gateway CPU per request, off / on (the throughput ratio of a CPU-bound gateway; it
   holds where other processes disturb the req/s, see ``other_cpu_percent``; no target);
+  ``recording_cost_us_per_request.<system>.<mode>``: where the main pair's extra CPU goes, in
+  us per request: ``serving_process`` (the gateway process alone, on minus off) and
+  ``writer_process`` (the recording gateway's writer child: its tree minus its process);
 - ``time_to_ready_s.<server>``: spawn -> first 200 from ``/ready`` (asked every 10 ms), each
   gateway server started alone;
 - ``rss_mb.<server>``, ``peak_rss_mb.<server>``: ``VmRSS`` and ``VmHWM`` of each gateway process
@@ -121,6 +124,23 @@ def _cpu_ratio(num: Row | None, den: Row | None) -> float | None:
     return None if a is None or not b else round(a / b, 3)
 
 
+def recording_cost_us(off: Row | None, on: Row | None) -> dict[str, float | None]:
+    """What recording adds to a request's CPU, same run, in us: in the serving process (the
+    draft, its pickling and the pipe, and what the slower loop costs) and in its writer child
+    (the recording system's process tree minus its serving process)."""
+
+    def value(row: Row | None, key: str) -> float | None:
+        found = row.get(key) if row is not None else None
+        return None if found is None else float(found)
+
+    proc_off = value(off, "server_process_cpu_ms_per_request")
+    proc_on = value(on, "server_process_cpu_ms_per_request")
+    tree_on = value(on, "server_cpu_ms_per_request")
+    serving = None if proc_off is None or proc_on is None else round((proc_on - proc_off) * 1000)
+    writer = None if tree_on is None or proc_on is None else round((tree_on - proc_on) * 1000)
+    return {"serving_process": serving, "writer_process": writer}
+
+
 def cpu_us_per_extra_chunk(rows: Sequence[Row], system: str) -> float | None:
     short, long = find(rows, system, "stream"), find(rows, system, "stream_long")
     cpu_short, cpu_long = _cpu(short), _cpu(long)
@@ -182,6 +202,14 @@ def headline(
         "recording_on_off_cpu": {
             spec.recording_of: {
                 mode: _cpu_ratio(find(rows, spec.recording_of, mode), find(rows, name, mode))
+                for mode in RECORDING_MODES
+            }
+            for name, spec in SYSTEM_SPECS.items()
+            if spec.recording_of is not None
+        },
+        "recording_cost_us_per_request": {
+            spec.recording_of: {
+                mode: recording_cost_us(find(rows, spec.recording_of, mode), find(rows, name, mode))
                 for mode in RECORDING_MODES
             }
             for name, spec in SYSTEM_SPECS.items()

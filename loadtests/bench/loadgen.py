@@ -100,6 +100,7 @@ class CellResult:
     latency_ms: Percentiles | None
     ttfb_ms: Percentiles | None  # streams only
     cpu_ms: dict[str, float]  # role -> CPU ms of that process tree over the window
+    root_cpu_ms: dict[str, float]  # role -> CPU ms of the tree's root alone (no writer child)
     client_cpu_ms: float
     events_per_answer: float | None = None  # streams: mean SSE events of a complete answer
     other_cpu_percent: float | None = None  # CPU of other processes, % of all cores' time
@@ -170,21 +171,24 @@ def summarize(values_s: list[float]) -> Percentiles | None:
     )
 
 
-def tree_cpu_s(pid: int) -> float:
-    """User+system CPU seconds of a live process and its live descendants."""
+def tree_cpu_s(pid: int) -> tuple[float, float]:
+    """User+system CPU seconds of a live process and its live descendants, and of the process
+    alone."""
     try:
         root = psutil.Process(pid)
         procs = [root, *root.children(recursive=True)]
     except psutil.NoSuchProcess:
-        return 0.0
-    total = 0.0
+        return 0.0, 0.0
+    total = alone = 0.0
     for proc in procs:
         try:
             times = proc.cpu_times()
         except psutil.NoSuchProcess:
             continue
         total += times.user + times.system
-    return total
+        if proc is root:
+            alone = times.user + times.system
+    return total, alone
 
 
 def machine_busy_s() -> float:
@@ -305,7 +309,7 @@ async def run_cell(spec: CellSpec) -> CellResult:
         machine = machine_busy_s() - machine_before
         cpu_after = {role: tree_cpu_s(pid) for role, pid in spec.watch_pids.items()}
     done = len(tally.latencies)
-    ours = sum(cpu_after[r] - cpu_before[r] for r in cpu_before) + client_cpu
+    ours = sum(cpu_after[r][0] - cpu_before[r][0] for r in cpu_before) + client_cpu
     capacity = elapsed * (psutil.cpu_count() or 1)
     other = max(machine - ours, 0.0) / capacity * 100 if capacity > 0 else None
     return CellResult(
@@ -316,7 +320,10 @@ async def run_cell(spec: CellSpec) -> CellResult:
         rps=done / elapsed if elapsed > 0 else 0.0,
         latency_ms=summarize(tally.latencies),
         ttfb_ms=summarize(tally.ttfbs) if spec.stream else None,
-        cpu_ms={role: (cpu_after[role] - cpu_before[role]) * 1000 for role in cpu_before},
+        cpu_ms={role: (cpu_after[role][0] - cpu_before[role][0]) * 1000 for role in cpu_before},
+        root_cpu_ms={
+            role: (cpu_after[role][1] - cpu_before[role][1]) * 1000 for role in cpu_before
+        },
         client_cpu_ms=client_cpu * 1000,
         events_per_answer=tally.events / done if spec.stream and done else None,
         other_cpu_percent=other,

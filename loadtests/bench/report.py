@@ -10,6 +10,8 @@ are in :mod:`loadtests.bench.figures`, the chart in :mod:`loadtests.bench.chart`
 - ``server_cpu_ms_per_request``: CPU of the system's process tree over the window / requests
   (for the simulator direct that is the simulator; for the others, the simulator is not
   included and appears as ``upstream_cpu_ms_per_request``);
+- ``server_process_cpu_ms_per_request``: the same for the system's process alone, without its
+  children (a recording gateway's writer process is the difference);
 - ``events_per_answer``: SSE events of a complete streamed answer, as received;
 - ``other_cpu_percent``: CPU used by processes outside the cell (not the servers watched, not
   the load generator) during its window, as a share of all cores: a cell with a large share
@@ -79,6 +81,9 @@ def cell_row(cell: Cell, baseline: Cell | None) -> dict[str, Any]:
                 p50 - base_p50 if p50 is not None and base_p50 is not None else None
             ),
             "server_cpu_ms_per_request": _round(_per_request(r.cpu_ms.get("server"), r.requests)),
+            "server_process_cpu_ms_per_request": _round(
+                _per_request(r.root_cpu_ms.get("server"), r.requests)
+            ),
             "upstream_cpu_ms_per_request": _round(
                 _per_request(r.cpu_ms.get("upstream"), r.requests)
             ),

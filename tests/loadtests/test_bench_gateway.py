@@ -141,7 +141,12 @@ def test_stream_watch_counts_events_and_requires_the_end_marker(cut_every: int):
 
 
 def _result(
-    rps: float, p50: float, cpu_ms: float, requests: int = 100, events: float | None = None
+    rps: float,
+    p50: float,
+    cpu_ms: float,
+    requests: int = 100,
+    events: float | None = None,
+    process_cpu_ms: float | None = None,
 ) -> CellResult:
     lat = Percentiles(p50=p50, p90=p50, p99=p50 * 2, mean=p50, max=p50 * 3)
     return CellResult(
@@ -153,6 +158,7 @@ def _result(
         latency_ms=lat,
         ttfb_ms=None,
         cpu_ms={"server": cpu_ms, "upstream": 10.0},
+        root_cpu_ms={"server": cpu_ms if process_cpu_ms is None else process_cpu_ms},
         client_cpu_ms=20.0,
         events_per_answer=events,
     )
@@ -182,6 +188,24 @@ def test_headline_figures_come_from_the_same_run():
     assert found["throughput_ratio_vs_litellm"] == pytest.approx(20.0)
     assert found["recording_on_off_throughput_ratio"] == pytest.approx(0.8)
     assert rows[-1]["reason"] == "not started"
+
+
+def test_recordings_cost_is_split_between_the_serving_process_and_its_writer():
+    """Same run: the serving process alone on minus off, and the writer child (tree - process)."""
+    conc = HEADLINE_CONCURRENCY
+    cells = [
+        report.Cell("frontier_openai", "stream", conc, _result(1000, 8.0, 70.0)),
+        # 100 requests: 0.85 ms tree, 0.75 ms in the serving process (0.70 without recording)
+        report.Cell(
+            "frontier_openai_rec", "stream", conc, _result(900, 9.0, 85.0, process_cpu_ms=75.0)
+        ),
+    ]
+    rows = report.build_rows(cells)
+    rec = next(r for r in rows if r["system"] == "frontier_openai_rec")
+    assert rec["server_process_cpu_ms_per_request"] == pytest.approx(0.75)
+    cost = figures.headline(rows)["recording_cost_us_per_request"]
+    assert cost["frontier_openai"]["stream"] == {"serving_process": 50, "writer_process": 100}
+    assert cost["frontier_openai"]["unary"] == {"serving_process": None, "writer_process": None}
 
 
 def test_frontier_figures_and_targets_on_synthetic_cells():
