@@ -53,9 +53,9 @@ from loadtests.bench.settings import (
 from loadtests.bench.systems import (
     PROJECT_ROOT,
     Systems,
-    idle_cpu_percent,
     recorded_rows,
     server_memory,
+    settle,
     start_systems,
 )
 from serving.processes import Interrupted, stop_on_signals
@@ -214,7 +214,7 @@ def run(settings: BenchSettings, stdout: Console, log: Console) -> dict[str, Any
         systems = start_systems(fleet, settings, out_dir, proxy_exe, log.print)
         if install_error is not None:
             systems.unavailable["litellm"] = install_error.splitlines()[0]
-        idle = idle_cpu_percent(systems.servers)
+        idle, settle_s = settle(systems.servers)
         cells = measure_cells(settings, systems, log.print)
         rounds = measure_recording_rounds(settings, systems, log.print)
         prof, prof_reason = profile_gateway(settings, systems, out_dir, log)
@@ -258,6 +258,7 @@ def run(settings: BenchSettings, stdout: Console, log: Console) -> dict[str, Any
             for k, v in memory.items()
         },
         "idle_cpu_percent": idle,
+        "settle_s": settle_s,
         "recording_rows": recorded,
         "notes": _notes(rows, systems, recorded),
         "cells": rows,

@@ -65,6 +65,8 @@ FRONTIER_KEY_ENV: Final = "BENCH_FRONTIER_API_KEY"
 FRONTIER_DUMMY_KEY: Final = "sk-bench-frontier-dummy"
 ANTHROPIC_CLIENT_KEY: Final = "sk-ant-bench-client"  # what an Anthropic SDK client always sends
 IDLE_SAMPLE_S: Final = 1.0
+QUIET_PERCENT: Final = 5.0  # a server below this share of a core is settled
+SETTLE_MAX_S: Final = 30.0  # the longest wait for the servers to settle before the cells
 
 
 @dataclasses.dataclass(slots=True)
@@ -235,13 +237,28 @@ def start_systems(
 
 
 def idle_cpu_percent(servers: Mapping[ServerName, Server]) -> dict[str, float]:
-    """CPU each server burns while nobody calls it (background tasks would skew the cells)."""
+    """CPU each server burns while nobody calls it, over :data:`IDLE_SAMPLE_S`."""
     before = {name: tree_cpu_s(s.pid)[0] for name, s in servers.items()}
     time.sleep(IDLE_SAMPLE_S)
     return {
         name: round(100 * (tree_cpu_s(s.pid)[0] - before[name]) / IDLE_SAMPLE_S, 2)
         for name, s in servers.items()
     }
+
+
+def settle(servers: Mapping[ServerName, Server]) -> tuple[dict[str, float], float]:
+    """Wait until every server is quiet (:data:`QUIET_PERCENT`), at most :data:`SETTLE_MAX_S`;
+    returns the last sample's idle CPU per server and the seconds waited.
+
+    Why: a gateway with a frontier target imports litellm in the background once ``/ready``
+    answers (a few seconds of a core); started before the first cells, it would take that CPU
+    from them. A server still busy after the wait shows in the returned figures."""
+    started = time.monotonic()
+    while True:
+        idle = idle_cpu_percent(servers)
+        waited = time.monotonic() - started
+        if all(v < QUIET_PERCENT for v in idle.values()) or waited >= SETTLE_MAX_S:
+            return idle, round(waited, 1)
 
 
 def server_memory(servers: Mapping[ServerName, Server]) -> dict[str, Memory]:

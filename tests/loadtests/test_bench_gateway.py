@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from loadtests.bench import figures, profile, report
+from loadtests.bench import figures, profile, report, systems
 from loadtests.bench.loadgen import (
     WIRES,
     CellResult,
@@ -21,7 +21,7 @@ from loadtests.bench.loadgen import (
     request_body,
     request_headers,
 )
-from loadtests.bench.servers import Memory
+from loadtests.bench.servers import Memory, Server
 from loadtests.bench.settings import HEADLINE_CONCURRENCY, BenchSettings, Mode, SystemName
 from loadtests.bench_gateway import PROJECT_ROOT, parse_args
 
@@ -341,3 +341,23 @@ def test_recording_rounds_alternate_which_system_runs_first() -> None:
     for settings in (BenchSettings(), quick_settings()):
         firsts = [recording_first(i) for i in range(settings.recording_rounds)]
         assert sum(firsts) == settings.recording_rounds - sum(firsts) + 1  # + the main pair
+
+
+def test_the_cells_wait_for_a_server_busy_after_it_became_ready(tmp_path: Path) -> None:
+    """A server still working in the background (a gateway importing litellm after /ready) is
+    waited for before the first cell; the wait and its quiet sample are reported."""
+    busy_then_idle = (
+        "import time\n"
+        "end = time.process_time() + 1.5\n"
+        "while time.process_time() < end: pass\n"
+        "time.sleep(60)\n"
+    )
+    child = subprocess.Popen([sys.executable, "-c", busy_then_idle])
+    try:
+        server = Server("frontier", 0, child, tmp_path / "log", "/ready", 0.0)
+        idle, waited = systems.settle({"frontier": server})
+    finally:
+        child.kill()
+        child.wait()
+    assert idle["frontier"] < systems.QUIET_PERCENT
+    assert waited >= systems.IDLE_SAMPLE_S  # at least one busy sample came first
