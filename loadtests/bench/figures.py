@@ -32,9 +32,9 @@ Every figure is read at the headline concurrency (c=16), throughput and CPU per 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 from loadtests.bench.servers import Memory
 from loadtests.bench.settings import (
@@ -47,6 +47,7 @@ from loadtests.bench.settings import (
 )
 
 Row = Mapping[str, Any]
+T = TypeVar("T")
 FRONTIER_SYSTEMS: Final = {"openai": "frontier_openai", "anthropic": "frontier_anthropic"}
 RECORDING_MODES: Final[tuple[Mode, ...]] = ("unary", "stream")
 # A cell where processes outside the benchmark used more than this share of all cores measured
@@ -124,6 +125,20 @@ def _cpu_ratio(num: Row | None, den: Row | None) -> float | None:
     return None if a is None or not b else round(a / b, 3)
 
 
+def _per_recording_pair(
+    rows: Sequence[Row], figure: Callable[[Row | None, Row | None], T]
+) -> dict[str, dict[str, T]]:
+    """``figure(off, on)`` per recording path (by the path without recording) and mode."""
+    return {
+        spec.recording_of: {
+            mode: figure(find(rows, spec.recording_of, mode), find(rows, name, mode))
+            for mode in RECORDING_MODES
+        }
+        for name, spec in SYSTEM_SPECS.items()
+        if spec.recording_of is not None
+    }
+
+
 def recording_cost_us(off: Row | None, on: Row | None) -> dict[str, float | None]:
     """What recording adds to a request's CPU, same run, in us: in the serving process (the
     draft, its pickling and the pipe, and what the slower loop costs) and in its writer child
@@ -199,22 +214,8 @@ def headline(
             base: {mode: [round(r, 3) for r in ratios] for mode, ratios in by_mode.items()}
             for base, by_mode in rounds.items()
         },
-        "recording_on_off_cpu": {
-            spec.recording_of: {
-                mode: _cpu_ratio(find(rows, spec.recording_of, mode), find(rows, name, mode))
-                for mode in RECORDING_MODES
-            }
-            for name, spec in SYSTEM_SPECS.items()
-            if spec.recording_of is not None
-        },
-        "recording_cost_us_per_request": {
-            spec.recording_of: {
-                mode: recording_cost_us(find(rows, spec.recording_of, mode), find(rows, name, mode))
-                for mode in RECORDING_MODES
-            }
-            for name, spec in SYSTEM_SPECS.items()
-            if spec.recording_of is not None
-        },
+        "recording_on_off_cpu": _per_recording_pair(rows, _cpu_ratio),
+        "recording_cost_us_per_request": _per_recording_pair(rows, recording_cost_us),
         "time_to_ready_s": {
             s: round(startup_s[s], 3) if s in startup_s else None for s in GATEWAY_SERVERS
         },
