@@ -115,8 +115,8 @@ def _median_ratio(first: float | None, more: Sequence[float]) -> float | None:
     return round(median, 3)
 
 
-def _cpu(row: Row | None) -> float | None:
-    value = row.get("server_cpu_ms_per_request") if row is not None else None
+def _cpu(row: Row | None, key: str = "server_cpu_ms_per_request") -> float | None:
+    value = row.get(key) if row is not None else None
     return None if value is None else float(value)
 
 
@@ -143,14 +143,9 @@ def recording_cost_us(off: Row | None, on: Row | None) -> dict[str, float | None
     """What recording adds to a request's CPU, same run, in us: in the serving process (the
     draft, its pickling and the pipe, and what the slower loop costs) and in its writer child
     (the recording system's process tree minus its serving process)."""
-
-    def value(row: Row | None, key: str) -> float | None:
-        found = row.get(key) if row is not None else None
-        return None if found is None else float(found)
-
-    proc_off = value(off, "server_process_cpu_ms_per_request")
-    proc_on = value(on, "server_process_cpu_ms_per_request")
-    tree_on = value(on, "server_cpu_ms_per_request")
+    proc_off = _cpu(off, "server_process_cpu_ms_per_request")
+    proc_on = _cpu(on, "server_process_cpu_ms_per_request")
+    tree_on = _cpu(on)
     serving = None if proc_off is None or proc_on is None else round((proc_on - proc_off) * 1000)
     writer = None if tree_on is None or proc_on is None else round((tree_on - proc_on) * 1000)
     return {"serving_process": serving, "writer_process": writer}

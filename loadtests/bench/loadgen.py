@@ -40,7 +40,7 @@ import json
 import sys
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Final
+from typing import Final, NamedTuple
 
 import aiohttp
 import orjson
@@ -171,14 +171,20 @@ def summarize(values_s: list[float]) -> Percentiles | None:
     )
 
 
-def tree_cpu_s(pid: int) -> tuple[float, float]:
-    """User+system CPU seconds of a live process and its live descendants, and of the process
-    alone."""
+class CpuSeconds(NamedTuple):
+    """User+system CPU seconds of a process tree, read at one instant."""
+
+    tree: float  # the process and its live descendants
+    process: float  # the process alone (a recording gateway without its writer child)
+
+
+def tree_cpu_s(pid: int) -> CpuSeconds:
+    """The CPU seconds of a live process and its live descendants (zero when it is gone)."""
     try:
         root = psutil.Process(pid)
         procs = [root, *root.children(recursive=True)]
     except psutil.NoSuchProcess:
-        return 0.0, 0.0
+        return CpuSeconds(0.0, 0.0)
     total = alone = 0.0
     for proc in procs:
         try:
@@ -188,7 +194,7 @@ def tree_cpu_s(pid: int) -> tuple[float, float]:
         total += times.user + times.system
         if proc is root:
             alone = times.user + times.system
-    return total, alone
+    return CpuSeconds(total, alone)
 
 
 def machine_busy_s() -> float:
@@ -309,7 +315,7 @@ async def run_cell(spec: CellSpec) -> CellResult:
         machine = machine_busy_s() - machine_before
         cpu_after = {role: tree_cpu_s(pid) for role, pid in spec.watch_pids.items()}
     done = len(tally.latencies)
-    ours = sum(cpu_after[r][0] - cpu_before[r][0] for r in cpu_before) + client_cpu
+    ours = sum(cpu_after[r].tree - cpu_before[r].tree for r in cpu_before) + client_cpu
     capacity = elapsed * (psutil.cpu_count() or 1)
     other = max(machine - ours, 0.0) / capacity * 100 if capacity > 0 else None
     return CellResult(
@@ -320,9 +326,9 @@ async def run_cell(spec: CellSpec) -> CellResult:
         rps=done / elapsed if elapsed > 0 else 0.0,
         latency_ms=summarize(tally.latencies),
         ttfb_ms=summarize(tally.ttfbs) if spec.stream else None,
-        cpu_ms={role: (cpu_after[role][0] - cpu_before[role][0]) * 1000 for role in cpu_before},
+        cpu_ms={role: (cpu_after[role].tree - cpu_before[role].tree) * 1000 for role in cpu_before},
         root_cpu_ms={
-            role: (cpu_after[role][1] - cpu_before[role][1]) * 1000 for role in cpu_before
+            role: (cpu_after[role].process - cpu_before[role].process) * 1000 for role in cpu_before
         },
         client_cpu_ms=client_cpu * 1000,
         events_per_answer=tally.events / done if spec.stream and done else None,

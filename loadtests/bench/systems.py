@@ -238,10 +238,10 @@ def start_systems(
 
 def idle_cpu_percent(servers: Mapping[ServerName, Server]) -> dict[str, float]:
     """CPU each server burns while nobody calls it, over :data:`IDLE_SAMPLE_S`."""
-    before = {name: tree_cpu_s(s.pid)[0] for name, s in servers.items()}
+    before = {name: tree_cpu_s(s.pid).tree for name, s in servers.items()}
     time.sleep(IDLE_SAMPLE_S)
     return {
-        name: round(100 * (tree_cpu_s(s.pid)[0] - before[name]) / IDLE_SAMPLE_S, 2)
+        name: round(100 * (tree_cpu_s(s.pid).tree - before[name]) / IDLE_SAMPLE_S, 2)
         for name, s in servers.items()
     }
 
