@@ -11,8 +11,8 @@ import os
 from typing import Any
 
 import orjson
-from fastapi import FastAPI
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from starlette.applications import Starlette
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import Request
 from starlette.responses import Response
@@ -332,7 +332,7 @@ def routes() -> list[Route]:
     ]
 
 
-def install_error_handlers(app: FastAPI) -> None:
+def install_error_handlers(app: Starlette) -> None:
     """Unknown paths and methods answer in OpenAI's error shape too."""
 
     async def http_error(request: Request, exc: Exception) -> Response:

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import aiohttp
-from fastapi import FastAPI
+from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
@@ -123,13 +123,13 @@ def create_app(
     config_path: Path | None = None,
     recorder: RecordSink | None = None,
     span_exporter: SpanExporter | None = None,
-) -> FastAPI:
+) -> Starlette:
     """Build the app. ``recorder`` overrides the store section, ``span_exporter`` the trace
     exporter (tests inject both)."""
     console = Console() if config.console.enabled else None
 
     @contextlib.asynccontextmanager
-    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
         litellm = LitellmLoader()  # imported in the background once a frontier target needs it
         prices = await asyncio.to_thread(PriceBook.load)  # litellm's price map, read as data
         connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300, enable_cleanup_closed=True)
@@ -221,7 +221,7 @@ def create_app(
         *api_anthropic.routes(),
         *(console.routes() if console is not None else []),
     ]
-    app = FastAPI(title="Switchyard", lifespan=lifespan, routes=routes, docs_url="/docs")
+    app = Starlette(lifespan=lifespan, routes=routes)
     app.state.console = console
     api_admin.install_error_handlers(app)
     return app

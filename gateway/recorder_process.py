@@ -45,6 +45,21 @@ a request's CPU (~60 us for a stream). Measured in one bench run after both chan
 stream 586 -> 748, OpenAI unary 416 -> 479, Anthropic unary 457 -> 538; the end-to-end stream
 ratios (0.76-0.85) moved within their noise.
 
+On a slower 2-core box (2026-11-28, later: a streamed frontier request cost the whole system
+~2.2 ms, the gateway ~1.1-1.2), frontier streams at c=16, one bench run each (the stream cells
+alone), median of 4 on/off pairs (their spread in brackets):
+
+    child acknowledges every batch unread     OpenAI 0.99 (0.89-1.06)   Anthropic 1.06 (0.89-1.11)
+    child as it is                                   0.88 (0.87-0.92)             0.91 (0.82-1.09)
+
+There the serving process's share of recording is within the noise, and the ratio is the
+child's CPU: 175-185 us per OpenAI stream record, 218-227 per Anthropic one (fed recorded
+frames at 600 records/s): the answer ~40-60, the record and its row ~34, SQLite ~30,
+unpickling ~8-17. Merging a stream's run of text deltas into one event before parsing it (one
+``bytes.split`` on the bytes between two of them, then the usual reading) was tried and not
+kept: 16-token streams read at 0.99-1.1x the template's time, 256-token OpenAI streams at 1.23x
+(CPython's split on a ~250-byte separator is a two-way search), 256-token Messages at 0.74x.
+
 Bounded: at most ``store.queue_size`` records, and ``store.queue_bytes`` of their frames, are in
 flight (sent, not acknowledged; a single batch goes whatever its size when nothing is); beyond, the
 gateway spools them itself, on a thread (building the records there: costly, but only while the

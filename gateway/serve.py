@@ -20,7 +20,7 @@ import socket
 from pathlib import Path
 
 import uvicorn
-from fastapi import FastAPI
+from starlette.applications import Starlette
 
 from gateway.app import ABORT_GRACE_S, create_app
 from gateway.config import ConfigFileError, SwitchyardConfig, load_config
@@ -32,7 +32,7 @@ log = logging.getLogger("switchyard")
 GC_GEN0_THRESHOLD = 20_000
 
 
-async def _reload(app: FastAPI) -> None:
+async def _reload(app: Starlette) -> None:
     state: GatewayState | None = getattr(app.state, "switchyard", None)
     if state is None:
         return
@@ -54,7 +54,7 @@ class GatewayServer(uvicorn.Server):
     uvicorn's own deadline stays a backstop, ``ABORT_GRACE_S`` later.
     """
 
-    def __init__(self, config: uvicorn.Config, app: FastAPI) -> None:
+    def __init__(self, config: uvicorn.Config, app: Starlette) -> None:
         super().__init__(config)
         self._app = app
 
@@ -65,7 +65,9 @@ class GatewayServer(uvicorn.Server):
         await super().shutdown(sockets)
 
 
-def uvicorn_config(app: FastAPI, config: SwitchyardConfig, host: str, port: int) -> uvicorn.Config:
+def uvicorn_config(
+    app: Starlette, config: SwitchyardConfig, host: str, port: int
+) -> uvicorn.Config:
     return uvicorn.Config(
         app,
         host=host,
