@@ -253,6 +253,7 @@ def run(settings: BenchSettings, stdout: Console, log: Console) -> dict[str, Any
         "startup_samples_s": {
             k: [round(t, 3) for t in v] for k, v in systems.startup_samples_s.items()
         },
+        "startup_settle_s": dict(systems.startup_settle_s),
         "memory_mb": {
             k: {"rss_mb": round(v.rss_mb, 1), "peak_rss_mb": round(v.peak_rss_mb, 1)}
             for k, v in memory.items()

@@ -4,9 +4,11 @@ them outside the cells (idle CPU, memory after the load, rows recorded).
 Start order: the simulator (everything else calls it), then each gateway server alone, then the
 LiteLLM proxy. One at a time so that a server's time to ready (spawn -> first 200 from its ready
 path, asked every ``settings.ready_poll_s``) is its own, not shared with another start-up on the
-same cores. A gateway is started ``settings.ready_samples`` times (stopped in between; the last
-start serves the load) and its time to ready is the median: one start on a shared machine can
-be a second off.
+same cores: each waits until the servers already up are quiet (:func:`settle`; a gateway with a
+frontier target imports litellm in the background for a few seconds after ``/ready``, which took
+~0.6 s from the next gateway's time to ready on a slow 2-core box). A gateway is started
+``settings.ready_samples`` times (stopped in between; the last start serves the load) and its
+time to ready is the median: one start on a shared machine can be a second off.
 
 The simulator answers ``long_stream_tokens`` words unless ``max_tokens`` cuts them, unpaced
 (``tokens_per_s`` 0, no time to first token): the answer's length is the request's
@@ -78,6 +80,8 @@ class Systems:
     unavailable: dict[ServerName, str] = dataclasses.field(default_factory=dict)
     startup_s: dict[ServerName, float] = dataclasses.field(default_factory=dict)
     startup_samples_s: dict[ServerName, list[float]] = dataclasses.field(default_factory=dict)
+    # How long each start waited for the servers already up to be quiet (:func:`settle`).
+    startup_settle_s: dict[ServerName, float] = dataclasses.field(default_factory=dict)
     recording_dbs: dict[ServerName, Path] = dataclasses.field(default_factory=dict)
 
     def server_for(self, system: SystemName) -> Server | None:
@@ -222,6 +226,7 @@ def start_systems(
             systems.unavailable[name] = "LiteLLM proxy not installed (see the log above)"
             continue
         samples = 1 if name == "litellm" else settings.ready_samples  # the proxy takes ~10 s
+        systems.startup_settle_s[name] = settle(systems.servers)[1]
         try:
             server, times = _start_timed(fleet, spawn, samples, settings)
         except ServerStartError as exc:

@@ -284,8 +284,8 @@ def test_benchmark_end_to_end_on_tiny_settings(tmp_path: Path):
     Anthropic-format upstream through the Anthropic door, SQLite store; the summary's shape
     only."""
     out = tmp_path / "bench"
-    systems = "direct,direct_anthropic,switchyard,switchyard_rec,frontier_anthropic"
-    argv = [sys.executable, "-m", "loadtests.bench_gateway", "--systems", systems]
+    chosen = "direct,direct_anthropic,switchyard,switchyard_rec,frontier_anthropic"
+    argv = [sys.executable, "-m", "loadtests.bench_gateway", "--systems", chosen]
     argv += ["--concurrency", str(HEADLINE_CONCURRENCY), "--duration", "0.3", "--warmup", "2"]
     argv += ["--store-records", "50", "--store-backends", "sqlite", "--out-dir", str(out)]
     argv += ["--ready-samples", "2"]
@@ -304,6 +304,8 @@ def test_benchmark_end_to_end_on_tiny_settings(tmp_path: Path):
     for server in ("switchyard", "switchyard_rec", "frontier"):
         assert summary["time_to_ready_s"][server] is not None
         assert len(summary["startup_samples_s"][server]) == 2
+        # each start waited for the servers already up to be quiet
+        assert summary["startup_settle_s"][server] >= systems.IDLE_SAMPLE_S
         assert summary["rss_mb"][server] is not None
     assert summary["time_to_ready_s"]["frontier_rec"] is None  # not asked for
     assert summary["store_write_records_per_s"]["sqlite"] is not None
