@@ -175,8 +175,7 @@ async def serve_unary(
     except GatewayError as exc:
         return error_response(state, ex, exc)
     ex.served_model, ex.replica = result.served_model, result.replica
-    if result.native:  # what the pass-through changed in the client's body, for the record
-        ex.notes.update(call.notes)
+    ex.notes.update(result.notes)  # what a pass-through changed in the client's body
     ex.weights_version = result.weights_version
     ex.native = result.native
     door = ex.door
@@ -220,8 +219,7 @@ async def serve_stream(
         return error_response(state, ex, exc)
     ex.ttft_s = time.perf_counter() - ex.started
     ex.served_model, ex.replica = stream.served_model, stream.replica
-    if stream.native:
-        ex.notes.update(call.notes)
+    ex.notes.update(stream.outcome.notes)  # what a pass-through changed in the client's body
     ex.weights_version = stream.weights_version
     ex.native = stream.native
     ex.task = None  # until the response's task starts relaying (see _relay)

@@ -31,9 +31,6 @@ class UpstreamCall:
     wire_format: str = "openai.chat"
     client_body: dict[str, Any] | None = None
     client_headers: dict[str, str] = field(default_factory=dict)
-    # What a native pass-through changed in the client's body to make it acceptable to its
-    # provider (recorded as ``note.*`` tags when a native answer came back); set on each attempt.
-    notes: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -76,6 +73,7 @@ class UpstreamResult:
     replica: str | None
     weights_version: str | None = None
     native: bool = False  # body and parsed are in the door's own wire format (pass-through)
+    notes: dict[str, str] = field(default_factory=dict)  # see StreamOutcome.notes
 
 
 @dataclass(slots=True)
@@ -91,6 +89,9 @@ class StreamOutcome:
     completed: bool = False
     error: str | None = None
     response: dict[str, Any] | None = None
+    # What a native pass-through changed in the client's body to make it acceptable to its
+    # provider (recorded as ``note.*`` tags): known when the call was made.
+    notes: dict[str, str] = field(default_factory=dict)
 
 
 class UpstreamStream(Protocol):

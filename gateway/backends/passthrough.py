@@ -26,7 +26,7 @@ the input is passed back with its status.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import aiohttp
 import orjson
@@ -50,6 +50,17 @@ from gateway.wire.anthropic_thinking import reconcile_thinking
 from gateway.wire.openai_requests import OPENAI_CHAT_FIELDS
 
 _JSON = {"Content-Type": "application/json"}
+
+
+class _Direct(NamedTuple):
+    """A direct call: where, what, with which headers; whether the provider speaks the door's
+    own format (``native``), and what was changed in the client's body for it (``notes``)."""
+
+    url: str
+    payload: bytes
+    headers: dict[str, str]
+    native: bool
+    notes: dict[str, str]
 
 
 class PassThroughBackend:
@@ -78,8 +89,8 @@ class PassThroughBackend:
             sock_read=config.first_byte_timeout_s,
         )
 
-    def _direct(self, call: UpstreamCall) -> tuple[str, bytes, dict[str, str], bool] | None:
-        """URL, payload, headers and nativeness of a direct call; None: litellm's."""
+    def _direct(self, call: UpstreamCall) -> _Direct | None:
+        """The direct call to make; None: litellm's."""
         route = self.route
         headers = self._headers
         if call.client_headers:
@@ -89,9 +100,9 @@ class PassThroughBackend:
         if route.wire == "anthropic":
             if call.wire_format != "anthropic.messages" or call.client_body is None:
                 return None
-            body, call.notes = reconcile_thinking(call.client_body)
+            body, notes = reconcile_thinking(call.client_body)
             body = {**body, "model": route.model}
-            return route.chat_url, orjson.dumps(body), headers, True
+            return _Direct(route.chat_url, orjson.dumps(body), headers, True, notes)
         if call.endpoint == "chat.completions" and route.chat_url:
             url = route.chat_url
             if call.wire_format == "openai.chat":
@@ -107,7 +118,7 @@ class PassThroughBackend:
             opts = dict(body.get("stream_options") or {})
             opts["include_usage"] = True
             body["stream_options"] = opts
-        return url, orjson.dumps(body), headers, False
+        return _Direct(url, orjson.dumps(body), headers, False, {})
 
     async def _post(self, url: str, payload: bytes, headers: dict[str, str]) -> Any:
         try:
@@ -136,7 +147,7 @@ class PassThroughBackend:
         direct = self._direct(call)
         if direct is None:
             return await self._fallback.complete(call)
-        url, payload, headers, native = direct
+        url, payload, headers, native, notes = direct
         resp = await self._post(url, payload, headers)
         body, parsed = await read_json_answer(resp, self.name, self.route.provider)
         asked, served = _asked_model(call) if native else None, parsed.get("model")
@@ -145,13 +156,15 @@ class PassThroughBackend:
             body = orjson.dumps(parsed)
         raw_usage = parsed.get("usage")
         usage = Usage.from_openai(usage_as_openai(raw_usage) if native else raw_usage)
-        return UpstreamResult(body, parsed, usage, self.config.model, None, native=native)
+        return UpstreamResult(
+            body, parsed, usage, self.config.model, None, native=native, notes=notes
+        )
 
     async def open_stream(self, call: UpstreamCall) -> UpstreamStream:
         direct = self._direct(call)
         if direct is None:
             return await self._fallback.open_stream(call)
-        url, payload, headers, native = direct
+        url, payload, headers, native, notes = direct
         resp = await self._post(url, payload, headers)
         first = await read_first_block(resp, self.name, self.route.provider)
         watcher: EventWatcher = (
@@ -159,9 +172,11 @@ class PassThroughBackend:
             if native
             else OpenAIWatcher(strip_usage=not call.client_wants_usage)
         )
-        return RelayStream(
+        stream = RelayStream(
             resp, first, watcher, served_model=self.config.model, source=self.name, native=native
         )
+        stream.outcome.notes = notes
+        return stream
 
     async def aclose(self) -> None:
         return None
