@@ -47,7 +47,7 @@ ratios (0.76-0.85) moved within their noise.
 
 On a slower 2-core box (2026-11-28, later: a streamed frontier request cost the whole system
 ~2.2 ms, the gateway ~1.1-1.2), frontier streams at c=16, one bench run each (the stream cells
-alone), median of 4 on/off pairs (their spread in brackets):
+alone), median of 4 on/off pairs (the 3 extra rounds' spread in brackets):
 
     child acknowledges every batch unread     OpenAI 0.99 (0.89-1.06)   Anthropic 1.06 (0.89-1.11)
     child as it is                                   0.88 (0.87-0.92)             0.91 (0.82-1.09)

@@ -256,8 +256,8 @@ def settle(servers: Mapping[ServerName, Server]) -> tuple[dict[str, float], floa
     returns the last sample's idle CPU per server and the seconds waited.
 
     Why: a gateway with a frontier target imports litellm in the background once ``/ready``
-    answers (a few seconds of a core); started before the first cells, it would take that CPU
-    from them. A server still busy after the wait shows in the returned figures."""
+    answers (a few seconds of a core); it would take that CPU from the next server's start and
+    from the first cells. A server still busy after the wait shows in the returned figures."""
     started = time.monotonic()
     while True:
         idle = idle_cpu_percent(servers)

@@ -37,6 +37,21 @@ def test_unsigned_thinking_is_left_out_and_signed_thinking_kept() -> None:
     assert sent["messages"][1]["content"][0] is UNSIGNED  # the client's body is not changed
 
 
+def test_a_long_history_loses_only_its_unsigned_block() -> None:
+    """Claude Code resends the whole session: the turns before the first unsigned block are
+    kept as they are, and one unsigned block late in a long history is still found."""
+    signed_turn: Any = {"role": "assistant", "content": [SIGNED, CALL]}
+    history = [ASK] + [signed_turn, RESULT] * 100
+    late: Any = {"role": "assistant", "content": [UNSIGNED, CALL]}
+    sent = body(SIGNED, CALL)
+    sent["messages"] = [*history, late, RESULT, *sent["messages"][1:]]
+    out, notes = reconcile_thinking(sent)
+    assert set(notes) == {"thinking_unsigned_dropped"}
+    assert out["messages"][:201] == history and out["messages"][100] is history[100]
+    assert out["messages"][201] == {"role": "assistant", "content": [CALL]}
+    assert len(out["messages"]) == len(sent["messages"])
+
+
 def test_a_tool_turn_without_signed_thinking_turns_thinking_off() -> None:
     edits: Any = [{"type": "clear_thinking_20251015", "keep": "all"}, {"type": "clear_tool_uses"}]
     sent = body(UNSIGNED, CALL, context_management={"edits": edits})
