@@ -172,11 +172,15 @@ class PassThroughBackend:
             if native
             else OpenAIWatcher(strip_usage=not call.client_wants_usage)
         )
-        stream = RelayStream(
-            resp, first, watcher, served_model=self.config.model, source=self.name, native=native
+        return RelayStream(
+            resp,
+            first,
+            watcher,
+            served_model=self.config.model,
+            source=self.name,
+            native=native,
+            notes=notes,
         )
-        stream.outcome.notes = notes
-        return stream
 
     async def aclose(self) -> None:
         return None

@@ -126,6 +126,7 @@ class RelayStream:
         weights_version: str | None = None,
         native: bool = False,
         on_release: Callable[[], None] | None = None,
+        notes: dict[str, str] | None = None,
     ) -> None:
         self._resp = resp
         self._first = first
@@ -138,7 +139,7 @@ class RelayStream:
         self.replica = replica
         self.weights_version = weights_version
         self.native = native
-        self.outcome = StreamOutcome()
+        self.outcome = StreamOutcome(notes=notes or {})
 
     def _process(self, block: bytes) -> bytes:
         out = self._splitter.feed(block)
