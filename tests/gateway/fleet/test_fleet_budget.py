@@ -1,6 +1,7 @@
 """A key's budget holds across the fleet: with calls reserved before and settled after in Redis,
-three gateways serving one key concurrently overshoot its budget by no more than the calls in
-flight, and the durable spend (PostgreSQL) ends equal to what the answers cost.
+three gateways serving one key concurrently use its budget (less at most what the reservations
+of calls in flight overestimated) and overshoot it by no more than the calls in flight, and the
+durable spend (PostgreSQL) ends equal to what the answers cost.
 """
 
 from __future__ import annotations
@@ -56,7 +57,12 @@ def test_concurrent_calls_through_three_gateways_overshoot_by_at_most_the_calls_
         t.join(120)
     assert len(refused) == IN_FLIGHT  # every client was stopped by the budget
     spent = sum(answered)
-    assert spent >= budget  # the budget was used ...
+    # The budget was used: the last refusal came when settled spend plus the reservations still
+    # held (each the key's running mean cost, released when its exchange settles, which may be
+    # just after its client has the answer) reached the budget, so what is left unused is at
+    # most what those reservations overestimated: the spread of one call's cost per call in flight.
+    spread = max(answered) - min(answered)
+    assert spent >= budget - IN_FLIGHT * spread
     assert spent - budget <= IN_FLIGHT * max(answered)  # ... and overshot by the calls in flight
 
     def stored() -> float:
