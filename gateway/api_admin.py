@@ -35,12 +35,13 @@ from gateway.console.operations import (
 )
 from gateway.door import read_body
 from gateway.errors import (
+    MAPPED_ERRORS,
     AuthenticationError,
     GatewayError,
     InvalidRequestError,
     PermissionDeniedError,
     error_body,
-    error_response_parts,
+    json_error_response,
 )
 from gateway.legacy_records import LIVE_TRANSLATOR
 from gateway.state import GatewayState
@@ -54,11 +55,6 @@ ADMIN_BODY_LIMIT = 1024 * 1024
 
 def _json(data: Any, status: int = 200) -> Response:
     return Response(orjson.dumps(data), status, media_type="application/json")
-
-
-def _error(exc: Exception) -> Response:
-    status, headers, body = error_response_parts(exc)
-    return Response(orjson.dumps(body), status, headers, media_type="application/json")
 
 
 async def _read_json(request: Request, *, empty_ok: bool = False) -> Any:
@@ -111,7 +107,7 @@ async def reload_config(request: Request) -> Response:
         state = check_admin(request)
         routing = await state.reload()
     except (GatewayError, RoutingError) as exc:
-        return _error(exc)
+        return json_error_response(exc)
     except ConfigFileError as exc:
         return _json(error_body(str(exc), "invalid_request_error", None, "invalid_config"), 400)
     return _json(
@@ -123,7 +119,7 @@ async def routing_info(request: Request) -> Response:
     try:
         state = check_admin(request)
     except GatewayError as exc:
-        return _error(exc)
+        return json_error_response(exc)
     return _json(state.routing.config.routing.model_dump())
 
 
@@ -131,7 +127,7 @@ async def backends_info(request: Request) -> Response:
     try:
         state = check_admin(request)
     except GatewayError as exc:
-        return _error(exc)
+        return json_error_response(exc)
     pools = state.pools()
     out = {}
     for name, bc in state.config.backends.items():
@@ -177,7 +173,7 @@ async def drain_replica(request: Request) -> Response:
         cmd = await _replica_command(request)
         url, left = await drain(request, changes.API_ACTOR, cmd.target, cmd.replica, cmd.timeout_s)
     except GatewayError as exc:
-        return _error(exc)
+        return json_error_response(exc)
     return _json({"replica": url, "drained": left == 0, "in_flight": left})
 
 
@@ -189,7 +185,7 @@ async def undrain_replica(request: Request) -> Response:
             request, changes.API_ACTOR, cmd.target, cmd.replica, cmd.weights_version
         )
     except GatewayError as exc:
-        return _error(exc)
+        return json_error_response(exc)
     return _json({"replica": url, "drained": False, "weights_version": version})
 
 
@@ -210,13 +206,22 @@ async def traffic_summary(request: Request) -> Response:
         fields: dict[str, Any] = {
             k: v for k, v in params.items() if k not in ("by", "tag") and v != ""
         }
-        fields["tags"] = dict(t.split("=", 1) for t in params.getlist("tag") if "=" in t)
+        tags = params.getlist("tag")
+        malformed = [t for t in tags if "=" not in t]
+        if malformed:
+            raise InvalidRequestError(
+                f"invalid traffic query: tag filters are key=value, got {malformed[0][:100]!r}",
+                param="tag",
+            )
+        fields["tags"] = dict(t.split("=", 1) for t in tags)
         query = TRAFFIC_QUERY.validate_python(fields)
         rows = await summarize(handle.backend, query, by)
     except ValidationError as exc:
-        return _error(InvalidRequestError(f"invalid traffic query: {exc}"))
-    except (GatewayError, ValueError) as exc:
-        return _error(exc if isinstance(exc, GatewayError) else InvalidRequestError(str(exc)))
+        return json_error_response(InvalidRequestError(f"invalid traffic query: {exc}"))
+    except MAPPED_ERRORS as exc:
+        return json_error_response(exc)
+    except ValueError as exc:
+        return json_error_response(InvalidRequestError(str(exc)))
     return _json({"object": "list", "data": rows})
 
 
@@ -230,9 +235,9 @@ async def traffic_export(request: Request) -> Response:
             handle.backend, req.query, req.export, legacy=LIVE_TRANSLATOR
         )
     except (orjson.JSONDecodeError, ValidationError) as exc:
-        return _error(InvalidRequestError(f"invalid export request: {exc}"))
-    except GatewayError as exc:
-        return _error(exc)
+        return json_error_response(InvalidRequestError(f"invalid export request: {exc}"))
+    except MAPPED_ERRORS as exc:
+        return json_error_response(exc)
     return _json(manifest.model_dump(mode="json"))
 
 
@@ -243,9 +248,9 @@ async def create_key(request: Request) -> Response:
         spec = KeyCreate.model_validate(await _read_json(request, empty_ok=True))
         record, plaintext = await create(request, changes.API_ACTOR, spec)
     except (orjson.JSONDecodeError, ValidationError) as exc:
-        return _error(InvalidRequestError(f"invalid key spec: {exc}"))
-    except GatewayError as exc:
-        return _error(exc)
+        return json_error_response(InvalidRequestError(f"invalid key spec: {exc}"))
+    except MAPPED_ERRORS as exc:
+        return json_error_response(exc)
     return _json({**public_view(record), "key": plaintext}, 201)
 
 
@@ -253,8 +258,8 @@ async def list_keys(request: Request) -> Response:
     try:
         check_admin(request)
         records = await key_service(request).list()
-    except GatewayError as exc:
-        return _error(exc)
+    except MAPPED_ERRORS as exc:
+        return json_error_response(exc)
     return _json({"object": "list", "data": [public_view(r) for r in records]})
 
 
@@ -263,8 +268,8 @@ async def revoke_key(request: Request) -> Response:
     try:
         check_admin(request)
         await revoke(request, changes.API_ACTOR, key_id)
-    except GatewayError as exc:
-        return _error(exc)
+    except MAPPED_ERRORS as exc:
+        return json_error_response(exc)
     return _json({"id": key_id, "revoked": True})
 
 
@@ -282,9 +287,9 @@ async def set_canary(request: Request) -> Response:
         req = CanaryRequest.model_validate(await _read_json(request))
         canary = await start_canary(request, changes.API_ACTOR, req.routing, req.share)
     except (ValueError, KeyError) as exc:  # a bad body
-        return _error(InvalidRequestError(f"invalid canary: {exc}"))
+        return json_error_response(InvalidRequestError(f"invalid canary: {exc}"))
     except (GatewayError, RoutingError) as exc:
-        return _error(exc)
+        return json_error_response(exc)
     return _json(
         {
             "canary": canary.policy.version,
@@ -300,7 +305,7 @@ async def promote_canary(request: Request) -> Response:
         check_admin(request)
         version = await promote(request, changes.API_ACTOR)
     except GatewayError as exc:
-        return _error(exc)
+        return json_error_response(exc)
     return _json({"promoted": version})
 
 
@@ -310,7 +315,7 @@ async def drop_canary(request: Request) -> Response:
         state = check_admin(request)
         dropped = await drop(request, changes.API_ACTOR)
     except GatewayError as exc:
-        return _error(exc)
+        return json_error_response(exc)
     return _json({"dropped": dropped, "current": state.routing.policy.version})
 
 
@@ -333,7 +338,9 @@ def routes() -> list[Route]:
 
 
 def install_error_handlers(app: Starlette) -> None:
-    """Unknown paths and methods answer in OpenAI's error shape too."""
+    """Unknown paths and methods answer in OpenAI's error shape too, and so does the last resort:
+    an exception no handler answered is a 500 in that shape (Starlette logs it and the server
+    then closes the connection), never a plain-text page."""
 
     async def http_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, StarletteHTTPException)
@@ -341,4 +348,8 @@ def install_error_handlers(app: Starlette) -> None:
         msg = f"{request.method} {request.url.path}: {exc.detail}"
         return _json(error_body(msg, kind, None, None), exc.status_code)
 
+    async def unhandled(request: Request, exc: Exception) -> Response:
+        return json_error_response(exc)
+
     app.add_exception_handler(StarletteHTTPException, http_error)
+    app.add_exception_handler(Exception, unhandled)

@@ -30,7 +30,12 @@ from gateway.api_admin import check_admin
 from gateway.config import SwitchyardConfig
 from gateway.console.operations import recorder
 from gateway.door import read_body
-from gateway.errors import GatewayError, InvalidRequestError, NotFoundError, error_response_parts
+from gateway.errors import (
+    MAPPED_ERRORS,
+    InvalidRequestError,
+    NotFoundError,
+    json_error_response,
+)
 from gateway.legacy_records import LIVE_TRANSLATOR
 from traffic.export import (
     TRAFFIC_QUERY,
@@ -62,11 +67,6 @@ def _json(data: Any, status: int = 200) -> Response:
     return Response(orjson.dumps(data), status, media_type="application/json")
 
 
-def _error(exc: GatewayError) -> Response:
-    status, headers, body = error_response_parts(exc)
-    return Response(orjson.dumps(body), status, headers, media_type="application/json")
-
-
 async def get_episode(request: Request) -> Response:
     try:
         state = check_admin(request)
@@ -77,8 +77,8 @@ async def get_episode(request: Request) -> Response:
         )
         if episode is None:
             raise NotFoundError(f"no inference in episode {episode_id[:200]}", code="not_found")
-    except GatewayError as exc:
-        return _error(exc)
+    except MAPPED_ERRORS as exc:
+        return json_error_response(exc)
     return _json(episode_view(episode))
 
 
@@ -97,9 +97,9 @@ async def export_episodes(request: Request) -> Response:
             routes=route_kinds(state.config),
         )
     except (orjson.JSONDecodeError, ValidationError) as exc:
-        return _error(InvalidRequestError(f"invalid episode export request: {exc}"))
-    except GatewayError as exc:
-        return _error(exc)
+        return json_error_response(InvalidRequestError(f"invalid episode export request: {exc}"))
+    except MAPPED_ERRORS as exc:
+        return json_error_response(exc)
     return _json(manifest.model_dump(mode="json"))
 
 

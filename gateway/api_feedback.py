@@ -25,7 +25,12 @@ from starlette.routing import BaseRoute, Route
 
 from gateway.api_admin import is_admin
 from gateway.door import parse_json_object, read_body
-from gateway.errors import GatewayError, InvalidRequestError, NotFoundError, error_response_parts
+from gateway.errors import (
+    MAPPED_ERRORS,
+    InvalidRequestError,
+    NotFoundError,
+    json_error_response,
+)
 from gateway.recording import RecorderHandle
 from gateway.state import GatewayState
 from gateway.wire.bounds import check_depth
@@ -49,11 +54,6 @@ class FeedbackIn(BaseModel):
         if self.kind in ("edited", "demonstration") and not (self.payload or {}).get("text"):
             raise ValueError(f"kind `{self.kind}` needs `payload.text`")
         return self
-
-
-def _error(exc: GatewayError) -> Response:
-    status, headers, body = error_response_parts(exc)
-    return Response(orjson.dumps(body), status, headers, media_type="application/json")
 
 
 async def post_feedback(request: Request) -> Response:
@@ -81,8 +81,8 @@ async def post_feedback(request: Request) -> Response:
                 param="inference_id",
                 code="inference_not_found",
             )
-    except GatewayError as exc:
-        return _error(exc)
+    except MAPPED_ERRORS as exc:
+        return json_error_response(exc)
     record = FeedbackRecord(
         inference_id=fb.inference_id, kind=fb.kind, value=fb.value, payload=fb.payload
     )

@@ -18,7 +18,7 @@ from starlette.responses import Response
 
 from gateway.backends.base import UpstreamEndpoint
 from gateway.door import Translate, Translated, door_features, serve_door
-from gateway.errors import GatewayError, error_response_parts
+from gateway.errors import GatewayError, json_error_response
 from gateway.exchange import Exchange, FrontDoor
 from gateway.state import GatewayState
 from gateway.wire.openai_requests import (
@@ -86,8 +86,7 @@ async def list_models(request: Request) -> Response:
     try:
         await state.admit(request.headers, limit=False)
     except GatewayError as exc:
-        status, headers, body = error_response_parts(exc)
-        return Response(orjson.dumps(body), status, headers, media_type="application/json")
+        return json_error_response(exc)
     created = int(time.time())
     data = [
         {"id": name, "object": "model", "created": created, "owned_by": "switchyard"}

@@ -17,17 +17,23 @@ GatewayError                      status  OpenAI type
  |    +-- UpstreamUnavailableError 503    service_unavailable     (refused connection, breaker open)
  +-- AllBackendsFailedError        last failure's status; collects every attempt's error
 
-Router errors (``router.errors``) are mapped here too. :func:`error_response_parts` is the only
-place that turns an exception into a status, headers and body.
+Router errors (``router.errors``) and the traffic store's (``traffic.store.errors``: unreachable
+503 ``store_unavailable``, anything else it refuses 500 ``store_error``) are mapped here too.
+:func:`error_response_parts` is the only place that turns an exception into a status, headers and
+body.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Final
+
+import orjson
+from starlette.responses import Response
 
 from router.errors import PolicyConfigError, RoutingError, UnknownModelError
 from router.replicas import NoHealthyReplicaError
+from traffic.store.errors import StoreError, StoreUnavailable
 
 
 class GatewayError(Exception):
@@ -198,6 +204,11 @@ def upstream_error_for_status(
     return UpstreamError(message, backend=backend)
 
 
+# What a handler turns into its error answer (error_response_parts): the gateway's own errors
+# and the traffic store's, which reach the handlers that read or write the store.
+MAPPED_ERRORS: Final = (GatewayError, StoreError)
+
+
 def error_body(
     message: str, error_type: str, param: str | None = None, code: str | None = None
 ) -> dict[str, Any]:
@@ -220,4 +231,17 @@ def error_response_parts(exc: Exception) -> tuple[int, dict[str, str], dict[str,
         return 500, {}, error_body(str(exc), "internal_error", None, "policy_config")
     if isinstance(exc, RoutingError):
         return 500, {}, error_body(str(exc), "internal_error", None, None)
+    if isinstance(exc, StoreUnavailable):
+        msg = f"the traffic store is unavailable: {exc}"
+        return 503, {}, error_body(msg, "service_unavailable", None, "store_unavailable")
+    if isinstance(exc, StoreError):
+        msg = f"the traffic store refused the request: {exc}"
+        return 500, {}, error_body(msg, "internal_error", None, "store_error")
     return 500, {}, error_body("internal error", "internal_error", None, None)
+
+
+def json_error_response(exc: Exception) -> Response:
+    """:func:`error_response_parts` as a JSON response (OpenAI's error shape): what the admin,
+    feedback, episode and model-list handlers answer an error with."""
+    status, headers, body = error_response_parts(exc)
+    return Response(orjson.dumps(body), status, headers, media_type="application/json")

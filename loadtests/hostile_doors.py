@@ -162,6 +162,8 @@ ADMIN_BAD: Final[tuple[tuple[str, str, str, Any], ...]] = (
     ("keys_budget_str", "POST", "/admin/keys", {"name": "x", "budget_usd": "lots"}),
     ("keys_unknown_field", "POST", "/admin/keys", {"nom": "x"}),
     ("keys_list_body", "POST", "/admin/keys", []),
+    ("keys_name_nul", "POST", "/admin/keys", {"name": "ops\u0000key"}),
+    ("keys_name_newline", "POST", "/admin/keys", {"name": "ops\nkey"}),
     ("canary_routing_int", "POST", "/admin/canary", {"routing": 5, "share": 0.5}),
     ("canary_share_2", "POST", "/admin/canary", {"routing": {}, "share": 2}),
     ("canary_no_routing", "POST", "/admin/canary", {"share": 0.1}),
@@ -176,6 +178,11 @@ ADMIN_BAD: Final[tuple[tuple[str, str, str, Any], ...]] = (
     ("summary_by_twice", "GET", "/admin/traffic/summary?by=day,day", None),
     ("summary_since_word", "GET", "/admin/traffic/summary?since=yesterday", None),
     ("summary_tag_nul", "GET", "/admin/traffic/summary?tag=%00", None),
+    ("summary_tag_value_nul", "GET", "/admin/traffic/summary?tag=k=%00", None),
+    ("summary_route_nul", "GET", "/admin/traffic/summary?route_target=%00", None),
+    ("summary_episode_nul", "GET", "/admin/traffic/summary?episode_id=a%00&by=day", None),
+    ("export_filter_nul", "POST", "/admin/traffic/export",
+     {"query": {"served_model": "m\u0000"}, "export": {"kind": "sft", "out_dir": "x"}}),
     ("summary_ok_only_word", "GET", "/admin/traffic/summary?ok_only=perhaps", None),
     ("drain_unknown_replica", "POST", "/admin/replicas/drain",
      {"target": "local", "replica": "http://nowhere:1"}),
@@ -185,6 +192,7 @@ ADMIN_BAD: Final[tuple[tuple[str, str, str, Any], ...]] = (
      {"target": "local", "replica": "x", "timeout_s": -1}),
     ("revoke_unknown", "POST", "/admin/keys/nope/revoke", None),
     ("revoke_dots", "POST", "/admin/keys/%2e%2e/revoke", None),
+    ("revoke_nul", "POST", "/admin/keys/%00/revoke", None),
     ("revoke_long", "POST", "/admin/keys/" + "x" * 300 + "/revoke", None),
     ("unknown_path", "GET", "/admin/nope", None),
     ("wrong_method", "GET", "/admin/reload", None),
@@ -200,6 +208,8 @@ def _apply(body: dict[str, Any], door: Door, where: str, value: Any) -> None:
         body["messages"][0 if door in ANTHROPIC_DOORS else -1]["content"] = value
     elif where.startswith("-"):
         body.pop(where[1:], None)
+        if where == "-input":  # instructions alone are a request to answer ('input' is optional)
+            body.pop("instructions", None)
     else:
         body[where] = value
     if where == "tool_choice" and door in ANTHROPIC_DOORS:

@@ -1,15 +1,17 @@
 """The hostile run: thousands of seeded hostile requests over every door of a real gateway.
 
     python -m loadtests.hostile_run --requests 3000 --seed 1 [--concurrency 8] [--with-vllm]
+                                    [--postgres postgresql://postgres@127.0.0.1:5432/test]
 
 Starts, on 127.0.0.1: the frontier simulator, optionally one vLLM replica on CPU
 (``--with-vllm``, the tiny demo model, reached as model ``vllm-local``), and a gateway process
-with the SQLite store and API keys required; creates two keys through the gateway's admin API
+with the SQLite store (or, ``--postgres URL``, a fresh schema of that database: the fleet's store)
+and API keys required; creates two keys through the gateway's admin API
 (the gateway's own key service); then fires the corpus of :mod:`loadtests.hostile`
 (:func:`~loadtests.hostile_fire.fire`: bounded concurrency, a 10 s client deadline per request)
 while :class:`~loadtests.hostile_fire.GatewayWatch` probes ``/health`` every 50 ms and scrapes
 ``/metrics`` for ``switchyard_breaker_state``. Then the gateway is stopped (its writer flushed)
-and its SQLite file read: every answered inference request's ``x-request-id`` must have exactly
+and its store read: every answered inference request's ``x-request-id`` must have exactly
 one ``inference`` row.
 
 Prints: the status histogram per door; every 5xx with a repro (door, request, first 300 bytes
@@ -32,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import psycopg
 import yaml
 
 from loadtests.bench.servers import Server, ServerFleet, free_port
@@ -59,7 +62,9 @@ VLLM_READY_TIMEOUT_S = 400.0
 FLUSH_TIMEOUT_S = 30.0
 
 
-def gateway_config(sim_url: str, db: Path, spool: Path, vllm_url: str | None) -> dict[str, Any]:
+def gateway_config(
+    sim_url: str, store_url: str, spool: Path, vllm_url: str | None
+) -> dict[str, Any]:
     """The test suite's four targets (all on the simulator), the store, keys required."""
     backends = simulator_backends(sim_url)
     aliases = simulator_aliases()
@@ -86,7 +91,7 @@ def gateway_config(sim_url: str, db: Path, spool: Path, vllm_url: str | None) ->
             ],
             "fallbacks": {"local": ["frontier-openai"]},
         },
-        "store": {"enabled": True, "url": f"sqlite:///{db}", "spool_dir": str(spool)},
+        "store": {"enabled": True, "url": store_url, "spool_dir": str(spool)},
         "auth": {"required": True},
     }
 
@@ -153,10 +158,40 @@ def wait_flushed(base_url: str) -> dict[str, float]:
     return stats
 
 
-def read_store(db: Path) -> list[tuple[str, int]]:
-    """(id, status) of every inference row, read-only (the gateway has stopped)."""
-    with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as conn:
-        return [(str(i), int(s)) for i, s in conn.execute("SELECT id, status FROM inference")]
+class HostileStore:
+    """Where the gateway records: a SQLite file under the run's folder, or a fresh schema of a
+    PostgreSQL database (``--postgres URL``; the schema is dropped after the run)."""
+
+    def __init__(self, out: Path, postgres_url: str | None) -> None:
+        self.postgres_url = postgres_url
+        self.db = out / "traffic.db"
+        self.schema = f"hostile_{secrets.token_hex(5)}"
+
+    @property
+    def url(self) -> str:
+        if self.postgres_url is None:
+            return f"sqlite:///{self.db}"
+        joiner = "&" if "?" in self.postgres_url else "?"
+        return f"{self.postgres_url}{joiner}options=-csearch_path%3D{self.schema}"
+
+    def create(self) -> None:
+        if self.postgres_url is not None:
+            with psycopg.connect(self.postgres_url, connect_timeout=5, autocommit=True) as conn:
+                conn.execute(f"CREATE SCHEMA {self.schema}")
+
+    def rows(self) -> list[tuple[str, int]]:
+        """(id, status) of every inference row (the gateway has stopped)."""
+        sql = "SELECT id, status FROM inference"
+        if self.postgres_url is None:
+            with sqlite3.connect(f"file:{self.db}?mode=ro", uri=True) as lite:
+                return [(str(i), int(s)) for i, s in lite.execute(sql)]
+        with psycopg.connect(self.url, connect_timeout=5) as conn:
+            return [(str(i), int(s)) for i, s in conn.execute(sql)]
+
+    def drop(self) -> None:
+        if self.postgres_url is not None:
+            with psycopg.connect(self.postgres_url, connect_timeout=5, autocommit=True) as conn:
+                conn.execute(f"DROP SCHEMA IF EXISTS {self.schema} CASCADE")
 
 
 def spool_counts(spool: Path) -> dict[str, int]:
@@ -209,7 +244,8 @@ def print_report(outcomes: list[Outcome], findings: list[Finding], show: int) ->
 def run(args: argparse.Namespace) -> dict[str, Any]:
     out = args.out / f"seed{args.seed}-{time.strftime('%Y%m%d-%H%M%S')}"
     out.mkdir(parents=True, exist_ok=True)
-    db, spool = out / "traffic.db", out / "spool"
+    store, spool = HostileStore(out, args.postgres), out / "spool"
+    store.create()
     token = secrets.token_urlsafe(24)
     replica = None
     with ServerFleet(out / "logs") as fleet:
@@ -223,7 +259,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 print("starting vLLM (CPU) ...", file=sys.stderr)
                 replica, vllm_url = start_vllm(args.cache, out / "logs" / "vllm.log")
             config = out / "switchyard.yaml"
-            config.write_text(yaml.safe_dump(gateway_config(sim.base_url, db, spool, vllm_url)))
+            settings = gateway_config(sim.base_url, store.url, spool, vllm_url)
+            config.write_text(yaml.safe_dump(settings))
             port = free_port()
             argv = [sys.executable, "-m", "gateway", "--config", str(config), "--port", str(port)]
             env = {ADMIN_TOKEN_ENV: token, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
@@ -253,7 +290,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             if replica is not None:
                 replica.stop()
     findings = [f for o in outcomes for f in judge(o, args.timeout_s)]
-    records = check_records(outcomes, read_store(db))
+    try:
+        records = check_records(outcomes, store.rows())
+    finally:
+        store.drop()
     with (out / "findings.jsonl").open("w") as fh:
         for f in findings:
             fh.write(json.dumps({"kind": f.kind, "detail": f.detail, **repro(f.outcome)}) + "\n")
@@ -285,6 +325,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "skipped": args.skip,
         "seed": args.seed,
         "with_vllm": bool(args.with_vllm),
+        "store": "postgres" if args.postgres else "sqlite",
         "duration_s": round(duration, 1),
         "by_door": status_histogram(outcomes),
         "five_xx": len(five),
@@ -314,6 +355,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--concurrency", type=int, default=DEFAULT_CONCURRENCY)
     parser.add_argument("--timeout-s", type=float, default=DEFAULT_TIMEOUT_S)
     parser.add_argument("--with-vllm", action="store_true", help="also a real vLLM replica")
+    parser.add_argument(
+        "--postgres",
+        metavar="URL",
+        help="record to a fresh schema of this PostgreSQL database instead of SQLite",
+    )
     parser.add_argument("--out", type=Path, default=Path(".cache/hostile"))
     parser.add_argument("--cache", type=Path, default=Path(".cache"), help="models (vLLM)")
     parser.add_argument(

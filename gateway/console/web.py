@@ -118,6 +118,8 @@ class Ctx:
 
     def param(self, name: str) -> str | None:
         value = self.request.query_params.get(name, "").strip()
+        if "\x00" in value:  # nothing stored holds one on PostgreSQL; a 400, not a store error
+            raise InvalidRequestError(f"?{name}= cannot contain a NUL character")
         return value or None
 
     def window(self) -> tuple[str, Window, int]:

@@ -15,7 +15,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from gateway.api_admin import check_admin
-from gateway.errors import GatewayError, error_response_parts
+from gateway.errors import GatewayError, json_error_response
 from gateway.fleet.apply import applier_of
 from gateway.fleet.snapshot import split_replica_key
 
@@ -25,8 +25,7 @@ async def fleet_status(request: Request) -> Response:
         state = check_admin(request)
         members = await state.fleet.live_members()
     except GatewayError as exc:
-        status, headers, body = error_response_parts(exc)
-        return Response(orjson.dumps(body), status, headers, media_type="application/json")
+        return json_error_response(exc)
     applied = applier_of(state).applied
     replicas: list[dict[str, Any]] = []
     for key, control in sorted(applied.replicas.items()):

@@ -1,7 +1,7 @@
 """The hostile-input fuzz suite (issue 13): seeded, bounded, against a real gateway in-process.
 
-Three parts, each on a gateway with the SQLite store and API keys required (keys created through
-the admin API):
+Three parts, each on a gateway with a store (SQLite; the corpus also on PostgreSQL) and API keys
+required (keys created through the admin API):
 
 - the corpus of :mod:`loadtests.hostile` (``COUNT`` cases, seed ``SEED``; every door, feedback
   and admin) against targets on the frontier simulator;
@@ -18,14 +18,17 @@ read API).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import random
+import uuid
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx
+import psycopg
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -45,6 +48,7 @@ from loadtests.hostile_fire import (
     repro,
 )
 from tests.fixtures.gateway_fixture import GatewayThread, gateway_config
+from tests.fixtures.postgres_fixture import PG_URL, pg_dsn
 from tests.gateway.conftest import store_gateway
 from traffic.store import StoreConfig, open_store
 
@@ -116,13 +120,39 @@ def _hostile_run(gw: GatewayThread, url: str, cases: Iterable[HostileCase]) -> H
     return HostileRun(outcomes, findings, check_records(outcomes, asyncio.run(_stored(url))), watch)
 
 
-@pytest.fixture(scope="module")
-def sim_run(frontier_sim: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[HostileRun]:
-    with pytest.MonkeyPatch.context() as mp:
+@contextlib.contextmanager
+def _store_url(kind: str, tmp: Path) -> Iterator[str]:
+    """The store a run records into: a SQLite file, or a fresh PostgreSQL schema (dropped after;
+    the fleet's store, where a NUL in a filter or an id once reached the database as a 500)."""
+    if kind == "sqlite":
+        yield f"sqlite:///{tmp / 'traffic.db'}"
+        return
+    schema = f"hostile_{uuid.uuid4().hex[:10]}"
+    try:
+        with psycopg.connect(PG_URL, connect_timeout=3, autocommit=True) as conn:
+            conn.execute(f"CREATE SCHEMA {schema}")
+    except psycopg.OperationalError as e:
+        pytest.skip(f"PostgreSQL not reachable at {PG_URL}: {e}".splitlines()[0])
+    try:
+        yield pg_dsn(schema)
+    finally:
+        with psycopg.connect(PG_URL, autocommit=True) as conn:
+            conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+
+
+@pytest.fixture(
+    scope="module", params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
+)
+def sim_run(
+    request: pytest.FixtureRequest, frontier_sim: Any, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[HostileRun]:
+    with (
+        pytest.MonkeyPatch.context() as mp,
+        _store_url(request.param, tmp_path_factory.mktemp("hostile")) as url,
+    ):
         mp.setenv("SWITCHYARD_ADMIN_TOKEN", ADMIN_TOKEN)
-        tmp = tmp_path_factory.mktemp("hostile")
-        url = f"sqlite:///{tmp / 'traffic.db'}"
-        gw = store_gateway(frontier_sim.base_url, url, tmp / "spool", auth={"required": True})
+        spool = tmp_path_factory.mktemp("hostile-spool")
+        gw = store_gateway(frontier_sim.base_url, url, spool, auth={"required": True})
         yield _hostile_run(gw.start(), url, hostile_corpus(SEED, COUNT))
 
 

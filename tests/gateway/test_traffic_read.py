@@ -172,3 +172,47 @@ def test_summary_and_exports_from_recorded_traffic(
         == 0
     )
     assert (rl / "train.jsonl").read_text().count("\n") == 9
+
+
+def _error(resp: httpx.Response, status: int) -> dict[str, Any]:
+    assert resp.status_code == status, resp.text
+    error: dict[str, Any] = resp.json()["error"]  # the OpenAI error shape, never a plain page
+    assert error["message"]
+    return error
+
+
+def test_bad_filters_names_and_ids_are_refused_alike_on_every_store(
+    frontier_sim: Any, store_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A NUL cannot be stored on PostgreSQL (its text refuses it): a filter or an id holding one
+    is a 400 or a 404 on both stores, never the database's error as a 500."""
+    monkeypatch.setenv("SWITCHYARD_ADMIN_TOKEN", "read-side-admin")
+    with store_gateway(frontier_sim.base_url, store_url, tmp_path / "spool") as gw:
+        client = httpx.Client(base_url=gw.base_url, headers=ADMIN, timeout=30)
+        summary = "/admin/traffic/summary"
+        for query in ("route_target=%00", "tag=task%00=x", "tag=k=v%00", "endpoint=a%00b&by=day"):
+            assert "NUL" in _error(client.get(f"{summary}?{query}"), 400)["message"]
+        # A tag filter that is not key=value used to be dropped: the whole traffic answered.
+        assert _error(client.get(f"{summary}?tag=rename"), 400)["param"] == "tag"
+        export = {"query": {"route_target": "\x00"}, "export": {"kind": "sft", "out_dir": "x"}}
+        _error(client.post("/admin/traffic/export", json=export), 400)
+        _error(client.post("/admin/keys", json={"name": "ops\x00key"}), 400)
+        _error(client.post("/admin/keys", json={"name": "a" * 201}), 400)
+        _error(client.post("/admin/keys/%00/revoke"), 404)
+        fb = {"inference_id": "\x00", "kind": "accepted"}
+        assert _error(client.post("/v1/feedback", json=fb), 404)["code"] == "inference_not_found"
+        assert client.get(f"{summary}?route_target=local").status_code == 200
+
+
+def test_a_read_while_the_store_is_down_is_a_503_in_the_error_shape(
+    frontier_sim: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SWITCHYARD_ADMIN_TOKEN", "read-side-admin")
+    down = "postgresql://postgres@127.0.0.1:1/test?connect_timeout=1"  # nothing listens there
+    with store_gateway(frontier_sim.base_url, down, tmp_path / "spool") as gw:
+        resp = httpx.get(gw.base_url + "/admin/traffic/summary", headers=ADMIN, timeout=60)
+        error = _error(resp, 503)
+        assert error["code"] == "store_unavailable"
+        # The gateway still serves; the answer is spooled until the store returns.
+        body = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "hi"}]}
+        assert httpx.post(gw.base_url + "/v1/chat/completions", json=body).status_code == 200

@@ -279,6 +279,12 @@ class InferenceFilter:
 
     def __post_init__(self) -> None:
         _normalise_times(self, "since", "until")
+        texts = [self.route_target, self.served_model, self.api_key_id, self.endpoint]
+        texts += [self.episode_id, *self.tags.keys(), *self.tags.values()]
+        if any(isinstance(t, str) and "\x00" in t for t in texts):
+            # No stored value holds one on PostgreSQL (its text cannot), so nothing could
+            # match there; refused on every backend alike.
+            raise ValueError("a filter value cannot contain a NUL character")
         if self.has_feedback is not None and self.has_feedback not in (*FEEDBACK_KINDS, "any"):
             raise ValueError(f"has_feedback must be a feedback kind or 'any': {self.has_feedback}")
 

@@ -246,7 +246,7 @@ class SqlStore(ABC):
     async def _one_key(self, column: str, value: str, lane: Lane) -> ApiKeyRecord | None:
         rows = await self._fetch(
             f"SELECT {select_list(API_KEY)} FROM api_key WHERE {column} = {self.codec.param}",
-            [value],
+            [self.codec.encode(ColumnType.TEXT, value)],  # as stored (no NUL on PostgreSQL)
             lane=lane,
         )
         return decode_row(ApiKeyRecord, API_KEY, rows[0], self.codec) if rows else None
@@ -258,7 +258,7 @@ class SqlStore(ABC):
         rows = await self._fetch(
             f"UPDATE api_key SET revoked_at = {p} WHERE id = {p} AND revoked_at IS NULL"
             " RETURNING id",
-            [when, key_id],
+            [when, self.codec.encode(ColumnType.KEY, key_id)],
             write=True,
         )
         return bool(rows)
@@ -268,7 +268,7 @@ class SqlStore(ABC):
         p = self.codec.param
         rows = await self._fetch(
             f"UPDATE api_key SET spent_usd = spent_usd + {p} WHERE id = {p} RETURNING spent_usd",
-            [float(usd), key_id],
+            [float(usd), self.codec.encode(ColumnType.KEY, key_id)],
             write=True,
             retry=False,
             lane="background",
