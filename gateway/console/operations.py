@@ -15,6 +15,7 @@ canary that cannot be built), mapped to HTTP by each caller.
 from __future__ import annotations
 
 import asyncio
+from typing import Final
 
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.requests import Request
@@ -32,6 +33,8 @@ from router.learned import LearnedPolicy
 from router.policy import RoutingPolicy
 from traffic.store import ApiKeyRecord
 
+MAX_LIMIT: Final = 2**31 - 1  # requests or tokens per minute: far beyond any real limit
+
 
 class KeyCreate(BaseModel):
     """A new API key's name and limits (``POST /admin/keys``, the console's key form)."""
@@ -40,9 +43,10 @@ class KeyCreate(BaseModel):
 
     # A label for people: printable, one line (a NUL cannot even be stored on PostgreSQL).
     name: str = Field(min_length=1, max_length=200, pattern=r"^[^\x00-\x1f\x7f]+$")
-    rpm_limit: int | None = Field(default=None, ge=1)
-    tpm_limit: int | None = Field(default=None, ge=1)
-    budget_usd: float | None = Field(default=None, ge=0)
+    # Bounded to what every store's integer column holds (PostgreSQL's bigint refused 2**63).
+    rpm_limit: int | None = Field(default=None, ge=1, le=MAX_LIMIT)
+    tpm_limit: int | None = Field(default=None, ge=1, le=MAX_LIMIT)
+    budget_usd: float | None = Field(default=None, ge=0, allow_inf_nan=False)
 
 
 def recorder(request: Request) -> RecorderHandle:

@@ -184,8 +184,9 @@ def _error(resp: httpx.Response, status: int) -> dict[str, Any]:
 def test_bad_filters_names_and_ids_are_refused_alike_on_every_store(
     frontier_sim: Any, store_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A NUL cannot be stored on PostgreSQL (its text refuses it): a filter or an id holding one
-    is a 400 or a 404 on both stores, never the database's error as a 500."""
+    """A NUL cannot be stored on PostgreSQL (its text refuses it), nor 2**63 in its bigint: a
+    filter, a name or an id holding one is a 400 or a 404 on both stores, never the database's
+    error as a 500."""
     monkeypatch.setenv("SWITCHYARD_ADMIN_TOKEN", "read-side-admin")
     with store_gateway(frontier_sim.base_url, store_url, tmp_path / "spool") as gw:
         client = httpx.Client(base_url=gw.base_url, headers=ADMIN, timeout=30)
@@ -198,6 +199,7 @@ def test_bad_filters_names_and_ids_are_refused_alike_on_every_store(
         _error(client.post("/admin/traffic/export", json=export), 400)
         _error(client.post("/admin/keys", json={"name": "ops\x00key"}), 400)
         _error(client.post("/admin/keys", json={"name": "a" * 201}), 400)
+        _error(client.post("/admin/keys", json={"name": "big", "rpm_limit": 2**63}), 400)
         _error(client.post("/admin/keys/%00/revoke"), 404)
         fb = {"inference_id": "\x00", "kind": "accepted"}
         assert _error(client.post("/v1/feedback", json=fb), 404)["code"] == "inference_not_found"
