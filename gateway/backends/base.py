@@ -88,6 +88,7 @@ class StreamOutcome:
     raw: list[bytes] = field(default_factory=list)
     completed: bool = False
     error: str | None = None
+    error_status: int | None = None  # the HTTP status an upstream error event carried
     response: dict[str, Any] | None = None
     # What a native pass-through changed in the client's body to make it acceptable to its
     # provider (recorded as ``note.*`` tags): known when the call was made.

@@ -172,7 +172,7 @@ class PassThroughBackend:
             if native
             else OpenAIWatcher(strip_usage=not call.client_wants_usage)
         )
-        return RelayStream(
+        stream = RelayStream(
             resp,
             first,
             watcher,
@@ -181,6 +181,8 @@ class PassThroughBackend:
             native=native,
             notes=notes,
         )
+        await stream.check_opening(self.name)
+        return stream
 
     async def aclose(self) -> None:
         return None

@@ -5,11 +5,18 @@ pass-through): the response body is cut at event boundaries and forwarded; a *wa
 wire format looks only at the events that matter and fills the :class:`StreamOutcome`:
 
 - OpenAI (``data: {chunk}`` ... ``data: [DONE]``): the usage-only chunk is found by a substring
-  test, parsed, and cut out when the client did not ask for usage; ``[DONE]`` completes it.
+  test, parsed, and cut out when the client did not ask for usage; ``[DONE]`` completes it; an
+  error event (``data: {"error": ...}``, what vLLM sends when a streamed request fails its
+  checks) ends the stream as an upstream failure, as Anthropic's does.
 - Anthropic Messages (``event: <type>\\ndata: {...}``): ``message_start`` and ``message_delta``
   carry the usage and are parsed (``message_start``'s ``model`` renamed to the one the client
   asked for); ``message_stop`` completes it; an ``error`` event ends the stream as an upstream
   failure (the pipeline tells the client in its door's shape).
+
+An error event that opens the stream (no event before it, no byte sent to the client) is the
+upstream's refusal rather than a broken stream: :meth:`RelayStream.check_opening` raises it
+with the status it carries (vLLM's ``"code": 400``, Anthropic's error type), so the client gets
+an HTTP error and the pipeline fails over where that status allows (overloaded, rate limited).
 
 Every other event is forwarded without being parsed: per chunk the gateway does a buffer cut, a
 few substring searches and one list append. The record's answer is assembled once, from the kept
@@ -25,7 +32,7 @@ import aiohttp
 import orjson
 
 from gateway.backends.base import StreamOutcome, Usage
-from gateway.errors import UpstreamError, UpstreamTimeoutError
+from gateway.errors import UpstreamError, UpstreamTimeoutError, upstream_error_for_status
 from gateway.wire.anthropic_answer import usage_as_openai
 from gateway.wire.sse import DONE_EVENT, EVENT_SEP, EventSplitter, drop_usage_only_events
 
@@ -43,6 +50,11 @@ class OpenAIWatcher:
         self._strip_usage = strip_usage
 
     def watch(self, block: bytes, outcome: StreamOutcome) -> bytes:
+        if _OPENAI_ERROR in block:
+            at = block.find(_OPENAI_ERROR)
+            if at == 0 or block[at - 2 : at] == EVENT_SEP:  # at an event's start
+                _note_error(outcome, _data_payload(block[at + 6 :].split(EVENT_SEP, 1)[0]))
+                return block[:at]  # the pipeline sends the error, in the door's shape
         if b'"usage":{' in block and b'"choices":[]' in block:
             stripped, usage = drop_usage_only_events(block)
             outcome.usage = Usage.from_openai(usage)
@@ -79,9 +91,7 @@ class AnthropicWatcher:
             outcome.usage = Usage.from_openai(usage_as_openai(self._usage))
         if b"event: error" in block:
             for data in _named_events(block, (b"error",)):
-                err = data.get("error") or {}
-                message = err.get("message") if isinstance(err, dict) else str(err)
-                outcome.error = f"upstream stream error: {message}"
+                _note_error(outcome, data)
             outcome.error = outcome.error or "upstream stream error"
             # What came before the error event still goes out; the error event is the
             # pipeline's to send, in the door's shape, after the stream raised.
@@ -89,6 +99,40 @@ class AnthropicWatcher:
         if b"event: message_stop" in block:
             outcome.completed = True
         return block
+
+
+_OPENAI_ERROR = b'data: {"error"'
+# Anthropic's error types and their HTTP statuses (docs: "errors"); 529 overloaded as a 503.
+_ANTHROPIC_ERROR_STATUS = {
+    "invalid_request_error": 400,
+    "authentication_error": 401,
+    "permission_error": 403,
+    "not_found_error": 404,
+    "request_too_large": 413,
+    "rate_limit_error": 429,
+    "api_error": 500,
+    "overloaded_error": 503,
+}
+
+
+def _data_payload(data: bytes) -> Any:
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return None
+
+
+def _note_error(outcome: StreamOutcome, payload: Any) -> None:
+    """An error event's message and status (None when it carries none) on ``outcome``."""
+    err = payload.get("error") if isinstance(payload, dict) else None
+    message = err.get("message") if isinstance(err, dict) else err
+    outcome.error = f"upstream stream error: {message}" if message else "upstream stream error"
+    if isinstance(err, dict):
+        code = err.get("code")
+        if type(code) is int and 400 <= code <= 599:
+            outcome.error_status = code
+        elif isinstance(err.get("type"), str):
+            outcome.error_status = _ANTHROPIC_ERROR_STATUS.get(err["type"])
 
 
 def _named_events(block: bytes, names: tuple[bytes, ...]) -> list[dict[str, Any]]:
@@ -140,6 +184,29 @@ class RelayStream:
         self.weights_version = weights_version
         self.native = native
         self.outcome = StreamOutcome(notes=notes or {})
+        self._opening: bytes | None = None  # the first block as forwarded, once looked at
+
+    async def check_opening(self, name: str) -> None:
+        """Read up to the stream's first whole event; when it is an error event, raise it as an
+        HTTP error of the status it carries (502 without one), the response closed: no byte
+        went to the client yet. Back-ends call it as they open the stream (``name``: the
+        back-end). An error after other events stays a mid-stream failure."""
+        out = self._process(self._first)
+        while not out and self.outcome.error is None and not self.outcome.completed:
+            try:
+                block = await self._resp.content.readany()
+            except (aiohttp.ClientError, TimeoutError) as exc:
+                await self.aclose()
+                raise UpstreamError(f"{name}: {self._source} failed: {exc}", backend=name) from exc
+            if not block:
+                break
+            out = self._process(block)
+        self._opening = out
+        if self.outcome.error is None or out:
+            return
+        await self.aclose()
+        status = self.outcome.error_status or 502
+        raise upstream_error_for_status(name, status, f"{self._source}: {self.outcome.error}")
 
     def _process(self, block: bytes) -> bytes:
         out = self._splitter.feed(block)
@@ -152,7 +219,7 @@ class RelayStream:
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
         try:
-            first = self._process(self._first)
+            first = self._opening if self._opening is not None else self._process(self._first)
             if first:
                 yield first
             if self.outcome.error is None:

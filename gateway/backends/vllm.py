@@ -159,7 +159,7 @@ class VllmBackend:
         except UpstreamError:
             state.in_flight -= 1
             raise
-        return RelayStream(
+        stream = RelayStream(
             resp,
             first,
             OpenAIWatcher(strip_usage=not call.client_wants_usage),
@@ -169,6 +169,8 @@ class VllmBackend:
             weights_version=state.weights_version,
             on_release=lambda: self.pool.release(replica),
         )
+        await stream.check_opening(self.name)  # releases the replica when it raises
+        return stream
 
     async def aclose(self) -> None:
         await self.pool.stop_probing()

@@ -77,3 +77,16 @@ def test_messages_door_on_vllm_stream_and_not(vllm_gateway: GatewayThread) -> No
     ) as stream:
         final = stream.get_final_message()
     assert final.stop_reason in ("end_turn", "max_tokens", "stop_sequence")
+
+
+def test_a_stream_vllm_refuses_is_a_400_not_an_error_inside_a_200(
+    vllm_gateway: GatewayThread,
+) -> None:
+    """vLLM checks a streamed request after its 200 and sends the refusal as the first event;
+    the client gets it as the 400 it is (the SDK raises), before any byte of a stream."""
+    client = openai.OpenAI(base_url=vllm_gateway.base_url + "/v1", api_key="k", max_retries=0)
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.completions.create(model="auto", prompt=[""], max_tokens=8, stream=True)
+    assert "prompt cannot be empty" in str(refused.value)
+    record = vllm_gateway.sink.wait_for(refused.value.response.headers["x-request-id"])
+    assert record.status == 400 and record.route_target == "local"

@@ -193,7 +193,9 @@ def chat_stream() -> list[bytes]:
 class Upstream:
     """A provider on loopback: keeps each request, answers in OpenAI's or Anthropic's format.
 
-    ``mode`` picks the Anthropic stream's ending: "ok" or "error" (an error event mid-stream)."""
+    ``mode`` picks how a stream goes: "ok", "error" (an Anthropic error event mid-stream) or
+    "refuse" (the stream opens with an error event: Anthropic's overloaded_error, or a chat
+    stream's ``data: {"error": ...}`` with code 400, as vLLM refuses a streamed request)."""
 
     def __init__(self) -> None:
         self.requests: list[tuple[str, dict[str, str], dict[str, Any]]] = []
@@ -209,7 +211,8 @@ class Upstream:
             return web.Response(body=orjson.dumps(MESSAGE), content_type="application/json")
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await resp.prepare(request)
-        for event in anthropic_stream(error_after=5 if self.mode == "error" else None):
+        error_after = {"error": 5, "refuse": 0}.get(self.mode)
+        for event in anthropic_stream(error_after=error_after):
             await resp.write(event)
         return resp
 
@@ -220,7 +223,11 @@ class Upstream:
             return web.Response(body=orjson.dumps(CHAT_ANSWER), content_type="application/json")
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await resp.prepare(request)
-        for event in chat_stream():
+        events = chat_stream()
+        if self.mode == "refuse":
+            refusal = {"error": {"message": "The decoder prompt cannot be empty", "code": 400}}
+            events = [b"data: " + orjson.dumps(refusal) + b"\n\n", b"data: [DONE]\n\n"]
+        for event in events:
             await resp.write(event)
         return resp
 
@@ -417,6 +424,38 @@ def test_an_error_event_mid_stream_reaches_the_client_in_anthropics_shape(
     assert error["type"] == "error" and "Overloaded" in error["error"]["message"]
     record = gateway.sink.wait_for(rid)
     assert record.status == 502 and "Overloaded" in (record.error or "")
+
+
+def test_a_stream_that_opens_with_an_error_event_is_an_http_error_in_the_doors_shape(
+    gateway: GatewayThread, upstream: Upstream
+) -> None:
+    """Nothing went to the client yet: the refusal is an HTTP error with the status the event
+    carries (a 200 with an error inside is what vLLM sends), and the record says so."""
+    upstream.mode = "refuse"
+    try:
+        messages = httpx.post(
+            gateway.base_url + "/v1/messages",
+            json={**CLAUDE_CODE_BODY, "stream": True},
+            headers=CLIENT_HEADERS,
+        )
+        chat = httpx.post(
+            gateway.base_url + "/v1/chat/completions",
+            json={
+                "model": "gpt-4o-mini",
+                "messages": [{"role": "user", "content": "hi"}],
+                "stream": True,
+            },
+        )
+    finally:
+        upstream.mode = "ok"
+    assert messages.status_code == 503, messages.text  # overloaded: another target may serve
+    error = messages.json()
+    assert error["type"] == "error" and "Overloaded" in error["error"]["message"]
+    assert chat.status_code == 400, chat.text  # the provider's refusal of the input, passed on
+    assert "decoder prompt cannot be empty" in chat.json()["error"]["message"]
+    for resp, status in ((messages, 503), (chat, 400)):
+        record = gateway.sink.wait_for(resp.headers["x-request-id"])
+        assert record.status == status and "upstream stream error" in (record.error or "")
 
 
 def test_chat_door_fields_the_gateway_does_not_know_reach_openai(
