@@ -50,9 +50,11 @@ bench-kv: setup
 bench-serving: setup
 	$(PY) -m serving.bench
 
-# 3,000 seeded hostile requests over every door (HOSTILE_VLLM=1 adds a real vLLM replica).
+# 3,000 seeded hostile requests over every door (HOSTILE_VLLM=1 adds a real vLLM replica;
+# HOSTILE_PG=1 records to PostgreSQL, a fresh schema of the local test database, not SQLite).
 bench-hostile: setup
-	$(PY) -m loadtests.hostile_run --requests 3000 --seed 1 $(if $(HOSTILE_VLLM),--with-vllm)
+	$(PY) -m loadtests.hostile_run --requests 3000 --seed 1 $(if $(HOSTILE_VLLM),--with-vllm) \
+		$(if $(HOSTILE_PG),--postgres postgresql://postgres@127.0.0.1:5432/test)
 
 # Learned routing against the baselines on a flywheel run's record (FLYWHEEL_QUICK=1 make flywheel first).
 bench-routing: setup
