@@ -1,267 +1,30 @@
 """Frontier pass-through: what the client sends reaches the provider unchanged where the formats
 match, and what the provider answers reaches the client unchanged; recorded as usual.
 
-The upstream is a real HTTP server on loopback that keeps every request it got and answers
-with fixed bytes in the provider's format, so the test can compare bytes on both sides.
+The upstream is :class:`tests.fixtures.loopback_provider.Upstream`: a real HTTP server on
+loopback that keeps every request and answers fixed bytes, so bytes compare on both sides.
 """
 
 from __future__ import annotations
 
-import asyncio
-import threading
 from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import orjson
 import pytest
-from aiohttp import web
 
 from gateway.config import parse_config
 from tests.fixtures.gateway_fixture import GatewayThread
-
-ANTHROPIC_KEY_ENV = "SWITCHYARD_TEST_ANTHROPIC_KEY"
-OPENAI_KEY_ENV = "SWITCHYARD_TEST_OPENAI_KEY"
-
-MESSAGE = {
-    "id": "msg_upstream_01",
-    "type": "message",
-    "role": "assistant",
-    "model": "claude-sonnet-4-5",
-    "content": [
-        {"type": "thinking", "thinking": "Look at the file first.", "signature": "sig-abc=="},
-        {"type": "text", "text": "I will read it."},
-        {"type": "tool_use", "id": "toolu_1", "name": "Read", "input": {"path": "a.py"}},
-    ],
-    "stop_reason": "tool_use",
-    "stop_sequence": None,
-    "usage": {
-        "input_tokens": 12,
-        "cache_creation_input_tokens": 2048,
-        "cache_read_input_tokens": 4096,
-        "output_tokens": 31,
-        "service_tier": "standard",
-    },
-    "container": None,  # a field the gateway does not know
-}
-
-
-def _event(name: str, data: dict[str, Any]) -> bytes:
-    return b"event: " + name.encode() + b"\ndata: " + orjson.dumps(data) + b"\n\n"
-
-
-def anthropic_stream(*, error_after: int | None = None) -> list[bytes]:
-    start = {**MESSAGE, "content": [], "stop_reason": None}
-    start["usage"] = {**MESSAGE["usage"], "output_tokens": 1}
-    events = [
-        _event("message_start", {"type": "message_start", "message": start}),
-        _event(
-            "content_block_start",
-            {
-                "type": "content_block_start",
-                "index": 0,
-                "content_block": {"type": "thinking", "thinking": "", "signature": ""},
-            },
-        ),
-        _event(
-            "content_block_delta",
-            {
-                "type": "content_block_delta",
-                "index": 0,
-                "delta": {"type": "thinking_delta", "thinking": "Look at the file first."},
-            },
-        ),
-        _event(
-            "content_block_delta",
-            {
-                "type": "content_block_delta",
-                "index": 0,
-                "delta": {"type": "signature_delta", "signature": "sig-abc=="},
-            },
-        ),
-        _event("content_block_stop", {"type": "content_block_stop", "index": 0}),
-        _event("ping", {"type": "ping"}),
-        _event(
-            "content_block_start",
-            {
-                "type": "content_block_start",
-                "index": 1,
-                "content_block": {"type": "text", "text": ""},
-            },
-        ),
-        _event(
-            "content_block_delta",
-            {
-                "type": "content_block_delta",
-                "index": 1,
-                "delta": {"type": "text_delta", "text": "I will "},
-            },
-        ),
-        _event(
-            "content_block_delta",
-            {
-                "type": "content_block_delta",
-                "index": 1,
-                "delta": {"type": "text_delta", "text": "read it."},
-            },
-        ),
-        _event("content_block_stop", {"type": "content_block_stop", "index": 1}),
-        _event(
-            "content_block_start",
-            {
-                "type": "content_block_start",
-                "index": 2,
-                "content_block": {"type": "tool_use", "id": "toolu_1", "name": "Read", "input": {}},
-            },
-        ),
-        _event(
-            "content_block_delta",
-            {
-                "type": "content_block_delta",
-                "index": 2,
-                "delta": {"type": "input_json_delta", "partial_json": '{"path": '},
-            },
-        ),
-        _event(
-            "content_block_delta",
-            {
-                "type": "content_block_delta",
-                "index": 2,
-                "delta": {"type": "input_json_delta", "partial_json": '"a.py"}'},
-            },
-        ),
-        _event("content_block_stop", {"type": "content_block_stop", "index": 2}),
-        _event(
-            "message_delta",
-            {
-                "type": "message_delta",
-                "delta": {"stop_reason": "tool_use", "stop_sequence": None},
-                "usage": {"output_tokens": 31},
-            },
-        ),
-        _event("message_stop", {"type": "message_stop"}),
-    ]
-    if error_after is not None:
-        events = [
-            *events[:error_after],
-            _event(
-                "error",
-                {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}},
-            ),
-        ]
-    return events
-
-
-CHAT_ANSWER = {
-    "id": "chatcmpl-up1",
-    "object": "chat.completion",
-    "created": 1,
-    "model": "gpt-4o-mini-2024-07-18",
-    "choices": [
-        {"index": 0, "message": {"role": "assistant", "content": "ok"}, "finish_reason": "stop"}
-    ],
-    "usage": {
-        "prompt_tokens": 2000,
-        "completion_tokens": 2,
-        "total_tokens": 2002,
-        "prompt_tokens_details": {"cached_tokens": 1024},
-    },
-    "service_tier": "default",
-}
-
-
-def chat_stream() -> list[bytes]:
-    head = {"id": "c1", "object": "chat.completion.chunk", "created": 1, "model": "gpt-4o-mini"}
-    chunks = [
-        {
-            **head,
-            "choices": [
-                {"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}
-            ],
-        },
-        {**head, "choices": [{"index": 0, "delta": {"content": "o"}, "finish_reason": None}]},
-        {**head, "choices": [{"index": 0, "delta": {"content": "k"}, "finish_reason": "stop"}]},
-        {
-            **head,
-            "choices": [],
-            "usage": {"prompt_tokens": 9, "completion_tokens": 2, "total_tokens": 11},
-        },
-    ]
-    return [b"data: " + orjson.dumps(c) + b"\n\n" for c in chunks] + [b"data: [DONE]\n\n"]
-
-
-class Upstream:
-    """A provider on loopback: keeps each request, answers in OpenAI's or Anthropic's format.
-
-    ``mode`` picks how a stream goes: "ok", "error" (an Anthropic error event mid-stream) or
-    "refuse" (the stream opens with an error event: Anthropic's overloaded_error, or a chat
-    stream's ``data: {"error": ...}`` with code 400, as vLLM refuses a streamed request)."""
-
-    def __init__(self) -> None:
-        self.requests: list[tuple[str, dict[str, str], dict[str, Any]]] = []
-        self.mode = "ok"
-        self.loop = asyncio.new_event_loop()
-        self.runner: web.AppRunner | None = None
-        self.port = 0
-
-    async def _messages(self, request: web.Request) -> web.StreamResponse:
-        body = await request.json()
-        self.requests.append((request.path, dict(request.headers), body))
-        if not body.get("stream"):
-            return web.Response(body=orjson.dumps(MESSAGE), content_type="application/json")
-        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
-        await resp.prepare(request)
-        error_after = {"error": 5, "refuse": 0}.get(self.mode)
-        for event in anthropic_stream(error_after=error_after):
-            await resp.write(event)
-        return resp
-
-    async def _chat(self, request: web.Request) -> web.StreamResponse:
-        body = await request.json()
-        self.requests.append((request.path, dict(request.headers), body))
-        if not body.get("stream"):
-            return web.Response(body=orjson.dumps(CHAT_ANSWER), content_type="application/json")
-        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
-        await resp.prepare(request)
-        events = chat_stream()
-        if self.mode == "refuse":
-            refusal = {"error": {"message": "The decoder prompt cannot be empty", "code": 400}}
-            events = [b"data: " + orjson.dumps(refusal) + b"\n\n", b"data: [DONE]\n\n"]
-        for event in events:
-            await resp.write(event)
-        return resp
-
-    def start(self) -> Upstream:
-        app = web.Application()
-        app.router.add_post("/v1/messages", self._messages)
-        app.router.add_post("/v1/chat/completions", self._chat)
-        ready = threading.Event()
-
-        async def boot() -> None:
-            self.runner = web.AppRunner(app)
-            await self.runner.setup()
-            site = web.TCPSite(self.runner, "127.0.0.1", 0)
-            await site.start()
-            self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-            ready.set()
-
-        def run() -> None:
-            asyncio.set_event_loop(self.loop)
-            self.loop.run_until_complete(boot())
-            self.loop.run_forever()
-
-        threading.Thread(target=run, daemon=True).start()
-        ready.wait(10)
-        return self
-
-    def stop(self) -> None:
-        if self.runner is not None:
-            asyncio.run_coroutine_threadsafe(self.runner.cleanup(), self.loop).result(10)
-        self.loop.call_soon_threadsafe(self.loop.stop)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+from tests.fixtures.loopback_provider import (
+    ANTHROPIC_KEY_ENV,
+    CHAT_ANSWER,
+    MESSAGE,
+    OPENAI_KEY_ENV,
+    Upstream,
+    anthropic_stream,
+    chat_stream,
+)
 
 
 @pytest.fixture(scope="module")

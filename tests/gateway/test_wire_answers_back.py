@@ -17,7 +17,7 @@ from gateway.wire.anthropic import translate_messages
 from gateway.wire.anthropic_answer import completion_of_message
 from gateway.wire.anthropic_render import MessageContext, render_message
 from gateway.wire.responses import ResponseContext, completion_of_response, render_response
-from tests.gateway.test_passthrough import MESSAGE
+from tests.fixtures.loopback_provider import MESSAGE
 from tests.gateway.wire_translation_samples import EXCHANGE_ID, MIXED_COMPLETION
 
 
