@@ -46,7 +46,6 @@ from gateway.errors import (
 from gateway.legacy_records import LIVE_TRANSLATOR
 from gateway.state import GatewayState
 from router.config import RoutingConfig
-from router.errors import RoutingError
 from traffic.export import TRAFFIC_QUERY, ExportConfig, export_from_store, summarize
 from traffic.store import InferenceFilter
 
@@ -106,7 +105,7 @@ async def reload_config(request: Request) -> Response:
     try:
         state = check_admin(request)
         routing = await state.reload()
-    except (GatewayError, RoutingError) as exc:
+    except MAPPED_ERRORS as exc:
         return json_error_response(exc)
     except ConfigFileError as exc:
         return _json(error_body(str(exc), "invalid_request_error", None, "invalid_config"), 400)
@@ -288,7 +287,7 @@ async def set_canary(request: Request) -> Response:
         canary = await start_canary(request, changes.API_ACTOR, req.routing, req.share)
     except (ValueError, KeyError) as exc:  # a bad body
         return json_error_response(InvalidRequestError(f"invalid canary: {exc}"))
-    except (GatewayError, RoutingError) as exc:
+    except MAPPED_ERRORS as exc:
         return json_error_response(exc)
     return _json(
         {

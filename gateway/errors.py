@@ -204,9 +204,9 @@ def upstream_error_for_status(
     return UpstreamError(message, backend=backend)
 
 
-# What a handler turns into its error answer (error_response_parts): the gateway's own errors
-# and the traffic store's, which reach the handlers that read or write the store.
-MAPPED_ERRORS: Final = (GatewayError, StoreError)
+# What a handler turns into its error answer (error_response_parts maps each by name): the
+# gateway's own errors, the router's, and the traffic store's (handlers that read or write it).
+MAPPED_ERRORS: Final = (GatewayError, RoutingError, StoreError)
 
 
 def error_body(

@@ -60,6 +60,13 @@ unpickling ~8-17. Merging a stream's run of text deltas into one event before pa
 kept: 16-token streams read at 0.99-1.1x the template's time, 256-token OpenAI streams at 1.23x
 (CPython's split on a ~250-byte separator is a two-way search), 256-token Messages at 0.74x.
 
+On a faster day of the same box (2026-11-28, afternoon: the gateway's CPU per frontier stream
+0.47-0.59 ms, about half the above) recording's cost did not halve with it: in two quick bench
+runs the serving process added 13-56 us per request and the writer process 53-90 us, and the
+on/off ratios fell to 0.82-0.96 (median 0.87). The writer's own work per record, timed alone on
+drafts captured from a gateway: 23-25 us unary, 42-50 us streamed (the answer's assembly most
+of it); the rest of its ~85 us is asyncio, the SQLite thread hand-off and the pipe.
+
 Bounded: at most ``store.queue_size`` records, and ``store.queue_bytes`` of their frames, are in
 flight (sent, not acknowledged; a single batch goes whatever its size when nothing is); beyond, the
 gateway spools them itself, on a thread (building the records there: costly, but only while the

@@ -50,11 +50,10 @@ class OpenAIWatcher:
         self._strip_usage = strip_usage
 
     def watch(self, block: bytes, outcome: StreamOutcome) -> bytes:
-        if _OPENAI_ERROR in block:
-            at = block.find(_OPENAI_ERROR)
-            if at == 0 or block[at - 2 : at] == EVENT_SEP:  # at an event's start
-                _note_error(outcome, _data_payload(block[at + 6 :].split(EVENT_SEP, 1)[0]))
-                return block[:at]  # the pipeline sends the error, in the door's shape
+        at = block.find(_OPENAI_ERROR)
+        if at >= 0 and (at == 0 or block[at - 2 : at] == EVENT_SEP):  # at an event's start
+            _note_error(outcome, _data_payload(block[at + 6 :].split(EVENT_SEP, 1)[0]))
+            return block[:at]  # the pipeline sends the error, in the door's shape
         if b'"usage":{' in block and b'"choices":[]' in block:
             stripped, usage = drop_usage_only_events(block)
             outcome.usage = Usage.from_openai(usage)
