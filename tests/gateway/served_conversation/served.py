@@ -9,15 +9,14 @@ alone (never from gateway code), so the tests compare the export with an indepen
 
 from __future__ import annotations
 
-import asyncio
 import json
-import threading
 from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
 from aiohttp import web
 
+from tests.fixtures.loopback_server import LoopbackServer
 from traffic.export.turns import AssistantTurn, ToolCall
 
 
@@ -184,9 +183,7 @@ class ServedModel:
     answer: Answer = field(default_factory=Answer)
     broken: dict[str, Any] | None = None  # a whole answer to send instead of the scripted one
     received: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
-    port: int = 0
-    _loop: asyncio.AbstractEventLoop = field(default_factory=asyncio.new_event_loop)
-    _runner: web.AppRunner | None = None
+    _server: LoopbackServer | None = None
 
     async def _serve(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()
@@ -217,30 +214,14 @@ class ServedModel:
             app.router.add_post(path, self._serve)
         app.router.add_get("/health", self._ok)
         app.router.add_get("/metrics", self._ok)
-        ready = threading.Event()
-
-        async def boot() -> None:
-            self._runner = web.AppRunner(app)
-            await self._runner.setup()
-            site = web.TCPSite(self._runner, "127.0.0.1", 0)
-            await site.start()
-            self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-            ready.set()
-
-        def run() -> None:
-            asyncio.set_event_loop(self._loop)
-            self._loop.run_until_complete(boot())
-            self._loop.run_forever()
-
-        threading.Thread(target=run, daemon=True, name="served-model").start()
-        ready.wait(10)
+        self._server = LoopbackServer(app, "served-model").start()
         return self
 
     def stop(self) -> None:
-        if self._runner is not None:
-            asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._loop).result(10)
-        self._loop.call_soon_threadsafe(self._loop.stop)
+        if self._server is not None:
+            self._server.stop()
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        assert self._server is not None, "start() first"
+        return self._server.url
