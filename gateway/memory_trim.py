@@ -10,6 +10,11 @@ at 231-254 MB too, but each long stream then paid fresh page faults (256-token s
 against 1,193-1,334 req/s), so the gateway trims instead: on a worker thread (ctypes releases the
 GIL), every interval, a few milliseconds at a time. Where there is no glibc (musl, macOS) it does
 nothing.
+
+The record writer process is the other way round (:func:`keep_freed_heap`): it allocates and
+frees a frame of the pipe (~400 KB for 80 short streams) every batch, which glibc's default
+thresholds hand back to the system and fault in again, so it fixes both thresholds high and
+reuses its heap.
 """
 
 from __future__ import annotations
@@ -24,15 +29,22 @@ log = logging.getLogger(__name__)
 
 Trim = Callable[[int], int]
 
+_M_TRIM_THRESHOLD = -1  # mallopt's parameters (glibc's malloc.h)
+_M_MMAP_THRESHOLD = -3
 
-def load_malloc_trim() -> Trim | None:
-    """glibc's ``malloc_trim``; None where the C library has none."""
+
+def _libc() -> ctypes.CDLL | None:
     if not sys.platform.startswith("linux"):
         return None
     try:
-        libc = ctypes.CDLL("libc.so.6")
+        return ctypes.CDLL("libc.so.6")
     except OSError:
         return None
+
+
+def load_malloc_trim() -> Trim | None:
+    """glibc's ``malloc_trim``; None where the C library has none."""
+    libc = _libc()
     trim = getattr(libc, "malloc_trim", None)
     if trim is None:
         return None
@@ -50,3 +62,23 @@ async def trim_periodically(interval_s: float, trim: Trim | None = None) -> None
     while True:
         await asyncio.sleep(interval_s)
         await asyncio.to_thread(trim, 0)
+
+
+def keep_freed_heap(mmap_threshold: int, trim_threshold: int) -> bool:
+    """Fix glibc's thresholds: blocks below ``mmap_threshold`` come from the heap, and free
+    memory at its top is given back only beyond ``trim_threshold``; False without glibc.
+
+    Both, or neither: setting one turns off glibc's adjustment of the other (either alone
+    changed nothing). Measured on the record writer process (captured 16-token streams fed at
+    1,600 records/s, 3 alternating runs, 2026-11-28): system CPU 10.4-13.5 -> 3.1-7.3 us a
+    record; in all, OpenAI streams 68.8-70.8 -> 64.6-65.6 us, Anthropic 84.4-90.6 -> 76.0-84.4;
+    RSS 44-45 -> 45-46 MB."""
+    libc = _libc()
+    mallopt = getattr(libc, "mallopt", None)
+    if mallopt is None:
+        return False
+    mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
+    mallopt.restype = ctypes.c_int
+    return bool(
+        mallopt(_M_MMAP_THRESHOLD, mmap_threshold) and mallopt(_M_TRIM_THRESHOLD, trim_threshold)
+    )
