@@ -39,7 +39,6 @@ from gateway.backends.relay import (
     EventWatcher,
     OpenAIWatcher,
     RelayStream,
-    read_first_block,
     read_json_answer,
 )
 from gateway.backends.vllm import upstream_status_error
@@ -166,23 +165,20 @@ class PassThroughBackend:
             return await self._fallback.open_stream(call)
         url, payload, headers, native, notes = direct
         resp = await self._post(url, payload, headers)
-        first = await read_first_block(resp, self.name, self.route.provider)
         watcher: EventWatcher = (
             AnthropicWatcher(_asked_model(call))
             if native
             else OpenAIWatcher(strip_usage=not call.client_wants_usage)
         )
-        stream = RelayStream(
+        return await RelayStream.open(
             resp,
-            first,
             watcher,
+            name=self.name,
             served_model=self.config.model,
-            source=self.name,
+            source=self.route.provider,
             native=native,
             notes=notes,
         )
-        await stream.check_opening(self.name)
-        return stream
 
     async def aclose(self) -> None:
         return None

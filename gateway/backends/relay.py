@@ -14,7 +14,7 @@ wire format looks only at the events that matter and fills the :class:`StreamOut
   failure (the pipeline tells the client in its door's shape).
 
 An error event that opens the stream (no event before it, no byte sent to the client) is the
-upstream's refusal rather than a broken stream: :meth:`RelayStream.check_opening` raises it
+upstream's refusal rather than a broken stream: :meth:`RelayStream.open` raises it
 with the status it carries (vLLM's ``"code": 400``, Anthropic's error type), so the client gets
 an HTTP error and the pipeline fails over where that status allows (overloaded, rate limited).
 
@@ -160,7 +160,6 @@ class RelayStream:
     def __init__(
         self,
         resp: aiohttp.ClientResponse,
-        first: bytes,
         watcher: EventWatcher,
         *,
         served_model: str,
@@ -171,8 +170,8 @@ class RelayStream:
         on_release: Callable[[], None] | None = None,
         notes: dict[str, str] | None = None,
     ) -> None:
+        """Use :meth:`open`: a stream is relayed once its opening was read."""
         self._resp = resp
-        self._first = first
         self._splitter = EventSplitter()
         self._watcher = watcher
         self._source = source
@@ -183,22 +182,42 @@ class RelayStream:
         self.weights_version = weights_version
         self.native = native
         self.outcome = StreamOutcome(notes=notes or {})
-        self._opening: bytes | None = None  # the first block as forwarded, once looked at
+        self._opening = b""  # the opening's events as forwarded
 
-    async def check_opening(self, name: str) -> None:
-        """Read up to the stream's first whole event; when it is an error event, raise it as an
-        HTTP error of the status it carries (502 without one), the response closed: no byte
-        went to the client yet. Back-ends call it as they open the stream (``name``: the
-        back-end). An error after other events stays a mid-stream failure."""
-        out = self._process(self._first)
+    @classmethod
+    async def open(
+        cls, resp: aiohttp.ClientResponse, watcher: EventWatcher, *, name: str, **kw: Any
+    ) -> RelayStream:
+        """The stream of ``resp`` (``name``: the back-end; ``kw``: the constructor's), read up
+        to its first whole event. Raised before any byte went to the client, so the pipeline
+        may still fail over, the response closed and ``on_release`` called: no first byte in
+        time (:class:`UpstreamTimeoutError`), a broken or empty stream (:class:`UpstreamError`),
+        or an error event first, as an HTTP error of the status it carries (502 without one).
+        An error after other events stays a mid-stream failure."""
+        stream = cls(resp, watcher, **kw)
+        await stream._read_opening(name)
+        return stream
+
+    async def _read_opening(self, name: str) -> None:
+        out, read = b"", False
         while not out and self.outcome.error is None and not self.outcome.completed:
             try:
                 block = await self._resp.content.readany()
             except (aiohttp.ClientError, TimeoutError) as exc:
                 await self.aclose()
+                if isinstance(exc, TimeoutError) and not read:
+                    raise UpstreamTimeoutError(
+                        f"{name}: no first byte from {self._source}", backend=name
+                    ) from exc
                 raise UpstreamError(f"{name}: {self._source} failed: {exc}", backend=name) from exc
             if not block:
+                if not read:
+                    await self.aclose()
+                    raise UpstreamError(
+                        f"{name}: {self._source} sent an empty stream", backend=name
+                    )
                 break
+            read = True
             out = self._process(block)
         self._opening = out
         if self.outcome.error is None or out:
@@ -218,9 +237,8 @@ class RelayStream:
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
         try:
-            first = self._opening if self._opening is not None else self._process(self._first)
-            if first:
-                yield first
+            if self._opening:
+                yield self._opening
             if self.outcome.error is None:
                 async for block in self._resp.content.iter_any():
                     out = self._process(block)
@@ -271,21 +289,3 @@ async def read_json_answer(
     if not isinstance(parsed, dict):
         raise UpstreamError(f"{name}: {source} answered a non-object", backend=name)
     return body, parsed
-
-
-async def read_first_block(resp: aiohttp.ClientResponse, name: str, source: str) -> bytes:
-    """A stream's first bytes; on a failure or an empty stream the response is closed and the
-    error raised (before the first byte: the pipeline may still fail over)."""
-    try:
-        first = await resp.content.readany()
-    except (aiohttp.ClientError, TimeoutError) as exc:
-        resp.close()
-        if isinstance(exc, TimeoutError):
-            raise UpstreamTimeoutError(
-                f"{name}: no first byte from {source}", backend=name
-            ) from exc
-        raise UpstreamError(f"{name}: {source} failed: {exc}", backend=name) from exc
-    if not first:
-        resp.release()
-        raise UpstreamError(f"{name}: {source} sent an empty stream", backend=name)
-    return first

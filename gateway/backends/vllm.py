@@ -18,7 +18,6 @@ from gateway.backends.base import UpstreamCall, UpstreamResult, Usage
 from gateway.backends.relay import (
     OpenAIWatcher,
     RelayStream,
-    read_first_block,
     read_json_answer,
 )
 from gateway.backends.replica_pool import ReplicaPool
@@ -153,24 +152,16 @@ class VllmBackend:
 
     async def open_stream(self, call: UpstreamCall) -> RelayStream:
         resp, replica = await self._post(call)
-        state = self.pool.replicas[replica]
-        try:
-            first = await read_first_block(resp, self.name, replica)
-        except UpstreamError:
-            state.in_flight -= 1
-            raise
-        stream = RelayStream(
+        return await RelayStream.open(  # releases the replica when it raises
             resp,
-            first,
             OpenAIWatcher(strip_usage=not call.client_wants_usage),
+            name=self.name,
             served_model=self.config.model,
             source=replica,
             replica=replica,
-            weights_version=state.weights_version,
+            weights_version=self.pool.replicas[replica].weights_version,
             on_release=lambda: self.pool.release(replica),
         )
-        await stream.check_opening(self.name)  # releases the replica when it raises
-        return stream
 
     async def aclose(self) -> None:
         await self.pool.stop_probing()
