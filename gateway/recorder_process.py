@@ -67,6 +67,15 @@ on/off ratios fell to 0.82-0.96 (median 0.87). The writer's own work per record,
 drafts captured from a gateway: 23-25 us unary, 42-50 us streamed (the answer's assembly most
 of it); the rest of its ~85 us is asyncio, the SQLite thread hand-off and the pipe.
 
+Later that day (real child, captured 16-token streams fed at 1,600 records/s; py-spy over 20 s):
+an OpenAI stream record cost the child 65-78 us: the answer ~30% (assembly 27%), the record and
+its kwargs ~10%, SQLite's thread 15%, the rows 8%, unpickling 8%, uvloop's own C work (freeing
+each batch's objects) 15%. glibc's thresholds fixed in the child (``recorder_child.HEAP_*``)
+took 6-10 us of page faults off each record. Tried and not kept: frames read by a protocol
+instead of ``asyncio.StreamReader`` and SQLite run on the loop's thread (no change beyond the
+noise); the assemblers and ``record_draft`` compiled with mypyc (-15 us a record, ~18% of the
+child, but a C build on every checkout and compiled modules that shadow edited sources).
+
 Bounded: at most ``store.queue_size`` records, and ``store.queue_bytes`` of their frames, are in
 flight (sent, not acknowledged; a single batch goes whatever its size when nothing is); beyond, the
 gateway spools them itself, on a thread (building the records there: costly, but only while the
