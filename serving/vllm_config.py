@@ -343,6 +343,12 @@ class VllmLaunchConfig(BaseModel):
         env["VLLM_SERVER_DEV_MODE"] = "1" if self.dev_mode else "0"
         if self.device == "cpu":
             env["VLLM_CPU_KVCACHE_SPACE"] = str(self.cpu.kvcache_space_gib)
+            if self.enforce_eager:
+                # vLLM's sampler torch.compiles `batched_count_greater_than` lazily, inside the
+                # engine step of the first request that asks for logprobs; on CPU that is a g++
+                # build (~20 s on 2 cores, cold caches) that stalls every request in the engine.
+                # With --enforce-eager nothing else is compiled: make torch.compile a no-op.
+                env["TORCHDYNAMO_DISABLE"] = "1"
             if self.cpu.omp_threads_bind is not None:
                 env["VLLM_CPU_OMP_THREADS_BIND"] = self.cpu.omp_threads_bind
         elif self.gpu.lmcache is not None:

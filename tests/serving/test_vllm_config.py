@@ -250,3 +250,10 @@ def test_gpu_replica_serves_fp8_weights(tmp_path: Path) -> None:
         assert response.json()["choices"][0]["message"]["role"] == "assistant"
     finally:
         replica.stop()
+
+
+def test_eager_cpu_replica_disables_lazy_torch_compile() -> None:
+    # The first logprobs request would otherwise build vLLM's compiled sampler op with g++
+    # inside the engine step and stall every request in flight (the hostile run's "hang").
+    assert cpu_config(enforce_eager=True).environment({})["TORCHDYNAMO_DISABLE"] == "1"
+    assert "TORCHDYNAMO_DISABLE" not in cpu_config(enforce_eager=False).environment({})
