@@ -21,11 +21,12 @@ import dataclasses
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import orjson
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
+from starlette.types import Receive
 
 from gateway.backends.base import UpstreamCall, UpstreamEndpoint
 from gateway.backends.provider_routes import forwarded_headers
@@ -96,6 +97,30 @@ async def read_body(request: Request, limit: int) -> bytes:
             f"client disconnected after {size} bytes of the request body"
         ) from exc
     return b"".join(chunks)
+
+
+class ClientWatch:
+    """Cancels the task serving a request when its client goes away before the answer starts:
+    the upstream call is dropped (a local replica stops generating, a provider stops billing)
+    and the exchange is recorded as 499. Once a stream has its first byte, Starlette's
+    response watches the client itself. ``stop()`` before the answer is sent (uvicorn also
+    reports the end of a response as a disconnect)."""
+
+    def __init__(self, request: Request) -> None:
+        self.gone = False
+        self._task = asyncio.current_task()
+        self._watcher = asyncio.create_task(self._watch(request.receive))
+
+    async def _watch(self, receive: Receive) -> None:
+        while (await receive())["type"] != "http.disconnect":
+            pass  # the body was read whole: nothing else comes before the disconnect
+        if self._task is not None:
+            self.gone = True
+            self._task.cancel()
+
+    def stop(self) -> None:
+        self._task = None
+        self._watcher.cancel()
 
 
 def parse_json_object(raw: bytes) -> dict[str, Any]:
@@ -213,6 +238,7 @@ async def serve_door(request: Request, door: FrontDoor, translate: Translate) ->
     routing = state.routing  # fixed for this request even if a reload happens meanwhile
     ex = new_exchange(state, door)
     raw = b""
+    watch: ClientWatch | None = None
     try:
         try:
             ex.principal = await state.admit(request.headers)
@@ -244,14 +270,22 @@ async def serve_door(request: Request, door: FrontDoor, translate: Translate) ->
             client_body=None if translated.identity else ex.request,
             client_headers=forwarded_headers(request.headers),
         )
-        if translated.stream:
-            return await serve_stream(state, routing, ex, call)
-        return await serve_unary(state, routing, ex, call)
+        watch = ClientWatch(request)
+        try:
+            if translated.stream:
+                return await serve_stream(state, routing, ex, call)
+            return await serve_unary(state, routing, ex, call)
+        finally:
+            watch.stop()
     except asyncio.CancelledError:
         answer = answer_cancelled(state, ex)
-        if answer is None:
+        if answer is not None:
+            return answer
+        if watch is None or not watch.gone:
             raise
-        return answer
+        # Nobody reads this answer; uvicorn would log the cancellation as the app's error.
+        cast(asyncio.Task[Any], asyncio.current_task()).uncancel()
+        return Response(status_code=499)
     except Exception as exc:  # a bug must still answer in the door's shape and be recorded
         log.exception("unhandled error in %s", door.endpoint)
         return error_response(state, ex, exc)

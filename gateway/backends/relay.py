@@ -195,7 +195,11 @@ class RelayStream:
         or an error event first, as an HTTP error of the status it carries (502 without one).
         An error after other events stays a mid-stream failure."""
         stream = cls(resp, watcher, **kw)
-        await stream._read_opening(name)
+        try:
+            await stream._read_opening(name)
+        except BaseException:  # failed, or cancelled (the client left): nobody will iterate it
+            await stream.aclose()
+            raise
         return stream
 
     async def _read_opening(self, name: str) -> None:
@@ -204,7 +208,6 @@ class RelayStream:
             try:
                 block = await self._resp.content.readany()
             except (aiohttp.ClientError, TimeoutError) as exc:
-                await self.aclose()
                 if isinstance(exc, TimeoutError) and not read:
                     raise UpstreamTimeoutError(
                         f"{name}: no first byte from {self._source}", backend=name
@@ -212,7 +215,6 @@ class RelayStream:
                 raise UpstreamError(f"{name}: {self._source} failed: {exc}", backend=name) from exc
             if not block:
                 if not read:
-                    await self.aclose()
                     raise UpstreamError(
                         f"{name}: {self._source} sent an empty stream", backend=name
                     )
@@ -222,7 +224,6 @@ class RelayStream:
         self._opening = out
         if self.outcome.error is None or out:
             return
-        await self.aclose()
         status = self.outcome.error_status or 502
         raise upstream_error_for_status(name, status, f"{self._source}: {self.outcome.error}")
 

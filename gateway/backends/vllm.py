@@ -123,6 +123,9 @@ class VllmBackend:
                 state.in_flight -= 1
                 self.pool.mark_down(replica)
                 continue
+            except BaseException:  # cancelled (the client left, shutdown), or anything else
+                state.in_flight -= 1
+                raise
             if resp.status != 200:
                 try:
                     body = await resp.read()

@@ -1,10 +1,12 @@
-"""A vLLM replica whose stream fails before its first event gets its request back: the replica's
-count of requests in flight (what cache- and load-aware choice reads, and what a drain waits
-for) returns to zero whichever way the stream's opening failed."""
+"""A vLLM replica gets its requests back: the replica's count of requests in flight (what cache-
+and load-aware choice reads, and what a drain waits for) returns to zero whichever way a
+stream's opening failed, and a request whose client left is dropped upstream too."""
 
 from __future__ import annotations
 
 import asyncio
+import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -16,6 +18,7 @@ from tests.fixtures.gateway_fixture import GatewayThread, gateway_config
 from tests.fixtures.loopback_server import LoopbackServer
 
 FIRST_BYTE_TIMEOUT_S = 0.5
+SLOW_S = 20.0
 CHUNK = (
     b'data: {"id":"c1","object":"chat.completion.chunk","created":1,"model":"m",'
     b'"choices":[{"index":0,"delta":{"content":"hi"},"finish_reason":"stop"}]}\n\n'
@@ -26,20 +29,33 @@ CHUNK = (
 class Replica:
     """A replica on loopback that opens each stream as ``mode`` says: "ok", "empty" (a 200 and
     no body), "refuse" (an error event first, as vLLM refuses a streamed request), "silent"
-    (a 200 and no byte past the first-byte timeout)."""
+    (a 200 and no byte until its caller leaves). A non-streamed request is answered only once
+    its caller leaves, or after ``SLOW_S``; ``abandoned`` is set when a caller left."""
 
     def __init__(self) -> None:
         self.mode = "ok"
+        self.abandoned = threading.Event()
         app = web.Application()
         app.router.add_get("/health", self._health)
         app.router.add_post("/v1/chat/completions", self._chat)
         self.server = LoopbackServer(app, "replica")
 
+    async def _until_abandoned(self, request: web.Request) -> None:
+        deadline = time.monotonic() + SLOW_S
+        while time.monotonic() < deadline:
+            if request.transport is None or request.transport.is_closing():
+                self.abandoned.set()
+                return
+            await asyncio.sleep(0.02)
+
     async def _health(self, request: web.Request) -> web.Response:
         return web.Response(text="ok")
 
     async def _chat(self, request: web.Request) -> web.StreamResponse:
-        await request.read()
+        body = await request.json()
+        if not body.get("stream"):
+            await self._until_abandoned(request)
+            return web.json_response({"choices": []})
         resp = web.StreamResponse(headers={"content-type": "text/event-stream"})
         await resp.prepare(request)
         if self.mode == "ok":
@@ -47,7 +63,7 @@ class Replica:
         elif self.mode == "refuse":
             await resp.write(b'data: {"error":{"message":"bad prompt","code":400}}\n\n')
         elif self.mode == "silent":
-            await asyncio.sleep(FIRST_BYTE_TIMEOUT_S * 4)
+            await self._until_abandoned(request)
         await resp.write_eof()
         return resp
 
@@ -64,6 +80,7 @@ def replica_gateway(frontier_sim: Any) -> Iterator[tuple[GatewayThread, Replica]
                 "model": "m",
                 "replicas": [replica.server.url],
                 "first_byte_timeout_s": FIRST_BYTE_TIMEOUT_S,
+                "timeout_s": SLOW_S * 2,
             }
         },
         routing={"default": "local", "aliases": {"m": "local"}},
@@ -88,5 +105,28 @@ def test_a_stream_that_fails_at_its_opening_gives_the_replica_its_request_back(
         for _ in range(3):
             got = client.post("/v1/chat/completions", json=body)
             assert got.status_code == status, got.text
+    (state,) = gw.state.pools()["local"].replicas.values()
+    assert state.in_flight == 0
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_client_that_leaves_before_its_answer_has_the_upstream_call_dropped(
+    replica_gateway: tuple[GatewayThread, Replica], stream: bool
+) -> None:
+    gw, replica = replica_gateway
+    replica.mode, before = "silent", len(gw.sink.records)
+    replica.abandoned.clear()
+    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": stream}
+    # The client gives up (and closes its socket) before the replica's first-byte timeout.
+    client = httpx.Client(base_url=gw.base_url, timeout=FIRST_BYTE_TIMEOUT_S / 3)
+    with client, pytest.raises(httpx.ReadTimeout):
+        client.post("/v1/chat/completions", json=body)
+    assert replica.abandoned.wait(SLOW_S / 2)  # the gateway closed its call to the replica
+    deadline = time.monotonic() + 10
+    while len(gw.sink.records) == before:
+        assert time.monotonic() < deadline, "the exchange was not recorded"
+        time.sleep(0.02)
+    (gone,) = gw.sink.records[before:]
+    assert (gone.status, gone.error) == (499, "cancelled")  # not the first-byte timeout's 504
     (state,) = gw.state.pools()["local"].replicas.values()
     assert state.in_flight == 0
