@@ -10,7 +10,8 @@ Lifecycle of a `VllmReplica`:
   stderr appended to one log file; through `fleet` when one is given (`serving.processes`), so
   the process that started it stops it on SIGTERM and SIGINT too.
 - `wait_ready(timeout)` polls `GET /health` until 200, then `GET /v1/models` until it lists the
-  served model name. It fails fast, with the tail of the log, as soon as the process exits.
+  served model name, then sends one warm-up completion that asks for logprobs (`WARM_UP`). It
+  fails fast, with the tail of the log, as soon as the process exits.
 - `stop(grace)` sends SIGTERM to the group, then SIGKILL after `grace` seconds
   (`serving.processes.stop_groups`).
 
@@ -24,6 +25,7 @@ ready) is the only one raised here.
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import socket
 import time
@@ -35,7 +37,16 @@ import httpx
 from serving.processes import Child, ProcessFleet, start_group, stop_groups
 from serving.vllm_config import VllmLaunchConfig
 
+log = logging.getLogger(__name__)
+
 _LOG_TAIL_BYTES = 8_000
+# vLLM compiles its sampler's logprobs op (`batched_count_greater_than`, torch.compile) lazily,
+# inside the engine step of the first request that asks for logprobs, and every request in the
+# engine waits for it: ~20 s of g++ on a 2-core CPU box with cold caches (hostile_run --with-vllm
+# seed 42, 2026-11-28), a Triton build on a GPU. One such request before the replica counts as
+# ready pays it at start-up instead of a client. (Eager CPU replicas skip torch.compile outright,
+# `VllmLaunchConfig.environment`; this covers the others.)
+WARM_UP = {"prompt": "warm up", "max_tokens": 1, "logprobs": 1}
 
 
 class ReplicaError(Exception):
@@ -112,7 +123,8 @@ class VllmReplica:
 
     # A caller-side asyncio.timeout could not put the log tail into the error, hence `timeout`.
     async def wait_ready(self, timeout: float = 300.0, poll_interval: float = 0.5) -> None:  # noqa: ASYNC109
-        """Return once `/health` answers 200 and `/v1/models` lists the served model.
+        """Return once `/health` answers 200 and `/v1/models` lists the served model, after
+        one warm-up completion that asks for logprobs (`WARM_UP`; its failure is only logged).
 
         Raises ReplicaStartError (with the log tail) if the process exits first, or if it is
         not ready within `timeout` seconds (the process is left running; call `stop()`).
@@ -134,6 +146,23 @@ class VllmReplica:
                             f"(waiting for {path}; log {self.log_path}):\n{self.log_tail()}"
                         )
                     await asyncio.sleep(poll_interval)
+            await self._warm_up(client, max(deadline - time.monotonic(), poll_interval))
+
+    async def _warm_up(self, client: httpx.AsyncClient, timeout_s: float) -> None:
+        """The `WARM_UP` completion; a failure is logged, not raised: the replica serves."""
+        body = {"model": self.config.served_model_name, **WARM_UP}
+        try:
+            response = await client.post("/v1/completions", json=body, timeout=timeout_s)
+        except httpx.HTTPError as exc:
+            log.warning("vLLM on %s: warm-up request failed: %s", self.base_url, exc)
+            return
+        if response.status_code != 200:
+            log.warning(
+                "vLLM on %s: warm-up request answered %d: %s",
+                self.base_url,
+                response.status_code,
+                response.text[:500],
+            )
 
     async def _probe(self, client: httpx.AsyncClient, path: str) -> bool:
         try:
