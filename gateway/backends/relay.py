@@ -34,6 +34,7 @@ import orjson
 from gateway.backends.base import StreamOutcome, Usage
 from gateway.errors import UpstreamError, UpstreamTimeoutError, upstream_error_for_status
 from gateway.wire.anthropic_answer import usage_as_openai
+from gateway.wire.anthropic_render import ERROR_STATUS as ANTHROPIC_ERROR_STATUS
 from gateway.wire.sse import DONE_EVENT, EVENT_SEP, EventSplitter, drop_usage_only_events
 
 
@@ -101,17 +102,6 @@ class AnthropicWatcher:
 
 
 _OPENAI_ERROR = b'data: {"error"'
-# Anthropic's error types and their HTTP statuses (docs: "errors"); 529 overloaded as a 503.
-_ANTHROPIC_ERROR_STATUS = {
-    "invalid_request_error": 400,
-    "authentication_error": 401,
-    "permission_error": 403,
-    "not_found_error": 404,
-    "request_too_large": 413,
-    "rate_limit_error": 429,
-    "api_error": 500,
-    "overloaded_error": 503,
-}
 
 
 def _data_payload(data: bytes) -> Any:
@@ -131,7 +121,7 @@ def _note_error(outcome: StreamOutcome, payload: Any) -> None:
         if type(code) is int and 400 <= code <= 599:
             outcome.error_status = code
         elif isinstance(err.get("type"), str):
-            outcome.error_status = _ANTHROPIC_ERROR_STATUS.get(err["type"])
+            outcome.error_status = ANTHROPIC_ERROR_STATUS.get(err["type"])
 
 
 def _named_events(block: bytes, names: tuple[bytes, ...]) -> list[dict[str, Any]]:

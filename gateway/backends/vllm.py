@@ -108,29 +108,26 @@ class VllmBackend:
                     f"{self.name}: no healthy replica (tried {sorted(tried)})", backend=self.name
                 ) from exc
             tried.add(replica)
-            state = self.pool.replicas[replica]
-            state.in_flight += 1
+            self.pool.replicas[replica].in_flight += 1  # released by pool.release, once
             try:
                 resp = await self._session.post(
                     replica + path, data=payload, headers=self._headers, timeout=self._timeout
                 )
-            except TimeoutError as exc:  # first: aiohttp's ServerTimeoutError is both kinds
-                state.in_flight -= 1
-                raise UpstreamTimeoutError(
-                    f"{self.name}: replica {replica} timed out", backend=self.name
-                ) from exc
-            except aiohttp.ClientConnectionError:
-                state.in_flight -= 1
-                self.pool.mark_down(replica)
-                continue
-            except BaseException:  # cancelled (the client left, shutdown), or anything else
-                state.in_flight -= 1
+            except BaseException as exc:  # no answer, cancelled (the client left) included
+                self.pool.release(replica)
+                if isinstance(exc, TimeoutError):  # first: aiohttp's ServerTimeoutError is both
+                    raise UpstreamTimeoutError(
+                        f"{self.name}: replica {replica} timed out", backend=self.name
+                    ) from exc
+                if isinstance(exc, aiohttp.ClientConnectionError):
+                    self.pool.mark_down(replica)
+                    continue
                 raise
             if resp.status != 200:
                 try:
                     body = await resp.read()
                 finally:
-                    state.in_flight -= 1
+                    self.pool.release(replica)
                     resp.release()
                 raise upstream_status_error(
                     self.name, resp.status, body, resp.headers.get("Retry-After")
@@ -139,18 +136,17 @@ class VllmBackend:
 
     async def complete(self, call: UpstreamCall) -> UpstreamResult:
         resp, replica = await self._post(call)
-        state = self.pool.replicas[replica]
         try:
             body, parsed = await read_json_answer(resp, self.name, f"replica {replica}")
         finally:
-            state.in_flight -= 1
+            self.pool.release(replica)
         return UpstreamResult(
             body=body,
             parsed=parsed,
             usage=Usage.from_openai(parsed.get("usage")),
             served_model=self.config.model,
             replica=replica,
-            weights_version=state.weights_version,
+            weights_version=self.pool.replicas[replica].weights_version,
         )
 
     async def open_stream(self, call: UpstreamCall) -> RelayStream:

@@ -19,7 +19,7 @@ The internal answer is read as content blocks by :mod:`gateway.wire.blocks`.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 import orjson
 
@@ -34,15 +34,21 @@ from gateway.wire.sse import encode_named_event
 
 # Errors
 
-_ERROR_TYPES = {
-    400: "invalid_request_error",
-    401: "authentication_error",
-    403: "permission_error",
-    404: "not_found_error",
-    413: "request_too_large",
-    429: "rate_limit_error",
-    503: "overloaded_error",
-    529: "overloaded_error",
+# Anthropic's error types and the HTTP statuses they stand for (its "errors" page). Overloaded
+# is Anthropic's 529; the gateway reads it as a 503 (retryable: the pipeline fails over) and
+# answers both as overloaded.
+ERROR_STATUS: Final = {
+    "invalid_request_error": 400,
+    "authentication_error": 401,
+    "permission_error": 403,
+    "not_found_error": 404,
+    "request_too_large": 413,
+    "rate_limit_error": 429,
+    "api_error": 500,
+    "overloaded_error": 503,
+}
+_ERROR_TYPES: Final = {status: kind for kind, status in ERROR_STATUS.items()} | {
+    529: "overloaded_error"
 }
 
 
