@@ -16,7 +16,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from tests.fixtures.loopback_server import LoopbackServer
+from tests.fixtures.loopback_server import LoopbackServer, answer
 from traffic.export.turns import AssistantTurn, ToolCall
 
 
@@ -197,13 +197,7 @@ class ServedModel:
             whole, events = text_completion(a), _sse(text_chunks(a))
         if self.broken is not None:
             whole = self.broken
-        if not body.get("stream"):
-            return web.Response(body=orjson.dumps(whole), content_type="application/json")
-        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
-        await resp.prepare(request)
-        for event in events:
-            await resp.write(event)
-        return resp
+        return await answer(request, body, whole, events)
 
     async def _ok(self, request: web.Request) -> web.Response:
         return web.Response(text="")
