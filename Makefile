@@ -8,8 +8,10 @@ export SWITCHYARD_CACHE := $(CURDIR)/.cache
 
 .PHONY: setup demo test test-fast check lint typecheck bench-gateway bench-kv bench-serving bench-hostile bench-routing bench-loop-lag bench-fleet bench-train bench-console fuzz train-base flywheel clean-cache
 
-# Idempotent: re-installs only when pyproject.toml changed since the last install.
+# Idempotent: re-installs only when pyproject.toml changed since the last install; compiles
+# the record writer's hot modules when their sources changed (gateway/accel.py).
 setup: $(STAMP)
+	$(PY) -m gateway.accel build --if-stale
 
 $(STAMP): pyproject.toml
 	# Debian's chromium drives the console's browser tests (Playwright, no browser download).

@@ -2,8 +2,10 @@
 stdin, assembles and stores them with the in-process writer (:class:`traffic.store.RecordWriter`)
 and reports stats and acknowledgements on stdout (the protocol is described there).
 
-Started as ``python -m gateway.recorder_child '<StoreConfig JSON>'`` by
-:class:`~gateway.recorder_process.WriterProcess`; split from it so that each side is one module.
+Started as ``python -m gateway.accel run gateway.recorder_child '<StoreConfig JSON>'`` by
+:class:`~gateway.recorder_process.WriterProcess` (the assemblers' compiled build loaded first,
+where it is built and current: :mod:`gateway.accel`); split from it so that each side is one
+module.
 """
 
 from __future__ import annotations
@@ -139,7 +141,8 @@ async def _child(config: StoreConfig, out_fd: int) -> None:
 
 
 def main() -> None:
-    """``python -m gateway.recorder_child '<StoreConfig JSON>'`` (the gateway starts it)."""
+    """``python -m gateway.recorder_child '<StoreConfig JSON>'`` (the gateway starts it, through
+    ``python -m gateway.accel run``)."""
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(name)s: %(message)s")
     config = StoreConfig.model_validate_json(sys.argv[1])
     # The gateway decides when this process ends (EOF on stdin, after the last record): a

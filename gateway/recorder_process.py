@@ -368,6 +368,8 @@ class WriterProcess:
             proc = await asyncio.create_subprocess_exec(
                 sys.executable,
                 "-m",
+                "gateway.accel",  # its compiled modules, where built (gateway.accel)
+                "run",
                 "gateway.recorder_child",
                 self._cfg.model_dump_json(include=set(StoreConfig.model_fields)),
                 stdin=asyncio.subprocess.PIPE,
