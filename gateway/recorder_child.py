@@ -92,7 +92,10 @@ async def _child(config: StoreConfig, out_fd: int) -> None:
         await backend.connect()
     except StoreError as e:
         log.error("traffic store unreachable, spooling until it returns: %s", e)
-    writer = RecordWriter(backend, config, on_settled=acks.settled)
+    # Its own batching window (store.process_flush_interval_s): each transaction, its thread
+    # hand-off and its wake-ups cost this process the same whatever the batch's size.
+    batching = config.model_copy(update={"flush_interval_s": config.process_flush_interval_s})
+    writer = RecordWriter(backend, batching, on_settled=acks.settled)
     await writer.start()
     gc.collect()  # what start-up left (imports, the schema) never dies: out of the collector's way
     gc.freeze()

@@ -271,3 +271,22 @@ async def test_a_silent_writer_process_is_unhealthy_and_close_drains_what_it_was
     assert {d.id for d in drafts} <= set(rows)
     assert rows[drafts[7].id] == "answer 7"
     assert list((tmp_path / "spool").glob("segment-*"))
+
+
+async def test_the_writer_process_gathers_frames_into_its_own_batches(tmp_path: Path) -> None:
+    """Frames leave the gateway every flush_interval_s; the process writes them to the database
+    once per process_flush_interval_s (fewer, larger transactions), and close() writes what it
+    holds at once."""
+    async with running_writer(
+        tmp_path, flush_interval_s=0.01, process_flush_interval_s=60.0
+    ) as writer:
+        drafts = [stream_draft(f"answer {i}") for i in range(30)]
+        for i, d in enumerate(drafts):
+            writer.submit(d)
+            if i % 10 == 9:
+                await asyncio.sleep(0.05)  # a frame of 10
+        await until(lambda: writer.stats().queued_total == len(drafts))  # all in the process
+        assert await read_stored(tmp_path) == {}  # held for its window, not one transaction each
+        await writer.close()
+    rows = await read_stored(tmp_path)
+    assert rows == {d.id: f"answer {i}" for i, d in enumerate(drafts)}

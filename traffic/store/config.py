@@ -21,6 +21,9 @@ DEFAULT_URL: Final = "sqlite:///.cache/switchyard.db"
 DEFAULT_SPOOL_DIR: Final = ".cache/spool"
 DEFAULT_BATCH_SIZE: Final = 500
 DEFAULT_FLUSH_INTERVAL_S: Final = 0.05
+# The writer process's batches: records arrive there a frame at a time, each safe in the gateway
+# until acknowledged; fewer, larger transactions cost it less (gateway/recorder_child.py).
+DEFAULT_PROCESS_FLUSH_INTERVAL_S: Final = 0.2
 DEFAULT_QUEUE_SIZE: Final = 10_000
 # ~10,000 short streamed records or ~650 of 256 tokens (their raw bytes go with them).
 DEFAULT_QUEUE_BYTES: Final = 32 * 1024 * 1024
@@ -47,6 +50,13 @@ class StoreConfig(BaseModel):
     batch_size: int = Field(default=DEFAULT_BATCH_SIZE, ge=1, le=50_000)
     flush_interval_s: float = Field(
         default=DEFAULT_FLUSH_INTERVAL_S, gt=0, description="Longest wait to fill a batch."
+    )
+    process_flush_interval_s: float = Field(
+        default=DEFAULT_PROCESS_FLUSH_INTERVAL_S,
+        gt=0,
+        description="Longest wait to fill a database batch in the writer process "
+        "(store.writer_process), which the gateway hands records every flush_interval_s; they "
+        "are safe meanwhile (the gateway keeps each batch until the process stored it).",
     )
     queue_size: int = Field(
         default=DEFAULT_QUEUE_SIZE, ge=1, description="Records held in memory; beyond, spool."
