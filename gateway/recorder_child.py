@@ -39,6 +39,9 @@ CHILD_GC_GEN0: Final = 20_000  # ~100 container objects per streamed record die 
 # one, instead of being mapped, faulted in and given back each batch (gateway.memory_trim).
 HEAP_MMAP_BYTES: Final = 16 << 20
 HEAP_TRIM_BYTES: Final = 32 << 20
+# A batching window (store.process_flush_interval_s) ends early once the frames read in it reach
+# this share of store.queue_bytes.
+HELD_SHARE: Final = 4
 
 
 class _Acks:
@@ -114,6 +117,7 @@ async def _child(config: StoreConfig, out_fd: int) -> None:
             report()
 
     task = asyncio.create_task(reporter())
+    held = 0  # bytes of frames read and not yet written, about
     try:
         while True:
             try:
@@ -122,6 +126,7 @@ async def _child(config: StoreConfig, out_fd: int) -> None:
                 break  # the gateway closed the pipe: drain and exit
             (size,) = FRAME.unpack(head)
             seq, items = decode_batch(await reader.readexactly(size))
+            held += size
             if seq == REPLAY:
                 writer.replay_spool()
                 continue
@@ -129,8 +134,14 @@ async def _child(config: StoreConfig, out_fd: int) -> None:
             acks.expect(seq, records)
             for record in records:
                 writer.submit(record)
-            if acks.done:
+            if held >= config.queue_bytes // HELD_SHARE:
+                # The gateway keeps these frames until acknowledged, within store.queue_bytes:
+                # a window of long answers is written early, before the gateway must spool.
+                writer.flush()
+                held = 0
+            if acks.done:  # a batch was written meanwhile: what is held is at most since then
                 report()
+                held = size
             # A backlog in the pipe reads without a pause: let the writer and the reporter in.
             await asyncio.sleep(0)
     finally:

@@ -290,3 +290,22 @@ async def test_the_writer_process_gathers_frames_into_its_own_batches(tmp_path: 
         await writer.close()
     rows = await read_stored(tmp_path)
     assert rows == {d.id: f"answer {i}" for i, d in enumerate(drafts)}
+
+
+async def test_the_writer_process_writes_early_when_what_it_holds_grows_large(
+    tmp_path: Path,
+) -> None:
+    """The gateway keeps each frame until it is acknowledged, within store.queue_bytes: the
+    process's window ends early once the frames it read reach a quarter of that."""
+    async with running_writer(
+        tmp_path, flush_interval_s=0.01, process_flush_interval_s=60.0, queue_bytes=40_000
+    ) as writer:
+        drafts = [stream_draft(f"answer {i}") for i in range(100)]
+        for i, d in enumerate(drafts):
+            writer.submit(d)
+            if i % 10 == 9:
+                await asyncio.sleep(0.05)  # a frame of 10 (~4 KB)
+        await until(lambda: writer.stats().written_total >= 10)  # within the 60 s window
+        assert writer.stats().spooled_total == 0
+    rows = await read_stored(tmp_path)
+    assert rows == {d.id: f"answer {i}" for i, d in enumerate(drafts)}

@@ -146,6 +146,11 @@ class RecordWriter:
         self._overflow.append(record)
         self._overflow_ready.set()
 
+    def flush(self) -> None:
+        """Write what is queued now instead of waiting out ``flush_interval_s`` for more (the
+        writer process, when the bytes it holds unacknowledged grow large)."""
+        self._batch_ready.set()
+
     def replay_spool(self) -> None:
         """Have the replay task look at the spool now: another process sharing it (the gateway
         feeding this writer, :mod:`gateway.recorder_process`) appended to it."""
