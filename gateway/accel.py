@@ -30,6 +30,7 @@ installed: how the gateway starts its writer process.
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import importlib
 import importlib.abc
@@ -188,27 +189,31 @@ def install(out: Path) -> bool:
 
 def main(argv: list[str] | None = None) -> None:
     """``python -m gateway.accel build [--if-stale] [DIR]`` | ``... run MODULE [ARGS...]``"""
-    args = sys.argv[1:] if argv is None else argv
-    if args[:1] == ["build"]:
-        stale_only = "--if-stale" in args
-        rest = [a for a in args[1:] if a != "--if-stale"]
-        out = Path(rest[0]) if rest else default_dir()
-        if stale_only and why_not(out) is None:
-            print(f"gateway.accel: {out} is current")
-            return
-        try:
-            build(out)
-        except (RuntimeError, OSError) as exc:  # the sources still run: say why, do not fail
-            print(f"gateway.accel: not built, the record writer runs its sources ({exc})")
-            return
-        print(f"gateway.accel: built {len(COMPILED)} modules in {out}")
-    elif args[:1] == ["run"] and len(args) > 1:
+    parser = argparse.ArgumentParser(prog="python -m gateway.accel", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+    build_cmd = commands.add_parser("build", help="compile the modules (default: default_dir())")
+    build_cmd.add_argument("out", nargs="?", type=Path, default=None)
+    build_cmd.add_argument("--if-stale", action="store_true", help="only if not current")
+    run_cmd = commands.add_parser("run", help="run MODULE as __main__, the build installed")
+    run_cmd.add_argument("module")
+    run_cmd.add_argument("args", nargs=argparse.REMAINDER)
+    args = parser.parse_args(argv)
+    if args.command == "run":
         logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
         install(default_dir())
-        sys.argv = args[1:]
-        runpy.run_module(args[1], run_name="__main__", alter_sys=True)
-    else:
-        sys.exit("usage: python -m gateway.accel build [--if-stale] [DIR] | run MODULE [ARGS...]")
+        sys.argv = [args.module, *args.args]
+        runpy.run_module(args.module, run_name="__main__", alter_sys=True)
+        return
+    out = args.out or default_dir()
+    if args.if_stale and why_not(out) is None:
+        print(f"gateway.accel: {out} is current")
+        return
+    try:
+        build(out)
+    except (RuntimeError, OSError) as exc:  # the sources still run: say why, do not fail
+        print(f"gateway.accel: not built, the record writer runs its sources ({exc})")
+        return
+    print(f"gateway.accel: built {len(COMPILED)} modules in {out}")
 
 
 if __name__ == "__main__":

@@ -39,21 +39,27 @@ CHILD_GC_GEN0: Final = 20_000  # ~100 container objects per streamed record die 
 # one, instead of being mapped, faulted in and given back each batch (gateway.memory_trim).
 HEAP_MMAP_BYTES: Final = 16 << 20
 HEAP_TRIM_BYTES: Final = 32 << 20
-# A batching window (store.process_flush_interval_s) ends early once the frames read in it reach
-# this share of store.queue_bytes.
+# A batching window (store.process_flush_interval_s) ends early while the frames not yet
+# acknowledged hold this share of store.queue_bytes.
 HELD_SHARE: Final = 4
 
 
 class _Acks:
-    """Which batch each record came in; a batch is acknowledged when all of it settled."""
+    """Which batch each record came in; a batch is acknowledged when all of it settled.
+    ``held``: the bytes of the frames not yet acknowledged, as the gateway counts them against
+    ``store.queue_bytes``."""
 
     def __init__(self) -> None:
         self.batch_of: dict[str, int] = {}
         self.left: dict[int, int] = {}
+        self.size: dict[int, int] = {}
+        self.held = 0
         self.done: list[int] = []
 
-    def expect(self, seq: int, records: Sequence[SpoolRecord]) -> None:
+    def expect(self, seq: int, records: Sequence[SpoolRecord], size: int) -> None:
         self.left[seq] = self.left.get(seq, 0) + len(records)
+        self.size[seq] = self.size.get(seq, 0) + size
+        self.held += size
         for r in records:
             self.batch_of[r.id] = seq
 
@@ -65,6 +71,7 @@ class _Acks:
             self.left[seq] -= 1
             if not self.left[seq]:
                 del self.left[seq]
+                self.held -= self.size.pop(seq)
                 self.done.append(seq)
 
 
@@ -117,7 +124,6 @@ async def _child(config: StoreConfig, out_fd: int) -> None:
             report()
 
     task = asyncio.create_task(reporter())
-    held = 0  # bytes of frames read and not yet written, about
     try:
         while True:
             try:
@@ -126,22 +132,19 @@ async def _child(config: StoreConfig, out_fd: int) -> None:
                 break  # the gateway closed the pipe: drain and exit
             (size,) = FRAME.unpack(head)
             seq, items = decode_batch(await reader.readexactly(size))
-            held += size
             if seq == REPLAY:
                 writer.replay_spool()
                 continue
             records = [as_record(item) for item in items]
-            acks.expect(seq, records)
+            acks.expect(seq, records, FRAME.size + size)
             for record in records:
                 writer.submit(record)
-            if held >= config.queue_bytes // HELD_SHARE:
+            if acks.held >= config.queue_bytes // HELD_SHARE:
                 # The gateway keeps these frames until acknowledged, within store.queue_bytes:
                 # a window of long answers is written early, before the gateway must spool.
                 writer.flush()
-                held = 0
-            if acks.done:  # a batch was written meanwhile: what is held is at most since then
+            if acks.done:
                 report()
-                held = size
             # A backlog in the pipe reads without a pause: let the writer and the reporter in.
             await asyncio.sleep(0)
     finally:

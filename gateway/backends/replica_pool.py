@@ -43,6 +43,10 @@ class ReplicaPool:
             for r in self.replicas.values()
         ]
 
+    def acquire(self, url: str) -> None:
+        """A request to ``url`` starts; :meth:`release` it once, however it ends."""
+        self.replicas[url].in_flight += 1
+
     def release(self, url: str) -> None:
         """A request to ``url`` ended (its answer was read or its stream closed)."""
         self.replicas[url].in_flight -= 1

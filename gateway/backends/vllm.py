@@ -108,7 +108,7 @@ class VllmBackend:
                     f"{self.name}: no healthy replica (tried {sorted(tried)})", backend=self.name
                 ) from exc
             tried.add(replica)
-            self.pool.replicas[replica].in_flight += 1  # released by pool.release, once
+            self.pool.acquire(replica)
             try:
                 resp = await self._session.post(
                     replica + path, data=payload, headers=self._headers, timeout=self._timeout
