@@ -32,7 +32,8 @@ from traffic.store.spool import SpoolRecord
 log = logging.getLogger(__name__)
 
 STATS_INTERVAL_S: Final = 0.25
-WRITER_NICE: Final = 10  # the child's niceness, added to the gateway's (recorder_process docstring)
+# Where SCHED_IDLE is not available: the child's niceness (docs/recording.md).
+WRITER_NICE: Final = 19
 PIPE_BYTES: Final = 1 << 20  # the stdin pipe's capacity: a batch's frame in one write
 CHILD_GC_GEN0: Final = 20_000  # ~100 container objects per streamed record die within its batch
 # A batch's frame (~5 KB a short stream) comes from the heap and is freed there for the next
@@ -110,7 +111,7 @@ async def _child(config: StoreConfig, out_fd: int) -> None:
     gc.collect()  # what start-up left (imports, the schema) never dies: out of the collector's way
     gc.freeze()
     # Started (connected, migrated) at the gateway's priority; from here on, serving comes first.
-    os.nice(WRITER_NICE)
+    log.info("record writer process scheduled %s", yield_to_serving())
 
     def report() -> None:
         if acks.done:
@@ -155,6 +156,33 @@ async def _child(config: StoreConfig, out_fd: int) -> None:
         transport.close()  # after what is buffered went out: the last acks must arrive
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(closed, CLOSE_MARGIN_S)
+
+
+def yield_to_serving() -> str:
+    """Schedule every thread of this process, and those its threads start later (they inherit
+    it), after the serving processes: ``SCHED_IDLE`` on Linux, else :data:`WRITER_NICE`.
+
+    Every thread: a policy or a niceness set the usual way (``os.nice``) applies to the
+    calling thread only, and the store's SQLite thread, started at connect, kept the gateway's
+    priority. Why ``SCHED_IDLE`` rather than a niceness: the kernel counts a core that runs
+    only such threads as idle when it places a waking task, so the processes that serve (the
+    gateway's loop, and on a small box its upstreams and clients) wake onto the core where this
+    one works and push it aside, instead of onto the serving loop's core, which they preempted
+    (measured: docs/recording.md)."""
+    tasks = "/proc/self/task"
+    tids = [int(t) for t in os.listdir(tasks)] if os.path.isdir(tasks) else []
+    idle = getattr(os, "SCHED_IDLE", None)
+    try:
+        if idle is None or not tids:
+            raise OSError("no SCHED_IDLE here")
+        for tid in tids:
+            os.sched_setscheduler(tid, idle, os.sched_param(0))
+    except OSError:  # not Linux, or refused (a seccomp profile): the nicest niceness
+        for tid in tids or [0]:
+            with contextlib.suppress(OSError):
+                os.setpriority(os.PRIO_PROCESS, tid, WRITER_NICE)
+        return f"at nice {WRITER_NICE}"
+    return "SCHED_IDLE"
 
 
 def main() -> None:

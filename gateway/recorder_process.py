@@ -1,98 +1,24 @@
 """The record writer in its own process: the serving loop hands drafts to a pipe, the writer
-process assembles, encodes and stores them, at a lower CPU priority than serving.
+process assembles, encodes and stores them, scheduled after everything that serves.
 
 Why a process: in the serving process, recording cost a streamed request 0.12-0.17 ms of the one
 GIL (a thread does not help: the work is Python). The serving loop keeps a draft
 (:mod:`gateway.record_draft`, a tuple of what it already holds) and every ``store.flush_interval_s``
 (or ``store.batch_size`` drafts) pickles the batch, the drafts as plain tuples, and writes it to
 the child's stdin without blocking, in one write (``recorder_child.PIPE_BYTES``); batched, as
-each write wakes it.
+each write wakes it. The child batches its database writes over its own, longer window
+(``store.process_flush_interval_s``) and runs its hot modules compiled where built
+(:mod:`gateway.accel`).
 
-Why a lower priority (``recorder_child.WRITER_NICE``): the work is moved, not removed. The child
-spends ~55-65 us per streamed record (assembling the answer ~20, the SQL ~10, the record and its
-row ~15, the unpickling ~5), ~35 us per unary one; niced, it yields a core as soon as a serving
-process wakes, and what it cannot write under load it writes when the load eases. Measured (quiet
-2-core box, streams at c=16, 4 on/off pairs): throughput with recording 0.72-0.75 of without at the
-gateway's priority, 0.74-0.80 niced (10; 0.78-0.82 at 19). The rest is the CPU itself: on that box
-a CPU burner at nice 19, or SCHED_IDLE, took 25-37% of stream throughput.
+Why scheduled last (``recorder_child.yield_to_serving``: ``SCHED_IDLE`` for every thread of the
+child): the work is moved, not removed, and on a busy box where it runs matters as much as how
+much of it there is. At a niceness, the child's bursts made the kernel wake the processes that
+serve onto the serving loop's core, which they preempted (~0.3 involuntary switches of the
+loop per request, against 0.03 without recording); a core that runs only ``SCHED_IDLE`` threads
+counts as idle, so they wake where the child works and push it aside. What the child cannot
+write under load it writes when the load eases, within the bound below.
 
-How much of a measured on/off ratio is recording (2026-11-27, a faster 2-core box, where a
-streamed frontier request costs the gateway ~0.3 ms; frontier streams at c=16, 3 s windows, 4-5
-alternating back-to-back pairs, medians; the child changed for each row, not committed):
-
-    child acknowledges every batch unread                OpenAI 0.88   Anthropic 0.95
-    child assembles the records, stores nothing                 0.80             0.82
-    child as it is                                              0.73             0.76
-    child as it is, SCHED_IDLE instead of nice 10               0.80             0.81
-      (against as it is in the same run)                        0.78             0.82
-
-Per 16-token streamed record the child spent ~55 us of user CPU: the answer ~22 (one orjson
-call over the 18 events' 4.5 KB ~10, assembling ~6), the record ~5, the row ~4, the SQL ~9, the
-pipe, acknowledgements and loop the rest; the serving process ~5 us more of system time (the
-pipe). Per request the whole system spends ~0.58 ms (gateway 0.3, simulator 0.16, load
-generator 0.11), and on this VM throughput falls with CPU spent anywhere, at any priority
-(SCHED_IDLE changed nothing): the ratio tracks the child's share.
-
-Since (2026-11-28): stream answers read as one template (:mod:`gateway.wire.stream_template`)
-and the request sent as the bytes it came in (:class:`~traffic.store.records.JsonText`). The
-child's CPU per record, fed recorded frames at 3,000 records/s on a quiet box (median of 3,
-before -> after): OpenAI stream 55.5 -> 49.5 us, unary 38.5 -> 30.5, Anthropic stream 67 ->
-61.5, unary 43 -> 37. Of the 49.5 us of an OpenAI stream: the answer and record ~23, the row's
-encoding ~7, unpickling ~4.5, SQLite (its thread, WAL checkpoints included) ~16, the loop and
-freeing the rest. A ratio of 0.9 needs the whole record, gateway side included, under ~11% of
-a request's CPU (~60 us for a stream). Measured in one bench run after both changes
-(whole-system CPU per request, recording off -> on): OpenAI stream 576 -> 654 us, Anthropic
-stream 586 -> 748, OpenAI unary 416 -> 479, Anthropic unary 457 -> 538; the end-to-end stream
-ratios (0.76-0.85) moved within their noise.
-
-On a slower 2-core box (2026-11-28, later: a streamed frontier request cost the whole system
-~2.2 ms, the gateway ~1.1-1.2), frontier streams at c=16, one bench run each (the stream cells
-alone), median of 4 on/off pairs (the 3 extra rounds' spread in brackets):
-
-    child acknowledges every batch unread     OpenAI 0.99 (0.89-1.06)   Anthropic 1.06 (0.89-1.11)
-    child as it is                                   0.88 (0.87-0.92)             0.91 (0.82-1.09)
-
-There the serving process's share of recording is within the noise, and the ratio is the
-child's CPU: 175-185 us per OpenAI stream record, 218-227 per Anthropic one (fed recorded
-frames at 600 records/s): the answer ~40-60, the record and its row ~34, SQLite ~30,
-unpickling ~8-17. Merging a stream's run of text deltas into one event before parsing it (one
-``bytes.split`` on the bytes between two of them, then the usual reading) was tried and not
-kept: 16-token streams read at 0.99-1.1x the template's time, 256-token OpenAI streams at 1.23x
-(CPython's split on a ~250-byte separator is a two-way search), 256-token Messages at 0.74x.
-
-On a faster day of the same box (2026-11-28, afternoon: the gateway's CPU per frontier stream
-0.47-0.59 ms, about half the above) recording's cost did not halve with it: in two quick bench
-runs the serving process added 13-56 us per request and the writer process 53-90 us, and the
-on/off ratios fell to 0.82-0.96 (median 0.87). The writer's own work per record, timed alone on
-drafts captured from a gateway: 23-25 us unary, 42-50 us streamed (the answer's assembly most
-of it); the rest of its ~85 us is asyncio, the SQLite thread hand-off and the pipe.
-
-Later that day (real child, captured 16-token streams fed at 1,600 records/s; py-spy over 20 s):
-an OpenAI stream record cost the child 65-78 us: the answer ~30% (assembly 27%), the record and
-its kwargs ~10%, SQLite's thread 15%, the rows 8%, unpickling 8%, uvloop's own C work (freeing
-each batch's objects) 15%. glibc's thresholds fixed in the child (``recorder_child.HEAP_*``)
-took 6-10 us of page faults off each record. Tried and not kept: frames read by a protocol
-instead of ``asyncio.StreamReader`` and SQLite run on the loop's thread (no change beyond the
-noise); the assemblers and ``record_draft`` compiled with mypyc (-15 us a record, ~18% of the
-child, but a C build on every checkout and compiled modules that shadow edited sources).
-
-Since (2026-11-28, evening): that compiled build, out of the tree and loaded only while it
-matches its sources (:mod:`gateway.accel`), and the child's own batching window
-(``store.process_flush_interval_s``, 0.2 s, ended early at a quarter of ``store.queue_bytes``).
-In the bench the writer process's CPU per record fell from 32-44 to 33-35 us (unary) and from
-61-75 to 54-66 us (streams). The child's CPU per record alone (fed captured drafts):
-``as_record`` of an OpenAI stream 40 -> 24 us, of a Messages stream 39 -> 29 us; its batching
-window, 1,600 unary records/s in 50 ms frames (6 alternating runs, medians): 46.9 -> 42.2 us.
-
-Where the rest is (same evening): the serving process. A gateway recording frontier streams at
-c=4, against one not recording, in alternating 4 s windows, spent +50-75 us per request in its
-own (saturated) main thread, and +74 us with a child that acknowledged every frame unread
-(the child's own work is not it). Cut down by parts: building no draft +5 us, building the
-draft but not keeping it +20 us (noise +-10), the whole +60; timed inside, the batch's pickle
-and pipe write were 5-10 us a request and reading the child's acknowledgements 0.2 us. Frames
-ten times smaller (flush every 5 ms, or without the stream's bytes) changed nothing. What is
-left (~30 us a request) is spread over the request path (uvicorn, starlette, aiohttp, each a
-little slower), not in a function of ours.
+Measurements, and what was tried and not kept: docs/recording.md.
 
 Bounded: at most ``store.queue_size`` records, and ``store.queue_bytes`` of their frames, are in
 flight (sent, not acknowledged; a single batch goes whatever its size when nothing is); beyond, the

@@ -8,6 +8,9 @@ from __future__ import annotations
 import os
 import signal
 from pathlib import Path
+from typing import Final
+
+import pytest
 
 from gateway.record_draft import Deferred, InferenceDraft, build_record
 from gateway.recorder_process import FRAME, decode_batch, encode_batch
@@ -65,10 +68,32 @@ async def test_long_answers_in_flight_are_bounded_by_bytes_not_only_by_count(
         await until_stored(tmp_path, {d.id: f"{i} {long_text}" for i, d in enumerate(drafts)})
 
 
-async def test_the_writer_process_yields_the_cpu_to_the_gateway(tmp_path: Path) -> None:
-    async with running_writer(tmp_path) as writer:
-        child = os.getpriority(os.PRIO_PROCESS, child_pid(writer))
-        assert child > os.getpriority(os.PRIO_PROCESS, 0)  # nicer: scheduled after serving
+SCHED_IDLE: Final = 5  # the policy field of /proc/<pid>/task/<tid>/stat (sched.h)
+
+
+def _thread_policies(pid: int) -> dict[int, int]:
+    """Each thread's scheduling policy (field 41 of its stat, counted after the name)."""
+    policies = {}
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        stat = Path(f"/proc/{pid}/task/{tid}/stat").read_text()
+        policies[int(tid)] = int(stat.rsplit(")", 1)[1].split()[38])
+    return policies
+
+
+@pytest.mark.skipif(not hasattr(os, "SCHED_IDLE"), reason="SCHED_IDLE is Linux's")
+async def test_every_thread_of_the_writer_process_yields_the_cpu_to_serving(
+    tmp_path: Path,
+) -> None:
+    """Its SQLite thread too, started before the process lowered itself, and threads started
+    after (a batch written first, so the store's threads exist)."""
+    async with running_writer(tmp_path, flush_interval_s=0.01) as writer:
+        draft = stream_draft("hello")
+        writer.submit(draft)
+        await until_stored(tmp_path, {draft.id: "hello"})
+        policies = _thread_policies(child_pid(writer))
+        assert len(policies) >= 2  # the loop and the store's thread
+        assert set(policies.values()) == {SCHED_IDLE}
+        assert os.sched_getscheduler(0) != os.SCHED_IDLE  # the gateway serves as it did
 
 
 def test_drafts_and_records_cross_the_pipe_unchanged() -> None:
