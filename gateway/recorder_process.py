@@ -81,10 +81,15 @@ CLOSE_MARGIN_S: Final = 5.0  # beyond the store's close timeout, for the child t
 
 
 def encode_batch(seq: int, items: Sequence[Item]) -> bytes:
-    """One frame of the pipe: drafts as plain tuples (:func:`~gateway.record_draft.to_wire`)."""
+    """One frame's payload (the pipe carries its length first, :data:`FRAME`): drafts as plain
+    tuples (:func:`~gateway.record_draft.to_wire`).
+
+    The length goes in a write of its own (:meth:`WriterProcess._send`), not joined to the
+    payload: a frame is ~5 KB a streamed record, ~0.7 MB at 2,700 records/s, and the joined
+    copy, freshly mapped pages each time, cost the serving loop 1.8 us a record (measured on
+    batches captured from a gateway: 3.8 -> 1.9 us a record with the pickling)."""
     wire = [to_wire(i) if isinstance(i, InferenceDraft) else i for i in items]
-    data = pickle.dumps((seq, wire), protocol=5)
-    return FRAME.pack(len(data)) + data
+    return pickle.dumps((seq, wire), protocol=5)
 
 
 def decode_batch(payload: bytes) -> tuple[int, list[Item]]:
@@ -111,8 +116,8 @@ class WriterProcess:
         self._late: list[Item] = []  # submitted while closing
         self._timer: asyncio.TimerHandle | None = None
         self._seq = 0
-        # Each batch sent and not yet acknowledged, as its frame: bytes, which the garbage
-        # collector does not traverse (the drafts themselves die at the pipe write).
+        # Each batch sent and not yet acknowledged, as its frame's payload: bytes, which the
+        # garbage collector does not traverse (the drafts themselves die at the pipe write).
         self._unacked: dict[int, tuple[int, bytes]] = {}
         self._in_flight = 0  # records in _unacked; at most store.queue_size
         self._in_flight_bytes = 0  # their frames' bytes; at most store.queue_bytes (but one)
@@ -243,7 +248,8 @@ class WriterProcess:
         except (pickle.PicklingError, TypeError, AttributeError, RecursionError):
             items = self._set_aside_unpicklable(items)
             frame = encode_batch(self._seq, items)
-        if self._in_flight and self._in_flight_bytes + len(frame) > self._cfg.queue_bytes:
+        size = FRAME.size + len(frame)  # as the child counts it (recorder_child._Acks)
+        if self._in_flight and self._in_flight_bytes + size > self._cfg.queue_bytes:
             # Long answers (a 256-token stream is ~50 KB of raw bytes) fill memory long before
             # queue_size records do: the batch waits on disk instead (a batch always goes when
             # nothing is in flight, however large).
@@ -252,7 +258,7 @@ class WriterProcess:
             return
         self._unacked[self._seq] = (len(items), frame)
         self._in_flight += len(items)
-        self._in_flight_bytes += len(frame)
+        self._in_flight_bytes += size
         self._send(frame)
 
     def _fall_behind(self, items: list[Item]) -> None:
@@ -288,20 +294,22 @@ class WriterProcess:
         self._spool_aside(bad)
         return good
 
-    def _send(self, frame: bytes) -> None:
+    def _send(self, payload: bytes) -> None:
+        """One frame: its length, then ``payload``, in one vectored write where the pipe has
+        room (the transport writes both buffers as they are)."""
         proc = self._proc
         if proc is None or proc.stdin is None or proc.returncode is not None:
             return  # kept in _unacked: sent to the next child, or to the fallback
         if proc.stdin.is_closing():
             return  # closing: what is in _unacked is spooled at the end of close()
-        proc.stdin.write(frame)
+        proc.stdin.writelines((FRAME.pack(len(payload)), payload))
 
     def _take_unacked(self) -> list[Item]:
         """Every item not yet acknowledged, in the order submitted; forgotten here."""
         items: list[Item] = []
         for seq in sorted(self._unacked):
             _, frame = self._unacked[seq]
-            items += decode_batch(frame[FRAME.size :])[1]
+            items += decode_batch(frame)[1]
         self._unacked.clear()
         self._in_flight = 0
         self._in_flight_bytes = 0
@@ -346,7 +354,7 @@ class WriterProcess:
                         done = self._unacked.pop(seq, None)
                         if done is not None:
                             self._in_flight -= done[0]
-                            self._in_flight_bytes -= len(done[1])
+                            self._in_flight_bytes -= FRAME.size + len(done[1])
                     if (
                         self._behind
                         and self._in_flight <= self._cfg.queue_size // 2
