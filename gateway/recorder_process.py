@@ -15,8 +15,11 @@ child): the work is moved, not removed, and on a busy box where it runs matters 
 much of it there is. At a niceness, the child's bursts made the kernel wake the processes that
 serve onto the serving loop's core, which they preempted (~0.3 involuntary switches of the
 loop per request, against 0.03 without recording); a core that runs only ``SCHED_IDLE`` threads
-counts as idle, so they wake where the child works and push it aside. What the child cannot
-write under load it writes when the load eases, within the bound below.
+counts as idle, so they wake where the child works and push it aside. Pushing aside is not
+immediate on a kernel that does not preempt on wake-up (here ``PREEMPT_NONE``, HZ=250): a
+serving process that found the child on its core waited for the next tick, 0.8 ms on average,
+so the child gives the CPU back every few records of its work (:mod:`traffic.store.yielding`).
+What the child cannot write under load it writes when the load eases, within the bound below.
 
 Measurements, and what was tried and not kept: docs/recording.md.
 

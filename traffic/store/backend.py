@@ -94,10 +94,16 @@ class StoreBackend(Protocol):
     async def schema_version(self) -> int: ...
 
 
-def open_store(config: StoreConfig) -> StoreBackend:
-    """The backend ``config.url`` names, not yet connected: ``await store.connect()`` next."""
+def open_store(config: StoreConfig, *, yield_every: int = 0) -> StoreBackend:
+    """The backend ``config.url`` names, not yet connected: ``await store.connect()`` next.
+    ``yield_every``: the record writer process's slices (SQLite; PostgreSQL's writes make
+    system calls, where the kernel lets a waiting task in)."""
     if config.dialect == "sqlite":
-        return SqliteBackend(config.sqlite_path, busy_timeout_s=config.sqlite_busy_timeout_s)
+        return SqliteBackend(
+            config.sqlite_path,
+            busy_timeout_s=config.sqlite_busy_timeout_s,
+            yield_every=yield_every,
+        )
     # Imported here: psycopg costs ~9 MB and ~0.1 s, for gateways that store in SQLite too.
     from traffic.store.postgres_backend import PostgresBackend
 

@@ -29,6 +29,7 @@ from traffic.store.errors import StoreDataError
 from traffic.store.ids import min_id_at
 from traffic.store.records import GROUP_KEYS, InferenceFilter, JsonText
 from traffic.store.schema import ColumnType, Table
+from traffic.store.yielding import yield_cpu
 
 Row = tuple[Any, ...]
 R = TypeVar("R")
@@ -156,15 +157,22 @@ def encode_rows(table: Table, records: Sequence[object], codec: Codec) -> list[R
 ENCODE_CHUNK = 64
 
 
-async def encode_rows_async(table: Table, records: Sequence[object], codec: Codec) -> list[Row]:
+async def encode_rows_async(
+    table: Table, records: Sequence[object], codec: Codec, yield_every: int = 0
+) -> list[Row]:
     """:func:`encode_rows` on the event loop, yielding to it every ``ENCODE_CHUNK`` records.
 
     Encoding is pure Python; in a worker thread it would hold the GIL against the request path
     for up to a switch interval (5 ms) at a time, which costs more than doing it here in slices.
+    ``yield_every`` (the writer process): slices of that many records, and the CPU given back
+    between them (:mod:`traffic.store.yielding`).
     """
+    chunk = yield_every or ENCODE_CHUNK
     rows: list[Row] = []
-    for start in range(0, len(records), ENCODE_CHUNK):
-        rows.extend(encode_rows(table, records[start : start + ENCODE_CHUNK], codec))
+    for start in range(0, len(records), chunk):
+        rows.extend(encode_rows(table, records[start : start + chunk], codec))
+        if yield_every:
+            yield_cpu()
         await asyncio.sleep(0)
     return rows
 

@@ -30,6 +30,7 @@ from traffic.store.queries import Codec, Row, encode_rows_async, insert_sql, sql
 from traffic.store.schema import Table
 from traffic.store.sql_store import Lane, SqlStore
 from traffic.store.summary import SummaryAccumulator
+from traffic.store.yielding import yield_cpu
 
 R = TypeVar("R")
 
@@ -54,10 +55,17 @@ class SqliteBackend(SqlStore):
     """Traffic store in one SQLite file."""
 
     def __init__(
-        self, path: str | Path, *, busy_timeout_s: float = DEFAULT_SQLITE_BUSY_TIMEOUT_S
+        self,
+        path: str | Path,
+        *,
+        busy_timeout_s: float = DEFAULT_SQLITE_BUSY_TIMEOUT_S,
+        yield_every: int = 0,
     ) -> None:
+        """``yield_every``: rows encoded and inserted between two yields of the CPU (the
+        record writer process: :mod:`traffic.store.yielding`); 0, never."""
         self.path = str(path)
         self.codec = Codec("sqlite")
+        self._yield_every = yield_every
         self._busy_timeout_s = busy_timeout_s
         self._writer: ThreadPoolExecutor | None = None
         self._reader: ThreadPoolExecutor | None = None
@@ -137,13 +145,19 @@ class SqliteBackend(SqlStore):
         # Encode here, on the event loop: pure-Python work in the writer thread would hold the
         # GIL against the request path for up to a switch interval (5 ms) at a time. The
         # thread then only runs sqlite3, which releases the GIL while it works.
-        rows = await encode_rows_async(table, records, self.codec)
+        rows = await encode_rows_async(table, records, self.codec, self._yield_every)
+        step = self._yield_every
 
         def run() -> None:
             conn = self._conn(write=True)
             conn.execute("BEGIN IMMEDIATE")
             try:
-                conn.executemany(sql, rows)
+                if step:  # the B-tree work is all in user space: no preemption point in it
+                    for start in range(0, len(rows), step):
+                        conn.executemany(sql, rows[start : start + step])
+                        yield_cpu()
+                else:
+                    conn.executemany(sql, rows)
                 conn.execute("COMMIT")
             except BaseException:
                 if conn.in_transaction:
