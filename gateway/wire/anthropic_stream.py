@@ -18,6 +18,7 @@ Called once per stream, after it ended, on the bytes relayed (a cut stream assem
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 import orjson
@@ -115,11 +116,18 @@ def _finish_input(block: dict[str, Any], partial: dict[int, str]) -> None:
 
 def assemble_message(blob: bytes) -> dict[str, Any] | None:
     """The message a stream of Messages events carried; None when it never started."""
+    items = _template_events(blob)
+    return assemble_items(items if items is not None else _events(blob))
+
+
+def assemble_items(items: Iterable[dict[str, Any] | TextRun]) -> dict[str, Any] | None:
+    """The message of a stream's events, read whole or as template runs (a test reads every
+    event whole, ``assemble_items(_events(blob))``, for the reference that the template
+    reading must equal: a test cannot swap the functions of a compiled module)."""
     message: dict[str, Any] | None = None
     blocks: dict[int, dict[str, Any]] = {}
     partial: dict[int, str] = {}
-    items = _template_events(blob)
-    for item in items if items is not None else _events(blob):
+    for item in items:
         if type(item) is TextRun:
             target = blocks.get(item.template.event["index"]) if message is not None else None
             key = _text_delta_key(item.template.event)
