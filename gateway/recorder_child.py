@@ -177,17 +177,17 @@ def yield_to_serving() -> str:
     tasks = "/proc/self/task"
     tids = [int(t) for t in os.listdir(tasks)] if os.path.isdir(tasks) else []
     idle = getattr(os, "SCHED_IDLE", None)
-    try:
-        if idle is None or not tids:
-            raise OSError("no SCHED_IDLE here")
-        for tid in tids:
-            os.sched_setscheduler(tid, idle, os.sched_param(0))
-    except OSError:  # not Linux, or refused (a seccomp profile): the nicest niceness
-        for tid in tids or [0]:
-            with contextlib.suppress(OSError):
-                os.setpriority(os.PRIO_PROCESS, tid, WRITER_NICE)
-        return f"at nice {WRITER_NICE}"
-    return "SCHED_IDLE"
+    if idle is not None and tids:
+        try:
+            for tid in tids:
+                os.sched_setscheduler(tid, idle, os.sched_param(0))
+            return "SCHED_IDLE"
+        except OSError:  # refused (a seccomp profile): the nicest niceness instead
+            pass
+    for tid in tids or [0]:
+        with contextlib.suppress(OSError):
+            os.setpriority(os.PRIO_PROCESS, tid, WRITER_NICE)
+    return f"at nice {WRITER_NICE}"
 
 
 def main() -> None:

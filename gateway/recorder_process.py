@@ -247,11 +247,11 @@ class WriterProcess:
                 return
         self._seq += 1
         try:
-            frame = encode_batch(self._seq, items)
+            payload = encode_batch(self._seq, items)
         except (pickle.PicklingError, TypeError, AttributeError, RecursionError):
             items = self._set_aside_unpicklable(items)
-            frame = encode_batch(self._seq, items)
-        size = FRAME.size + len(frame)  # as the child counts it (recorder_child._Acks)
+            payload = encode_batch(self._seq, items)
+        size = FRAME.size + len(payload)  # as the child counts it (recorder_child._Acks)
         if self._in_flight and self._in_flight_bytes + size > self._cfg.queue_bytes:
             # Long answers (a 256-token stream is ~50 KB of raw bytes) fill memory long before
             # queue_size records do: the batch waits on disk instead (a batch always goes when
@@ -259,10 +259,10 @@ class WriterProcess:
             self._seq -= 1
             self._fall_behind(items)
             return
-        self._unacked[self._seq] = (len(items), frame)
+        self._unacked[self._seq] = (len(items), payload)
         self._in_flight += len(items)
         self._in_flight_bytes += size
-        self._send(frame)
+        self._send(payload)
 
     def _fall_behind(self, items: list[Item]) -> None:
         if not self._behind:
@@ -311,8 +311,7 @@ class WriterProcess:
         """Every item not yet acknowledged, in the order submitted; forgotten here."""
         items: list[Item] = []
         for seq in sorted(self._unacked):
-            _, frame = self._unacked[seq]
-            items += decode_batch(frame)[1]
+            items += decode_batch(self._unacked[seq][1])[1]
         self._unacked.clear()
         self._in_flight = 0
         self._in_flight_bytes = 0
