@@ -28,7 +28,7 @@ from gateway.record_draft import as_record
 from gateway.recorder_process import CLOSE_MARGIN_S, FRAME, REPLAY, decode_batch
 from traffic.store import RecordWriter, StoreConfig, StoreError, open_store
 from traffic.store.spool import SpoolRecord
-from traffic.store.yielding import DEFAULT_YIELD_EVERY, yield_cpu
+from traffic.store.yielding import WRITER_YIELD_EVERY, slices
 
 log = logging.getLogger(__name__)
 
@@ -99,7 +99,7 @@ async def _child(config: StoreConfig, out_fd: int) -> None:
         transport.write(FRAME.pack(len(data)) + data)
 
     acks = _Acks()
-    backend = open_store(config, yield_every=DEFAULT_YIELD_EVERY)
+    backend = open_store(config, yield_every=WRITER_YIELD_EVERY)
     try:
         await backend.connect()
     except StoreError as e:
@@ -137,11 +137,7 @@ async def _child(config: StoreConfig, out_fd: int) -> None:
             if seq == REPLAY:
                 writer.replay_spool()
                 continue
-            records = []
-            for i, item in enumerate(items, 1):
-                records.append(as_record(item))
-                if i % DEFAULT_YIELD_EVERY == 0:  # traffic.store.yielding
-                    yield_cpu()
+            records = [as_record(i) for part in slices(items, WRITER_YIELD_EVERY) for i in part]
             acks.expect(seq, records, FRAME.size + size)
             for record in records:
                 writer.submit(record)

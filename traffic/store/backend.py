@@ -96,8 +96,7 @@ class StoreBackend(Protocol):
 
 def open_store(config: StoreConfig, *, yield_every: int = 0) -> StoreBackend:
     """The backend ``config.url`` names, not yet connected: ``await store.connect()`` next.
-    ``yield_every``: the record writer process's slices (SQLite; PostgreSQL's writes make
-    system calls, where the kernel lets a waiting task in)."""
+    ``yield_every``: the record writer process's slices (:mod:`traffic.store.yielding`)."""
     if config.dialect == "sqlite":
         return SqliteBackend(
             config.sqlite_path,
@@ -113,4 +112,5 @@ def open_store(config: StoreConfig, *, yield_every: int = 0) -> StoreBackend:
         operation_timeout_s=config.operation_timeout_s,
         request_timeout_s=config.request_timeout_s,
         request_connections=config.request_connections,
+        yield_every=yield_every,
     )

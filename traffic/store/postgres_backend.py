@@ -214,11 +214,16 @@ class PostgresBackend(SqlStore):
         operation_timeout_s: float = DEFAULT_OPERATION_TIMEOUT_S,
         request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S,
         request_connections: int = DEFAULT_REQUEST_CONNECTIONS,
+        yield_every: int = 0,
     ) -> None:
+        """``yield_every``: rows encoded between two yields of the CPU (the record writer
+        process: :mod:`traffic.store.yielding`; the inserts themselves wait on the server's
+        socket, where the kernel lets a waiting task in); 0, never."""
         if request_connections < 1:
             raise ValueError(f"request_connections must be >= 1, got {request_connections}")
         self.dsn = dsn
         self.codec = Codec("postgres")
+        self._yield_every = yield_every
         self._requests = _Pool(request_connections, dsn, connect_timeout_s, request_timeout_s)
         self._background = _Connection(dsn, connect_timeout_s, operation_timeout_s)
         self._default = _Connection(dsn, connect_timeout_s, operation_timeout_s)
@@ -238,8 +243,7 @@ class PostgresBackend(SqlStore):
 
     async def _insert(self, table: Table, records: Sequence[object]) -> None:
         sql = insert_sql(table, self.codec)
-        # JSON encoding of large request bodies is CPU work; keep it off the event loop.
-        rows = await encode_rows_async(table, records, self.codec)
+        rows = await encode_rows_async(table, records, self.codec, self._yield_every)
 
         async def op(conn: Conn) -> None:
             async with conn.transaction(), conn.cursor() as cur:

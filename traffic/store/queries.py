@@ -29,7 +29,7 @@ from traffic.store.errors import StoreDataError
 from traffic.store.ids import min_id_at
 from traffic.store.records import GROUP_KEYS, InferenceFilter, JsonText
 from traffic.store.schema import ColumnType, Table
-from traffic.store.yielding import yield_cpu
+from traffic.store.yielding import slices
 
 Row = tuple[Any, ...]
 R = TypeVar("R")
@@ -164,15 +164,13 @@ async def encode_rows_async(
 
     Encoding is pure Python; in a worker thread it would hold the GIL against the request path
     for up to a switch interval (5 ms) at a time, which costs more than doing it here in slices.
-    ``yield_every`` (the writer process): slices of that many records, and the CPU given back
-    between them (:mod:`traffic.store.yielding`).
+    ``yield_every`` (the writer process): the CPU given back every that many records
+    (:func:`traffic.store.yielding.slices`).
     """
-    chunk = yield_every or ENCODE_CHUNK
     rows: list[Row] = []
-    for start in range(0, len(records), chunk):
-        rows.extend(encode_rows(table, records[start : start + chunk], codec))
-        if yield_every:
-            yield_cpu()
+    for start in range(0, len(records), ENCODE_CHUNK):
+        for part in slices(records[start : start + ENCODE_CHUNK], yield_every):
+            rows.extend(encode_rows(table, part, codec))
         await asyncio.sleep(0)
     return rows
 

@@ -30,7 +30,7 @@ from traffic.store.queries import Codec, Row, encode_rows_async, insert_sql, sql
 from traffic.store.schema import Table
 from traffic.store.sql_store import Lane, SqlStore
 from traffic.store.summary import SummaryAccumulator
-from traffic.store.yielding import yield_cpu
+from traffic.store.yielding import slices
 
 R = TypeVar("R")
 
@@ -152,12 +152,9 @@ class SqliteBackend(SqlStore):
             conn = self._conn(write=True)
             conn.execute("BEGIN IMMEDIATE")
             try:
-                if step:  # the B-tree work is all in user space: no preemption point in it
-                    for start in range(0, len(rows), step):
-                        conn.executemany(sql, rows[start : start + step])
-                        yield_cpu()
-                else:
-                    conn.executemany(sql, rows)
+                # The B-tree work is all in user space: no preemption point in it.
+                for part in slices(rows, step):
+                    conn.executemany(sql, part)
                 conn.execute("COMMIT")
             except BaseException:
                 if conn.in_transaction:

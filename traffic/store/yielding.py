@@ -13,14 +13,30 @@ yielding every few records, 0.94. ``sched_yield`` costs a system call when nobod
 from __future__ import annotations
 
 import os
-from typing import Final
+from collections.abc import Callable, Iterator, Sequence
+from typing import Final, TypeVar
+
+T = TypeVar("T")
 
 # The writer process's slice: records of its work (~15-30 us each) between two yields.
-DEFAULT_YIELD_EVERY: Final = 8
+WRITER_YIELD_EVERY: Final = 8
+
+_SCHED_YIELD: Final[Callable[[], None] | None] = getattr(os, "sched_yield", None)
 
 
 def yield_cpu() -> None:
     """Let a task waiting for this core run now (a no-op where the platform has no
     ``sched_yield``)."""
-    if hasattr(os, "sched_yield"):
-        os.sched_yield()
+    if _SCHED_YIELD is not None:
+        _SCHED_YIELD()
+
+
+def slices(items: Sequence[T], every: int) -> Iterator[Sequence[T]]:
+    """``items`` in slices of ``every``, the CPU given back (:func:`yield_cpu`) after each;
+    ``every`` 0: all of them in one slice, no yield."""
+    if not every:
+        yield items
+        return
+    for start in range(0, len(items), every):
+        yield items[start : start + every]
+        yield_cpu()
