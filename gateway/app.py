@@ -12,7 +12,7 @@ import contextlib
 import gc
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -35,15 +35,17 @@ from gateway.auth.keys import Authenticator
 from gateway.auth.ratelimit import build_rate_limiter
 from gateway.backends.litellm_loader import LitellmLoader
 from gateway.backends.pricing import PriceBook
-from gateway.config import SwitchyardConfig
+from gateway.config import LimitsConfig, SwitchyardConfig
 from gateway.console.routes import Console
 from gateway.fleet import admin as fleet_admin
 from gateway.fleet.wiring import start_fleet
 from gateway.memory_trim import trim_periodically
 from gateway.metrics import GatewayMetrics
+from gateway.recorder_process import CLOSE_MARGIN_S
 from gateway.recording import RecorderHandle, open_recorder
 from gateway.state import GatewayState, RecordSink, new_state
 from gateway.tracing import build_tracer
+from traffic.store.config import DEFAULT_CLOSE_TIMEOUT_S
 from traffic.tool_calls import warm as warm_tool_calls
 
 if TYPE_CHECKING:
@@ -53,6 +55,15 @@ log = logging.getLogger(__name__)
 
 # After the drain deadline, how long aborted requests get to send their error and be recorded.
 ABORT_GRACE_S = 5.0
+
+
+def stop_deadline_s(limits: LimitsConfig) -> float:
+    """The longest a gateway takes to stop after SIGTERM, its own deadlines added up: the drain
+    (``limits.drain_timeout_s``), the aborted requests' grace, then the record writer's close
+    (its process's drain and exit). The other steps of the shutdown (logged with their times)
+    take milliseconds. What waits for a gateway to stop (the ``--workers`` supervisor, the
+    deploy manifests' grace periods) waits at least this long."""
+    return limits.drain_timeout_s + ABORT_GRACE_S + DEFAULT_CLOSE_TIMEOUT_S + CLOSE_MARGIN_S
 
 
 def _live_gauges(
@@ -99,6 +110,16 @@ def _live_gauges(
                 yield (f"switchyard_ratelimit_{key}", f"Rate limiter: {key}.", {}, value)
 
     return read
+
+
+async def _step(name: str, step: Awaitable[object]) -> None:
+    """One step of the shutdown, timed in the log: where an orchestrator's grace period went
+    (the deploy manifests' grace periods add these up)."""
+    began = time.monotonic()
+    try:
+        await step
+    finally:
+        log.info("shutdown: %s in %.2f s", name, time.monotonic() - began)
 
 
 def _as_handle(sink: RecordSink | None) -> RecorderHandle | None:
@@ -172,19 +193,19 @@ def create_app(
                 with contextlib.suppress(asyncio.CancelledError):
                     await trimmer
             await warming
-            await drain(state, state.config.gateway.limits.drain_timeout_s)
+            await _step("drain", drain(state, state.config.gateway.limits.drain_timeout_s))
             if console is not None:
-                await console.aclose()  # a weight swap it started is stopped
-            await fleet.aclose()
-            await state.aclose()
+                await _step("console", console.aclose())  # a weight swap it started is stopped
+            await _step("fleet", fleet.aclose())
+            await _step("back-ends", state.aclose())
             if state.rate_limiter is not None:
-                await state.rate_limiter.close()
+                await _step("rate limiter", state.rate_limiter.close())
             if state.budget is not None:
-                await state.budget.close()
+                await _step("budget", state.budget.close())
             if handle is not None:
-                await handle.aclose()
+                await _step("record writer", handle.aclose())
             if state.tracer_provider is not None:
-                state.tracer_provider.shutdown()
+                await _step("tracer", asyncio.to_thread(state.tracer_provider.shutdown))
             await session.close()
 
     async def health(request: Request) -> Response:

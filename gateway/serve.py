@@ -22,7 +22,7 @@ from pathlib import Path
 import uvicorn
 from starlette.applications import Starlette
 
-from gateway.app import ABORT_GRACE_S, create_app
+from gateway.app import ABORT_GRACE_S, create_app, stop_deadline_s
 from gateway.config import ConfigFileError, SwitchyardConfig, load_config
 from gateway.fleet.workers import WorkersRefused, resolve_workers, run_workers
 from gateway.state import GatewayState
@@ -141,8 +141,7 @@ def main(argv: list[str] | None = None) -> int:
         listen = config.gateway.listen
         host = args.host or listen.host
         port = listen.port if args.port is None else args.port
-        grace = config.gateway.limits.drain_timeout_s + ABORT_GRACE_S
-        return run_workers(args.config, host, port, workers, grace)
+        return run_workers(args.config, host, port, workers, stop_deadline_s(config.gateway.limits))
     import uvloop
 
     uvloop.run(serve(args.config, args.host, args.port))

@@ -40,7 +40,7 @@ log = logging.getLogger("switchyard")
 BACKLOG: Final = 4096
 SUPERVISE_S: Final = 0.2
 RESTART_PAUSE_S: Final = 1.0
-STOP_GRACE_S: Final = 10.0  # past a worker's own drain deadline, before SIGKILL
+STOP_GRACE_S: Final = 10.0  # past a worker's own stop deadline, before SIGKILL
 
 
 class WorkersRefused(Exception):
@@ -92,11 +92,11 @@ class Supervisor:
     """The parent of the workers (see the module docstring)."""
 
     def __init__(
-        self, config_path: Path, sock: socket.socket, workers: int, drain_grace_s: float
+        self, config_path: Path, sock: socket.socket, workers: int, stop_deadline_s: float
     ) -> None:
         self._config_path = config_path
         self._sock = sock
-        self._grace_s = drain_grace_s + STOP_GRACE_S
+        self._grace_s = stop_deadline_s + STOP_GRACE_S
         self._context = multiprocessing.get_context("spawn")
         self._workers: list[BaseProcess | None] = [None] * workers
         self._stopping = False
@@ -163,10 +163,13 @@ class Supervisor:
         return 1 if failed else 0
 
 
-def run_workers(config_path: Path, host: str, port: int, workers: int, drain_grace_s: float) -> int:
+def run_workers(
+    config_path: Path, host: str, port: int, workers: int, stop_deadline_s: float
+) -> int:
     """Bind ``host:port`` and supervise ``workers`` gateway processes until SIGTERM;
-    ``drain_grace_s``: how long a worker may take to drain and stop."""
+    ``stop_deadline_s``: how long a worker may take to drain and stop
+    (:func:`gateway.app.stop_deadline_s`)."""
     sock = listen_socket(host, port)
     bound = sock.getsockname()[1]
     log.info("switchyard listening on http://%s:%d with %d workers", host, bound, workers)
-    return Supervisor(config_path, sock, workers, drain_grace_s).run()
+    return Supervisor(config_path, sock, workers, stop_deadline_s).run()

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from gateway.app import stop_deadline_s
 from gateway.config import parse_config
 from tests.deploy.deploy_files import (
     DEPLOY,
@@ -132,6 +133,9 @@ def test_each_gateway_loads_its_config_against_the_services_of_the_file(
         published = [p.split(":")[1] for p in services()[service]["ports"]]
         assert published == [str(config.gateway.listen.port)]
         assert flag(services()[service]["command"], "--port") == str(config.gateway.listen.port)
+        # compose kills a gateway only once it has drained and flushed its record writer
+        grace = services()[service]["stop_grace_period"]
+        assert grace.endswith("s") and float(grace[:-1]) > stop_deadline_s(config.gateway.limits)
 
 
 def test_prometheus_scrapes_every_gateway_and_the_replica_where_they_listen() -> None:

@@ -15,7 +15,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from gateway.app import ABORT_GRACE_S
+from gateway.app import stop_deadline_s
 from gateway.config import LimitsConfig, parse_config
 from serving.launch import launch_config
 from serving.vllm_config import ENTRYPOINT_MODULE
@@ -128,10 +128,13 @@ def test_the_gateway_deployment_serves_what_its_probes_and_service_expect(
         assert selector.get("matchLabels", selector).items() <= labels.items(), kind
     target = find(docs, "HorizontalPodAutoscaler")["spec"]["scaleTargetRef"]
     assert (target["kind"], target["name"]) == ("Deployment", "switchyard-gateway")
-    # SIGTERM drains for drain_timeout_s, then aborts what is left and records it.
+    # After the preStop pause, SIGTERM drains, aborts what is left and records it, then the
+    # record writer flushes: the pod is killed only past all of it.
     grace = deployment["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
-    drain = LimitsConfig.model_validate(config["gateway"].get("limits", {})).drain_timeout_s
-    assert grace > drain + ABORT_GRACE_S
+    pause = gateway["lifecycle"]["preStop"]["exec"]["command"]
+    assert pause[0] == "sleep"
+    limits = LimitsConfig.model_validate(config["gateway"].get("limits", {}))
+    assert grace > float(pause[1]) + stop_deadline_s(limits)
 
 
 @pytest.mark.parametrize("directory", [BASE, GPU], ids=["base", "gpu"])

@@ -9,6 +9,7 @@ started again), recording into PostgreSQL.
 from __future__ import annotations
 
 import signal
+import subprocess
 import threading
 import uuid
 from collections import Counter
@@ -113,9 +114,17 @@ def test_stopping_one_gateway_under_load_loses_no_record_and_retries_succeed(
     stopped.server.process.send_signal(signal.SIGTERM)  # as an orchestrator stops a pod
     for t in threads:
         t.join(120)
+    try:
+        status = stopped.server.process.wait(60)
+    except subprocess.TimeoutExpired:
+        # Which shutdown step it is in: each finished one is logged with its time.
+        tail = stopped.server.log_path.read_text().splitlines()[-40:]
+        pytest.fail("the gateway did not exit within 60 s of SIGTERM:\n" + "\n".join(tail))
     # uvicorn ends by re-raising the signal it caught, once it has shut down cleanly
-    assert stopped.server.process.wait(60) in (0, -signal.SIGTERM)
-    assert "Application shutdown complete" in stopped.server.log_path.read_text()
+    assert status in (0, -signal.SIGTERM)
+    log = stopped.server.log_path.read_text()
+    assert "Application shutdown complete" in log
+    assert "shutdown: record writer in" in log  # each step timed, for an orchestrator's grace
     small_fleet.gateways.remove(stopped)
     assert not failures
     assert len(answered) == 3 * 60  # every request was answered, by some gateway
