@@ -44,7 +44,7 @@ from gateway.metrics import GatewayMetrics
 from gateway.recorder_process import CLOSE_MARGIN_S
 from gateway.recording import RecorderHandle, open_recorder
 from gateway.state import GatewayState, RecordSink, new_state
-from gateway.tracing import build_tracer
+from gateway.tracing import TRACES_CLOSE_S, build_tracer, close_tracer
 from traffic.store.config import DEFAULT_CLOSE_TIMEOUT_S
 from traffic.tool_calls import warm as warm_tool_calls
 
@@ -59,11 +59,12 @@ ABORT_GRACE_S = 5.0
 
 def stop_deadline_s(limits: LimitsConfig) -> float:
     """The longest a gateway takes to stop after SIGTERM, its own deadlines added up: the drain
-    (``limits.drain_timeout_s``), the aborted requests' grace, then the record writer's close
-    (its process's drain and exit). The other steps of the shutdown (logged with their times)
-    take milliseconds. What waits for a gateway to stop (the ``--workers`` supervisor, the
-    deploy manifests' grace periods) waits at least this long."""
-    return limits.drain_timeout_s + ABORT_GRACE_S + DEFAULT_CLOSE_TIMEOUT_S + CLOSE_MARGIN_S
+    (``limits.drain_timeout_s``), the aborted requests' grace, the record writer's close (its
+    process's drain and exit), the last spans' export. The other steps of the shutdown (logged
+    with their times) take milliseconds. What waits for a gateway to stop (the ``--workers``
+    supervisor, the deploy manifests' grace periods) waits at least this long."""
+    writer = DEFAULT_CLOSE_TIMEOUT_S + CLOSE_MARGIN_S
+    return limits.drain_timeout_s + ABORT_GRACE_S + writer + TRACES_CLOSE_S
 
 
 def _live_gauges(
@@ -205,7 +206,7 @@ def create_app(
             if handle is not None:
                 await _step("record writer", handle.aclose())
             if state.tracer_provider is not None:
-                await _step("tracer", asyncio.to_thread(state.tracer_provider.shutdown))
+                await _step("traces", close_tracer(state.tracer_provider))
             await session.close()
 
     async def health(request: Request) -> Response:

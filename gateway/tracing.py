@@ -5,13 +5,21 @@ When off, no tracer exists and the request path does no tracing work at all.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import asyncio
+import logging
+import threading
+from typing import TYPE_CHECKING, Final
 
 from gateway.config import TelemetryConfig
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import Tracer, TracerProvider
     from opentelemetry.sdk.trace.export import SpanExporter
+
+log = logging.getLogger(__name__)
+
+# How long the shutdown waits for the last spans to be sent (gateway.app.stop_deadline_s).
+TRACES_CLOSE_S: Final = 5.0
 
 
 def build_tracer(
@@ -41,3 +49,22 @@ def build_tracer(
         provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=endpoint)))
     tracer = provider.get_tracer("switchyard.gateway")
     return provider, tracer  # type: ignore[return-value]
+
+
+async def close_tracer(provider: TracerProvider, timeout_s: float = TRACES_CLOSE_S) -> bool:
+    """Send the spans still queued and shut ``provider`` down, giving up after ``timeout_s``:
+    True when it finished.
+
+    Why the bound: with the collector down, the exporter's retries hold the SDK's shutdown for
+    up to 30 s, past an orchestrator's grace period, and the records are flushed by then: only
+    spans are at stake. The shutdown runs on a daemon thread, which does not hold the process's
+    exit when it is given up on."""
+    thread = threading.Thread(target=provider.shutdown, name="switchyard-traces-close", daemon=True)
+    thread.start()
+    await asyncio.to_thread(thread.join, timeout_s)
+    if thread.is_alive():
+        log.warning(
+            "traces: the exporter did not finish within %.1f s; unsent spans dropped", timeout_s
+        )
+        return False
+    return True
