@@ -41,11 +41,10 @@ from gateway.fleet import admin as fleet_admin
 from gateway.fleet.wiring import start_fleet
 from gateway.memory_trim import trim_periodically
 from gateway.metrics import GatewayMetrics
-from gateway.recorder_process import CLOSE_MARGIN_S
+from gateway.recorder_process import CLOSE_DEADLINE_S
 from gateway.recording import RecorderHandle, open_recorder
 from gateway.state import GatewayState, RecordSink, new_state
 from gateway.tracing import TRACES_CLOSE_S, build_tracer, close_tracer
-from traffic.store.config import DEFAULT_CLOSE_TIMEOUT_S
 from traffic.tool_calls import warm as warm_tool_calls
 
 if TYPE_CHECKING:
@@ -63,8 +62,7 @@ def stop_deadline_s(limits: LimitsConfig) -> float:
     process's drain and exit), the last spans' export. The other steps of the shutdown (logged
     with their times) take milliseconds. What waits for a gateway to stop (the ``--workers``
     supervisor, the deploy manifests' grace periods) waits at least this long."""
-    writer = DEFAULT_CLOSE_TIMEOUT_S + CLOSE_MARGIN_S
-    return limits.drain_timeout_s + ABORT_GRACE_S + writer + TRACES_CLOSE_S
+    return limits.drain_timeout_s + ABORT_GRACE_S + CLOSE_DEADLINE_S + TRACES_CLOSE_S
 
 
 def _live_gauges(

@@ -81,6 +81,8 @@ START_GRACE_S: Final = 15.0  # healthy while a fresh child has not reported yet
 STALE_STATS_S: Final = 10.0  # a child silent this long is unhealthy
 RESTART_BACKOFF_S: Final = (0.1, 0.5, 2.0, 5.0)
 CLOSE_MARGIN_S: Final = 5.0  # beyond the store's close timeout, for the child to exit
+# The longest close() takes at the store's default close timeout (gateway.app.stop_deadline_s).
+CLOSE_DEADLINE_S: Final = DEFAULT_CLOSE_TIMEOUT_S + CLOSE_MARGIN_S
 
 
 def encode_batch(seq: int, items: Sequence[Item]) -> bytes:
