@@ -28,8 +28,8 @@ flight (sent, not acknowledged; a single batch goes whatever its size when nothi
 gateway spools them itself, on a thread (building the records there: costly, but only while the
 child is that far behind), and asks the child to replay the spool (a ``REPLAY`` frame).
 
-Protocol (both directions: a 4-byte little-endian length, then a pickle; the child's side is
-:mod:`gateway.recorder_child`)::
+Protocol (both directions: a 4-byte little-endian length, then a pickle, the gateway's with its
+large bytes beside it (:class:`Batch`); the child's side is :mod:`gateway.recorder_child`)::
 
     gateway ──stdin──> (seq, [draft tuple | InferenceRecord | FeedbackRecord | ShadowRecord])
                        (REPLAY, [])  the gateway appended to the spool: replay it now
@@ -75,7 +75,8 @@ from traffic.store.writer import WriterStats
 
 log = logging.getLogger(__name__)
 
-FRAME: Final = struct.Struct("<I")
+FRAME: Final = struct.Struct("<I")  # a frame's length, either way
+LAYOUT: Final = struct.Struct("<II")  # a batch frame's pickle length and buffer count (Batch)
 REPLAY: Final = 0  # the seq of a frame that carries no records: "replay the spool now"
 START_GRACE_S: Final = 15.0  # healthy while a fresh child has not reported yet
 STALE_STATS_S: Final = 10.0  # a child silent this long is unhealthy
@@ -85,21 +86,65 @@ CLOSE_MARGIN_S: Final = 5.0  # beyond the store's close timeout, for the child t
 CLOSE_DEADLINE_S: Final = DEFAULT_CLOSE_TIMEOUT_S + CLOSE_MARGIN_S
 
 
-def encode_batch(seq: int, items: Sequence[Item]) -> bytes:
-    """One frame's payload (the pipe carries its length first, :data:`FRAME`): drafts as plain
-    tuples (:func:`~gateway.record_draft.to_wire`).
+@dataclasses.dataclass(frozen=True, slots=True)
+class Batch:
+    """One frame to the writer process, as the gateway keeps it until acknowledged: the batch's
+    pickle, and the large bytes it refers to out of band (a stream's raw blocks, the client's
+    body), which go to the pipe as they are, never copied into the pickle.
 
-    The length goes in a write of its own (:meth:`WriterProcess._send`), not joined to the
-    payload: a frame is ~5 KB a streamed record, ~0.7 MB at 2,700 records/s, and the joined
-    copy, freshly mapped pages each time, cost the serving loop 1.8 us a record (measured on
-    batches captured from a gateway: 3.8 -> 1.9 us a record with the pickling)."""
+    On the pipe, after the frame's length (:data:`FRAME`): :data:`LAYOUT` (the pickle's length,
+    the number of buffers), each buffer's length (``<I``), the pickle, the buffers.
+
+    Why out of band: a 256-token stream's raw bytes are ~67 KB; pickled into the frame, each
+    batch (~2.3 MB at 700 long streams/s) was a fresh copy in new pages, every one of them
+    faulted in on the serving loop (12 minor faults a request, against 0.1-0.5 not recording)
+    and pushed through its core's 2 MB L2 cache (docs/recording.md)."""
+
+    layout: bytes
+    pickled: bytes
+    buffers: tuple[memoryview, ...]
+    size: int  # the frame's bytes after its length
+
+    def parts(self) -> tuple[bytes | memoryview, ...]:
+        """What the pipe carries after the frame's length."""
+        return (self.layout, self.pickled, *self.buffers)
+
+    def payload(self) -> bytes:
+        """The frame after its length, in one piece (:func:`decode_batch` reads it)."""
+        return b"".join(self.parts())
+
+
+def encode_batch(seq: int, items: Sequence[Item]) -> Batch:
+    """One frame: drafts as plain tuples (:func:`~gateway.record_draft.to_wire`), whose large
+    bytes are marked to travel out of band.
+
+    The frame goes in one vectored write (:meth:`WriterProcess._send`), its parts never joined:
+    a joined copy, freshly mapped pages each time, cost the serving loop 1.8 us a record
+    (measured on batches captured from a gateway: 3.8 -> 1.9 us a record with the pickling)."""
     wire = [to_wire(i) if isinstance(i, InferenceDraft) else i for i in items]
-    return pickle.dumps((seq, wire), protocol=5)
+    buffers: list[memoryview] = []
+    pickled = pickle.dumps(
+        (seq, wire), protocol=5, buffer_callback=lambda b: buffers.append(b.raw())
+    )
+    lengths = [b.nbytes for b in buffers]
+    layout = LAYOUT.pack(len(pickled), len(lengths)) + struct.pack(f"<{len(lengths)}I", *lengths)
+    size = len(layout) + len(pickled) + sum(lengths)
+    return Batch(layout, pickled, tuple(buffers), size)
 
 
 def decode_batch(payload: bytes) -> tuple[int, list[Item]]:
-    """A frame's ``(seq, items)``, its length prefix taken off."""
-    seq, wire = pickle.loads(payload)
+    """A frame's ``(seq, items)``, its length taken off (:class:`Batch`); the out-of-band
+    buffers come back as ``bytes``."""
+    size, count = LAYOUT.unpack_from(payload)
+    at = LAYOUT.size + 4 * count
+    lengths = struct.unpack_from(f"<{count}I", payload, LAYOUT.size)
+    pickled = memoryview(payload)[at : at + size]
+    at += size
+    buffers = []
+    for n in lengths:
+        buffers.append(payload[at : at + n])
+        at += n
+    seq, wire = pickle.loads(pickled, buffers=buffers)
     return seq, [from_wire(i) if type(i) is tuple else i for i in wire]
 
 
@@ -121,9 +166,9 @@ class WriterProcess:
         self._late: list[Item] = []  # submitted while closing
         self._timer: asyncio.TimerHandle | None = None
         self._seq = 0
-        # Each batch sent and not yet acknowledged, as its frame's payload: bytes, which the
+        # Each batch sent and not yet acknowledged, as its frame: bytes and buffers, which the
         # garbage collector does not traverse (the drafts themselves die at the pipe write).
-        self._unacked: dict[int, tuple[int, bytes]] = {}
+        self._unacked: dict[int, tuple[int, Batch]] = {}
         self._in_flight = 0  # records in _unacked; at most store.queue_size
         self._in_flight_bytes = 0  # their frames' bytes; at most store.queue_bytes (but one)
         self._spooling: set[asyncio.Future[None]] = set()  # overflow spooled here, on threads
@@ -249,11 +294,11 @@ class WriterProcess:
                 return
         self._seq += 1
         try:
-            payload = encode_batch(self._seq, items)
+            batch = encode_batch(self._seq, items)
         except (pickle.PicklingError, TypeError, AttributeError, RecursionError):
             items = self._set_aside_unpicklable(items)
-            payload = encode_batch(self._seq, items)
-        size = FRAME.size + len(payload)  # as the child counts it (recorder_child._Acks)
+            batch = encode_batch(self._seq, items)
+        size = FRAME.size + batch.size  # as the child counts it (recorder_child._Acks)
         if self._in_flight and self._in_flight_bytes + size > self._cfg.queue_bytes:
             # Long answers (a 256-token stream is ~50 KB of raw bytes) fill memory long before
             # queue_size records do: the batch waits on disk instead (a batch always goes when
@@ -261,10 +306,10 @@ class WriterProcess:
             self._seq -= 1
             self._fall_behind(items)
             return
-        self._unacked[self._seq] = (len(items), payload)
+        self._unacked[self._seq] = (len(items), batch)
         self._in_flight += len(items)
         self._in_flight_bytes += size
-        self._send(payload)
+        self._send(batch)
 
     def _fall_behind(self, items: list[Item]) -> None:
         if not self._behind:
@@ -299,21 +344,21 @@ class WriterProcess:
         self._spool_aside(bad)
         return good
 
-    def _send(self, payload: bytes) -> None:
-        """One frame: its length, then ``payload``, in one vectored write where the pipe has
-        room (the transport writes both buffers as they are)."""
+    def _send(self, batch: Batch) -> None:
+        """One frame: its length, then its parts, in one vectored write where the pipe has
+        room (the transport writes every buffer as it is)."""
         proc = self._proc
         if proc is None or proc.stdin is None or proc.returncode is not None:
             return  # kept in _unacked: sent to the next child, or to the fallback
         if proc.stdin.is_closing():
             return  # closing: what is in _unacked is spooled at the end of close()
-        proc.stdin.writelines((FRAME.pack(len(payload)), payload))
+        proc.stdin.writelines((FRAME.pack(batch.size), *batch.parts()))
 
     def _take_unacked(self) -> list[Item]:
         """Every item not yet acknowledged, in the order submitted; forgotten here."""
         items: list[Item] = []
         for seq in sorted(self._unacked):
-            items += decode_batch(self._unacked[seq][1])[1]
+            items += decode_batch(self._unacked[seq][1].payload())[1]
         self._unacked.clear()
         self._in_flight = 0
         self._in_flight_bytes = 0
@@ -358,7 +403,7 @@ class WriterProcess:
                         done = self._unacked.pop(seq, None)
                         if done is not None:
                             self._in_flight -= done[0]
-                            self._in_flight_bytes -= FRAME.size + len(done[1])
+                            self._in_flight_bytes -= FRAME.size + done[1].size
                     if (
                         self._behind
                         and self._in_flight <= self._cfg.queue_size // 2

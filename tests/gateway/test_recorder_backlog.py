@@ -21,7 +21,7 @@ from tests.gateway.recorder_helpers import (
     until,
     until_stored,
 )
-from traffic.store import FeedbackRecord
+from traffic.store import FeedbackRecord, JsonText
 
 
 async def test_a_writer_process_far_behind_spools_the_rest_and_replays_it_losing_nothing(
@@ -96,10 +96,25 @@ async def test_every_thread_of_the_writer_process_yields_the_cpu_to_serving(
         assert os.sched_getscheduler(0) != os.SCHED_IDLE  # the gateway serves as it did
 
 
+def test_a_streams_bytes_and_the_clients_body_travel_beside_the_pickle() -> None:
+    body = b'{"model":"m","messages":[{"role":"user","content":"' + b"x" * 50_000 + b'"}]}'
+    draft = stream_draft("hello")._replace(request_json=body)
+    raw = draft.answers.args[1]
+    batch = encode_batch(3, [draft])
+    assert len(batch.pickled) < 2_000  # neither the body nor the stream's bytes copied into it
+    assert sorted(b.nbytes for b in batch.buffers) == sorted([len(raw[0]), len(body)])
+    assert batch.size == sum(len(p) for p in batch.parts())
+    seq, [item] = decode_batch(batch.payload())
+    assert seq == 3 and isinstance(item, InferenceDraft)
+    assert item.request == JsonText(body) and type(item.request.data) is bytes
+    assert item.answers.args[1] == raw and type(item.answers.args[1][0]) is bytes
+    assert build_record(item).response == build_record(draft).response
+
+
 def test_drafts_and_records_cross_the_pipe_unchanged() -> None:
     draft = stream_draft("hello")
     feedback = FeedbackRecord(inference_id=draft.id, kind="accepted")
-    seq, items = decode_batch(encode_batch(7, [draft, feedback]))
+    seq, items = decode_batch(encode_batch(7, [draft, feedback]).payload())
     assert seq == 7 and items == [draft, feedback]
     assert isinstance(items[0], InferenceDraft) and isinstance(items[0].answers, Deferred)
     assert build_record(items[0]) == build_record(draft)
