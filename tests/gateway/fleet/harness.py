@@ -7,6 +7,7 @@ the others through the fleet) and a spool directory of its own.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import os
 import shutil
@@ -230,11 +231,15 @@ def start_gateways(
     if following:
         for gateway in gateways:
             wait_until(
-                lambda g=gateway: g.metric("switchyard_fleet_state_stale") == 0.0,
+                functools.partial(_follows_fleet, gateway),
                 READY_S,
                 f"{gateway.server.name} follows the fleet",
             )
     return gateways
+
+
+def _follows_fleet(gateway: Gateway) -> bool:
+    return gateway.metric("switchyard_fleet_state_stale") == 0.0
 
 
 class RoundRobin:
