@@ -88,6 +88,11 @@ _ANSWERS: Final = InferenceDraft._fields.index("answers")
 _REQUEST: Final = InferenceDraft._fields.index("request")
 _CANONICAL: Final = InferenceDraft._fields.index("canonical_request")
 _REQUEST_JSON: Final = len(InferenceDraft._fields)  # in the flat tuple: Deferred takes two
+# What goes out of band, beside the batch's pickle (gateway.recorder_process.Batch): a body or a
+# stream's bytes this large (a 256-token stream is ~64 KB, a Claude Code body ~90 KB). Smaller
+# ones are copied into the pickle and freed at the flush, as a 16-token stream's 4.5 KB: held
+# until acknowledged (~0.3 s) instead, they gained nothing measurable (docs/recording.md).
+OUT_OF_BAND_BYTES: Final = 16 * 1024
 
 
 def to_wire(draft: InferenceDraft) -> tuple[Any, ...]:
@@ -102,10 +107,14 @@ def to_wire(draft: InferenceDraft) -> tuple[Any, ...]:
     here and ~150 us there, against ~1 us and ~28 us)."""
     fn, args = draft.answers
     values = [*draft[:_ANSWERS], fn, tuple(map(_aside, args)), *draft[_ANSWERS + 1 :]]
-    if draft.request_json is not None:
-        # Out of band (pickle.PickleBuffer): the pipe carries the body as it is, never copied
-        # into the batch's pickle (gateway.recorder_process.Batch); it arrives as bytes.
-        values[_REQUEST] = JsonText(PickleBuffer(draft.request_json))  # type: ignore[arg-type]
+    body = draft.request_json
+    if body is not None:
+        # A large body goes out of band (pickle.PickleBuffer): the pipe carries it as it is,
+        # never copied into the batch's pickle (gateway.recorder_process.Batch); it arrives as
+        # bytes.
+        values[_REQUEST] = JsonText(
+            PickleBuffer(body) if len(body) >= OUT_OF_BAND_BYTES else body  # type: ignore[arg-type]
+        )
         values[_REQUEST_JSON] = None
     canonical = draft.canonical_request
     if canonical is not None and type(canonical) is not JsonText:
@@ -116,9 +125,14 @@ def to_wire(draft: InferenceDraft) -> tuple[Any, ...]:
 
 
 def _aside(arg: Any) -> Any:
-    """A stream's raw blocks (a list of bytes) marked to travel out of band; anything else as
-    it is."""
-    if type(arg) is list and arg and all(type(b) is bytes for b in arg):
+    """A stream's raw blocks (a list of bytes) marked to travel out of band when they add up
+    to :data:`OUT_OF_BAND_BYTES`; anything else as it is."""
+    if (
+        type(arg) is list
+        and arg
+        and all(type(b) is bytes for b in arg)
+        and sum(map(len, arg)) >= OUT_OF_BAND_BYTES
+    ):
         return [PickleBuffer(b) for b in arg]
     return arg
 

@@ -12,7 +12,7 @@ from typing import Final
 
 import pytest
 
-from gateway.record_draft import Deferred, InferenceDraft, build_record
+from gateway.record_draft import OUT_OF_BAND_BYTES, Deferred, InferenceDraft, build_record
 from gateway.recorder_process import decode_batch, encode_batch
 from tests.gateway.recorder_helpers import (
     child_pid,
@@ -96,9 +96,9 @@ async def test_every_thread_of_the_writer_process_yields_the_cpu_to_serving(
         assert os.sched_getscheduler(0) != os.SCHED_IDLE  # the gateway serves as it did
 
 
-def test_a_streams_bytes_and_the_clients_body_travel_beside_the_pickle() -> None:
+def test_a_long_streams_bytes_and_a_large_body_travel_beside_the_pickle() -> None:
     body = b'{"model":"m","messages":[{"role":"user","content":"' + b"x" * 50_000 + b'"}]}'
-    draft = stream_draft("hello")._replace(request_json=body)
+    draft = stream_draft("y" * OUT_OF_BAND_BYTES)._replace(request_json=body)
     raw = draft.answers.args[1]
     batch = encode_batch(3, [draft])
     assert len(batch.pickled) < 2_000  # neither the body nor the stream's bytes copied into it
@@ -108,6 +108,15 @@ def test_a_streams_bytes_and_the_clients_body_travel_beside_the_pickle() -> None
     assert seq == 3 and isinstance(item, InferenceDraft)
     assert item.request == JsonText(body) and type(item.request.data) is bytes
     assert item.answers.args[1] == raw and type(item.answers.args[1][0]) is bytes
+    assert build_record(item).response == build_record(draft).response
+
+
+def test_a_short_streams_bytes_and_a_small_body_go_in_the_pickle() -> None:
+    draft = stream_draft("hello")._replace(request_json=b'{"model":"m"}')
+    batch = encode_batch(4, [draft])
+    assert batch.buffers == ()
+    _, [item] = decode_batch(batch.payload())
+    assert isinstance(item, InferenceDraft) and item.request == JsonText(b'{"model":"m"}')
     assert build_record(item).response == build_record(draft).response
 
 
