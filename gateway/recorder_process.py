@@ -89,8 +89,9 @@ CLOSE_DEADLINE_S: Final = DEFAULT_CLOSE_TIMEOUT_S + CLOSE_MARGIN_S
 @dataclasses.dataclass(frozen=True, slots=True)
 class Batch:
     """One frame to the writer process, as the gateway keeps it until acknowledged: the batch's
-    pickle, and the large bytes it refers to out of band (a stream's raw blocks, the client's
-    body), which go to the pipe as they are, never copied into the pickle.
+    pickle, and the large bytes it refers to out of band (a long stream's raw blocks, a large
+    client body: :data:`~gateway.record_draft.OUT_OF_BAND_BYTES`), which go to the pipe as they
+    are, never copied into the pickle.
 
     On the pipe, after the frame's length (:data:`FRAME`): :data:`LAYOUT` (the pickle's length,
     the number of buffers), each buffer's length (``<I``), the pickle, the buffers.
