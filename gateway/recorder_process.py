@@ -104,7 +104,11 @@ class Batch:
     layout: bytes
     pickled: bytes
     buffers: tuple[bytes | memoryview, ...]
-    size: int  # the frame's bytes after its length
+
+    @property
+    def size(self) -> int:
+        """The frame's bytes after its length."""
+        return len(self.layout) + len(self.pickled) + sum(map(len, self.buffers))
 
     def parts(self) -> tuple[bytes | memoryview, ...]:
         """What the pipe carries after the frame's length."""
@@ -132,8 +136,7 @@ def encode_batch(seq: int, items: Sequence[Item]) -> Batch:
     pickled = pickle.dumps((seq, wire), protocol=5, buffer_callback=aside)
     lengths = [len(b) for b in buffers]
     layout = LAYOUT.pack(len(pickled), len(lengths)) + struct.pack(f"<{len(lengths)}I", *lengths)
-    size = len(layout) + len(pickled) + sum(lengths)
-    return Batch(layout, pickled, tuple(buffers), size)
+    return Batch(layout, pickled, tuple(buffers))
 
 
 def decode_batch(payload: bytes) -> tuple[int, list[Item]]:
