@@ -40,23 +40,23 @@ def finish(
     state.live.pop(ex.id, None)
     target = ex.target or "none"
     m = state.metrics
-    m.requests.labels(ex.endpoint, target, str(status)).inc()
-    m.latency.labels(ex.endpoint, target).observe(latency)
+    m.child(m.requests, ex.endpoint, target, str(status)).inc()
+    m.child(m.latency, ex.endpoint, target).observe(latency)
     if ex.ttft_s is not None:
-        m.ttft.labels(ex.endpoint, target).observe(ex.ttft_s)
+        m.child(m.ttft, ex.endpoint, target).observe(ex.ttft_s)
     backend_cfg = state.config.backends.get(ex.target) if ex.target else None
     cost = None
     if usage.prompt_tokens is not None:
-        m.tokens.labels(target, "prompt").inc(usage.prompt_tokens)
-        m.tokens.labels(target, "completion").inc(usage.completion_tokens or 0)
+        m.child(m.tokens, target, "prompt").inc(usage.prompt_tokens)
+        m.child(m.tokens, target, "completion").inc(usage.completion_tokens or 0)
         if usage.cached_tokens:
-            m.tokens.labels(target, "cached").inc(usage.cached_tokens)
+            m.child(m.tokens, target, "cached").inc(usage.cached_tokens)
         if usage.cache_creation_tokens:
-            m.tokens.labels(target, "cache_write").inc(usage.cache_creation_tokens)
+            m.child(m.tokens, target, "cache_write").inc(usage.cache_creation_tokens)
         if backend_cfg is not None:
             cost = state.prices.cost_usd(backend_cfg, usage)
             if cost:
-                m.cost.labels(target).inc(cost)
+                m.child(m.cost, target).inc(cost)
     _account(state, ex, usage, cost)
     if state.tracer is not None:
         _span(state, ex, status, latency)

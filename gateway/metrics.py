@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from typing import TypeVar
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.metrics import MetricWrapperBase
 from prometheus_client.registry import Collector
+
+M = TypeVar("M", bound=MetricWrapperBase)
 
 LATENCY_BUCKETS = (
     0.001,
@@ -94,6 +98,18 @@ class GatewayMetrics:
             registry=r,
         )
         self.in_flight = Gauge("switchyard_in_flight_requests", "Requests in flight.", registry=r)
+        self._children: dict[tuple[MetricWrapperBase, tuple[str, ...]], MetricWrapperBase] = {}
+
+    def child(self, metric: M, *values: str) -> M:
+        """``metric.labels(*values)``, remembered: prometheus_client's ``labels`` checks and
+        converts the values and takes a lock on every call (~3 us here; the five of a request's
+        accounting cost it 23 us with their increments, 8 us with the children kept). As
+        bounded as ``labels`` itself, which keeps every child it made."""
+        key = (metric, values)
+        found = self._children.get(key)
+        if found is None:
+            found = self._children[key] = metric.labels(*values)
+        return found  # type: ignore[return-value]  # labels() returns the metric's own type
 
     def add_live_gauges(
         self, read: Callable[[], Iterable[tuple[str, str, dict[str, str], float]]]

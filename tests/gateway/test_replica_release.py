@@ -14,6 +14,7 @@ import httpx
 import pytest
 from aiohttp import web
 
+from gateway.door import WATCH_AFTER_S
 from tests.fixtures.gateway_fixture import GatewayThread, gateway_config
 from tests.fixtures.loopback_server import LoopbackServer
 
@@ -110,15 +111,17 @@ def test_a_stream_that_fails_at_its_opening_gives_the_replica_its_request_back(
 
 
 @pytest.mark.parametrize("stream", [False, True])
+# After the gateway started watching its client, and before (the watch finds it gone).
+@pytest.mark.parametrize("leaves_after_s", [FIRST_BYTE_TIMEOUT_S / 3, WATCH_AFTER_S / 2])
 def test_a_client_that_leaves_before_its_answer_has_the_upstream_call_dropped(
-    replica_gateway: tuple[GatewayThread, Replica], stream: bool
+    replica_gateway: tuple[GatewayThread, Replica], stream: bool, leaves_after_s: float
 ) -> None:
     gw, replica = replica_gateway
     replica.mode, before = "silent", len(gw.sink.records)
     replica.abandoned.clear()
     body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": stream}
     # The client gives up (and closes its socket) before the replica's first-byte timeout.
-    client = httpx.Client(base_url=gw.base_url, timeout=FIRST_BYTE_TIMEOUT_S / 3)
+    client = httpx.Client(base_url=gw.base_url, timeout=leaves_after_s)
     with client, pytest.raises(httpx.ReadTimeout):
         client.post("/v1/chat/completions", json=body)
     assert replica.abandoned.wait(SLOW_S / 2)  # the gateway closed its call to the replica
