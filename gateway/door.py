@@ -21,7 +21,7 @@ import dataclasses
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Final, TypeVar, cast
+from typing import Any, TypeVar, cast
 
 import orjson
 from starlette.requests import ClientDisconnect, Request
@@ -29,6 +29,7 @@ from starlette.responses import Response
 
 from gateway.backends.base import UpstreamCall, UpstreamEndpoint
 from gateway.backends.provider_routes import forwarded_headers
+from gateway.client_watch import ClientWatch
 from gateway.config import LimitsConfig
 from gateway.episodes import episode_of
 from gateway.errors import (
@@ -52,8 +53,6 @@ T = TypeVar("T")
 ROUTE_HEADER = "x-switchyard-route"
 TAGS_HEADER = "x-switchyard-tags"
 EPISODE_HEADER = "x-switchyard-episode"
-# How long a request runs before its client is watched for leaving (ClientWatch).
-WATCH_AFTER_S: Final = 0.05
 
 # What a translator raises on a body shape it did not foresee (a string where a list was due).
 SHAPE_ERRORS = (TypeError, AttributeError, KeyError, IndexError, ValueError)
@@ -98,49 +97,6 @@ async def read_body(request: Request, limit: int) -> bytes:
             f"client disconnected after {size} bytes of the request body"
         ) from exc
     return b"".join(chunks)
-
-
-class ClientWatch:
-    """Cancels the task serving a request when its client goes away before the answer starts:
-    the upstream call is dropped (a local replica stops generating, a provider stops billing)
-    and the exchange is recorded as 499. Once a stream has its first byte, Starlette's
-    response watches the client itself. ``stop()`` before the answer is sent (uvicorn also
-    reports the end of a response as a disconnect).
-
-    The watching task starts only when the request is still unanswered after
-    :data:`WATCH_AFTER_S`: a task per request (created, stepped, cancelled, stepped again) cost
-    ~16 us of the loop a request here, a timer ~2 us, and most answers from a local replica or
-    a fast upstream come sooner. A client gone meanwhile is noticed when the task starts
-    (uvicorn remembers the disconnect), so an upstream call outlives its client by at most
-    that long."""
-
-    def __init__(self, request: Request) -> None:
-        self.gone = False
-        self._task = asyncio.current_task()
-        self._receive = request.receive
-        self._watcher: asyncio.Task[None] | None = None
-        self._timer: asyncio.TimerHandle | None = asyncio.get_running_loop().call_later(
-            WATCH_AFTER_S, self._start
-        )
-
-    def _start(self) -> None:
-        self._timer = None
-        if self._task is not None:
-            self._watcher = asyncio.create_task(self._watch())
-
-    async def _watch(self) -> None:
-        while (await self._receive())["type"] != "http.disconnect":
-            pass  # the body was read whole: nothing else comes before the disconnect
-        if self._task is not None:
-            self.gone = True
-            self._task.cancel()
-
-    def stop(self) -> None:
-        self._task = None
-        if self._timer is not None:
-            self._timer.cancel()
-        if self._watcher is not None:
-            self._watcher.cancel()
 
 
 def parse_json_object(raw: bytes) -> dict[str, Any]:
@@ -290,7 +246,7 @@ async def serve_door(request: Request, door: FrontDoor, translate: Translate) ->
             client_body=None if translated.identity else ex.request,
             client_headers=forwarded_headers(request.headers),
         )
-        watch = ClientWatch(request)
+        watch = ClientWatch(request.receive)
         try:
             if translated.stream:
                 return await serve_stream(state, routing, ex, call)

@@ -30,15 +30,16 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from typing import Any, TypeVar
 
 import orjson
-from starlette.responses import Response, StreamingResponse
+from starlette.responses import Response
 
 from gateway import record_draft
 from gateway.accounting import finish
 from gateway.backends.base import Backend, UpstreamCall, UpstreamResult, UpstreamStream, Usage
+from gateway.client_watch import WatchedStream
 from gateway.errors import (
     AllBackendsFailedError,
     GatewayError,
@@ -223,7 +224,7 @@ async def serve_stream(
     ex.weights_version = stream.weights_version
     ex.native = stream.native
     ex.task = None  # until the response's task starts relaying (see _relay)
-    return StreamingResponse(
+    return WatchedStream(
         _relay(state, ex, stream, call),
         200,
         {**SSE_HEADERS, **ex.route_headers()},
@@ -233,7 +234,7 @@ async def serve_stream(
 
 async def _relay(
     state: GatewayState, ex: Exchange, stream: UpstreamStream, call: UpstreamCall
-) -> AsyncIterator[bytes]:
+) -> AsyncGenerator[bytes, None]:
     encoder = ex.door.stream_encoder(ex) if ex.door and ex.door.stream_encoder else None
     # The internal chunks the encoder consumed: the record's canonical answer (translating doors).
     consumed: list[dict[str, Any]] = []

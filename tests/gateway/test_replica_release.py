@@ -14,7 +14,7 @@ import httpx
 import pytest
 from aiohttp import web
 
-from gateway.door import WATCH_AFTER_S
+from gateway.client_watch import WATCH_AFTER_S
 from tests.fixtures.gateway_fixture import GatewayThread, gateway_config
 from tests.fixtures.loopback_server import LoopbackServer
 
@@ -25,13 +25,18 @@ CHUNK = (
     b'"choices":[{"index":0,"delta":{"content":"hi"},"finish_reason":"stop"}]}\n\n'
     b"data: [DONE]\n\n"
 )
+FIRST_CHUNK = (
+    b'data: {"id":"c1","object":"chat.completion.chunk","created":1,"model":"m",'
+    b'"choices":[{"index":0,"delta":{"content":"hi"},"finish_reason":null}]}\n\n'
+)
 
 
 class Replica:
     """A replica on loopback that opens each stream as ``mode`` says: "ok", "empty" (a 200 and
     no body), "refuse" (an error event first, as vLLM refuses a streamed request), "silent"
-    (a 200 and no byte until its caller leaves). A non-streamed request is answered only once
-    its caller leaves, or after ``SLOW_S``; ``abandoned`` is set when a caller left."""
+    (a 200 and no byte until its caller leaves), "trickle" (one chunk, then nothing until its
+    caller leaves). A non-streamed request is answered only once its caller leaves, or after
+    ``SLOW_S``; ``abandoned`` is set when a caller left."""
 
     def __init__(self) -> None:
         self.mode = "ok"
@@ -64,6 +69,9 @@ class Replica:
         elif self.mode == "refuse":
             await resp.write(b'data: {"error":{"message":"bad prompt","code":400}}\n\n')
         elif self.mode == "silent":
+            await self._until_abandoned(request)
+        elif self.mode == "trickle":
+            await resp.write(FIRST_CHUNK)
             await self._until_abandoned(request)
         await resp.write_eof()
         return resp
@@ -131,5 +139,31 @@ def test_a_client_that_leaves_before_its_answer_has_the_upstream_call_dropped(
         time.sleep(0.02)
     (gone,) = gw.sink.records[before:]
     assert (gone.status, gone.error) == (499, "cancelled")  # not the first-byte timeout's 504
+    (state,) = gw.state.pools()["local"].replicas.values()
+    assert state.in_flight == 0
+
+
+def test_a_client_that_leaves_mid_stream_has_the_upstream_stream_dropped(
+    replica_gateway: tuple[GatewayThread, Replica],
+) -> None:
+    gw, replica = replica_gateway
+    replica.mode, before = "trickle", len(gw.sink.records)
+    replica.abandoned.clear()
+    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": True}
+    with (
+        httpx.Client(base_url=gw.base_url, timeout=10) as client,
+        client.stream("POST", "/v1/chat/completions", json=body) as got,
+    ):
+        assert got.status_code == 200
+        assert b"hi" in next(got.iter_raw())
+    # The client closed its connection with the stream unread: the gateway notices and closes
+    # its own call, before the replica's silence (FIRST_BYTE_TIMEOUT_S) could end it as a 502.
+    assert replica.abandoned.wait(FIRST_BYTE_TIMEOUT_S)
+    deadline = time.monotonic() + 10
+    while len(gw.sink.records) == before:
+        assert time.monotonic() < deadline, "the exchange was not recorded"
+        time.sleep(0.02)
+    (gone,) = gw.sink.records[before:]
+    assert (gone.status, gone.error) == (499, "client disconnected")
     (state,) = gw.state.pools()["local"].replicas.values()
     assert state.in_flight == 0
