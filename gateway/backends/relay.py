@@ -25,6 +25,7 @@ bytes, after the stream ended.
 
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncIterator, Callable
 from typing import Any, Protocol
 
@@ -77,8 +78,8 @@ class AnthropicWatcher:
         self._usage: dict[str, Any] = {}
 
     def watch(self, block: bytes, outcome: StreamOutcome) -> bytes:
-        if b"event: message_start" in block or b"event: message_delta" in block:
-            for data in _named_events(block, (b"message_start", b"message_delta")):
+        if _names(block, _MESSAGE_START) or _names(block, _MESSAGE_DELTA):
+            for data in _USAGE_EVENTS(block):
                 message = data.get("message") or {}
                 usage = data.get("usage") or message.get("usage") or {}
                 if isinstance(usage, dict):
@@ -89,16 +90,27 @@ class AnthropicWatcher:
                     old, new = orjson.dumps(served), orjson.dumps(self._model)
                     block = block.replace(b'"model":' + old, b'"model":' + new, 1)
             outcome.usage = Usage.from_openai(usage_as_openai(self._usage))
-        if b"event: error" in block:
-            for data in _named_events(block, (b"error",)):
+        if _names(block, _ERROR):
+            for data in _ERROR_EVENTS(block):
                 _note_error(outcome, data)
             outcome.error = outcome.error or "upstream stream error"
             # What came before the error event still goes out; the error event is the
             # pipeline's to send, in the door's shape, after the stream raised.
-            return block[: block.find(b"event: error")]
-        if b"event: message_stop" in block:
+            return block[: min(at for at in map(block.find, _ERROR) if at >= 0)]
+        if _names(block, _MESSAGE_STOP):
             outcome.completed = True
         return block
+
+
+# An event's name line as Anthropic writes it, and as the SSE format also allows it.
+_MESSAGE_START = (b"event: message_start", b"event:message_start")
+_MESSAGE_DELTA = (b"event: message_delta", b"event:message_delta")
+_MESSAGE_STOP = (b"event: message_stop", b"event:message_stop")
+_ERROR = (b"event: error", b"event:error")
+
+
+def _names(block: bytes, spellings: tuple[bytes, bytes]) -> bool:
+    return spellings[0] in block or spellings[1] in block
 
 
 _OPENAI_ERROR = b'data: {"error"'
@@ -124,24 +136,67 @@ def _note_error(outcome: StreamOutcome, payload: Any) -> None:
             outcome.error_status = ANTHROPIC_ERROR_STATUS.get(err["type"])
 
 
-def _named_events(block: bytes, names: tuple[bytes, ...]) -> list[dict[str, Any]]:
-    """The JSON payloads of the events in ``block`` whose ``event:`` line names one of ``names``."""
+class _NamedEvents:
+    """The JSON payloads of the events in a block of whole events whose ``event:`` line names
+    one of ``names``.
+
+    Anthropic sends each event as ``event: <name>\\ndata: <json>\\n\\n``: those are found by a
+    regex scan (in C) instead of splitting every event and line of the block in Python (a
+    16-token answer read in one block: ~53 -> ~11 us, per stream). The patterns have no
+    ``^`` anchor, which would cost the scan its literal-prefix search (5x slower); a match
+    must start a line, checked after. When the scan found fewer events than the block mentions
+    ``event:`` with those names (CRLF, ``data`` before ``event``, data over several lines, a
+    text that quotes one), the block is read line by line instead (each event's last ``data:``
+    line)."""
+
+    __slots__ = ("_line", "_mentions", "_quick")
+
+    def __init__(self, *names: bytes) -> None:
+        alternatives = b"(?:" + b"|".join(re.escape(n) for n in names) + b")"
+        self._quick = re.compile(rb"event: ?" + alternatives + rb"\ndata: ?([^\n]*)\n\n")
+        self._mentions = re.compile(rb"event:[ \t]*" + alternatives)
+        self._line = re.compile(rb"event:[ \t]*" + alternatives + rb"[ \t]*$")
+
+    def __call__(self, block: bytes) -> list[dict[str, Any]]:
+        found = [
+            m.group(1)
+            for m in self._quick.finditer(block)
+            if m.start() == 0 or block[m.start() - 1] == 0x0A  # at a line's start
+        ]
+        if len(found) != len(self._mentions.findall(block)):
+            return self._read_lines(block)
+        return _json_objects(found)
+
+    def _read_lines(self, block: bytes) -> list[dict[str, Any]]:
+        found: list[bytes] = []
+        for raw in block.replace(b"\r\n", b"\n").split(EVENT_SEP):
+            data = b""
+            named = False
+            for line in raw.split(b"\n"):
+                if line.startswith(b"event:"):
+                    named = self._line.match(line) is not None
+                elif line.startswith(b"data:"):
+                    data = line[5:].strip()
+            if named and data:
+                found.append(data)
+        return _json_objects(found)
+
+
+def _json_objects(payloads: list[bytes]) -> list[dict[str, Any]]:
+    """The payloads that are JSON objects, parsed; the others left out."""
     out: list[dict[str, Any]] = []
-    for raw in block.replace(b"\r\n", b"\n").split(EVENT_SEP):
-        event, data = b"", b""
-        for line in raw.split(b"\n"):
-            if line.startswith(b"event:"):
-                event = line[6:].strip()
-            elif line.startswith(b"data:"):
-                data = line[5:].strip()
-        if event in names and data:
-            try:
-                parsed = orjson.loads(data)
-            except orjson.JSONDecodeError:
-                continue
-            if isinstance(parsed, dict):
-                out.append(parsed)
+    for data in payloads:
+        try:
+            parsed = orjson.loads(data)
+        except orjson.JSONDecodeError:
+            continue
+        if isinstance(parsed, dict):
+            out.append(parsed)
     return out
+
+
+_USAGE_EVENTS = _NamedEvents(b"message_start", b"message_delta")
+_ERROR_EVENTS = _NamedEvents(b"error")
 
 
 class RelayStream:
