@@ -36,7 +36,13 @@ from gateway.backends.base import StreamOutcome, Usage
 from gateway.errors import UpstreamError, UpstreamTimeoutError, upstream_error_for_status
 from gateway.wire.anthropic_answer import usage_as_openai
 from gateway.wire.anthropic_render import ERROR_STATUS as ANTHROPIC_ERROR_STATUS
-from gateway.wire.sse import DONE_EVENT, EVENT_SEP, EventSplitter, drop_usage_only_events
+from gateway.wire.sse import (
+    DONE_EVENT,
+    EVENT_SEP,
+    EventSplitter,
+    drop_usage_only_events,
+    json_objects,
+)
 
 
 class EventWatcher(Protocol):
@@ -165,7 +171,7 @@ class _NamedEvents:
         ]
         if len(found) != len(self._mentions.findall(block)):
             return self._read_lines(block)
-        return _json_objects(found)
+        return json_objects(found)
 
     def _read_lines(self, block: bytes) -> list[dict[str, Any]]:
         found: list[bytes] = []
@@ -179,20 +185,7 @@ class _NamedEvents:
                     data = line[5:].strip()
             if named and data:
                 found.append(data)
-        return _json_objects(found)
-
-
-def _json_objects(payloads: list[bytes]) -> list[dict[str, Any]]:
-    """The payloads that are JSON objects, parsed; the others left out."""
-    out: list[dict[str, Any]] = []
-    for data in payloads:
-        try:
-            parsed = orjson.loads(data)
-        except orjson.JSONDecodeError:
-            continue
-        if isinstance(parsed, dict):
-            out.append(parsed)
-    return out
+        return json_objects(found)
 
 
 _USAGE_EVENTS = _NamedEvents(b"message_start", b"message_delta")

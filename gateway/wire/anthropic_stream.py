@@ -23,7 +23,7 @@ from typing import Any
 
 import orjson
 
-from gateway.wire.sse import EVENT_SEP, plain_json_events
+from gateway.wire.sse import iter_events, json_objects, plain_json_events
 from gateway.wire.stream_template import (
     TextRun,
     find_template,
@@ -43,19 +43,7 @@ TEMPLATE_MIN_BYTES = 5000
 
 def _events(blob: bytes) -> list[dict[str, Any]]:
     plain = plain_json_events(blob)
-    if plain is not None:
-        return plain
-    out: list[dict[str, Any]] = []
-    for raw in blob.replace(b"\r\n", b"\n").split(EVENT_SEP):
-        for line in raw.split(b"\n"):
-            if line.startswith(b"data:"):
-                try:
-                    data = orjson.loads(line[5:].strip())
-                except orjson.JSONDecodeError:
-                    continue
-                if isinstance(data, dict):
-                    out.append(data)
-    return out
+    return plain if plain is not None else json_objects(iter_events(blob))
 
 
 def _template_events(blob: bytes) -> list[dict[str, Any] | TextRun] | None:

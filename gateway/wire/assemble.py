@@ -10,9 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-import orjson
-
-from gateway.wire.sse import iter_events, plain_json_events
+from gateway.wire.sse import iter_events, json_objects, plain_json_events
 from gateway.wire.stream_template import (
     TextRun,
     data_events,
@@ -24,21 +22,7 @@ from gateway.wire.stream_template import (
 
 def parse_stream(blob: bytes) -> list[dict[str, Any]]:
     """Every JSON chunk in an SSE byte stream (``[DONE]`` and malformed events skipped)."""
-    return plain_json_events(blob) or _parse_events(blob)
-
-
-def _parse_events(blob: bytes) -> list[dict[str, Any]]:
-    chunks: list[dict[str, Any]] = []
-    for data in iter_events(blob):
-        if not data or data == b"[DONE]":
-            continue
-        try:
-            value = orjson.loads(data)
-        except orjson.JSONDecodeError:
-            continue
-        if isinstance(value, dict):
-            chunks.append(value)
-    return chunks
+    return plain_json_events(blob) or json_objects(iter_events(blob))
 
 
 def _merge_tool_calls(slot: list[dict[str, Any]], deltas: list[dict[str, Any]]) -> None:

@@ -7,7 +7,7 @@ events that matter (the terminal ``[DONE]`` and the usage-only chunk).
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import orjson
@@ -88,6 +88,20 @@ def plain_json_events(blob: bytes) -> list[dict[str, Any]] | None:
     if len(values) != boundaries + 1 or not all(isinstance(v, dict) for v in values):
         return None
     return values  # type: ignore[no-any-return]
+
+
+def json_objects(payloads: Iterable[bytes]) -> list[dict[str, Any]]:
+    """The events' payloads that are JSON objects, parsed; the others (``[DONE]``, empty or
+    malformed data, other JSON values) left out."""
+    out: list[dict[str, Any]] = []
+    for data in payloads:
+        try:
+            value = orjson.loads(data)
+        except orjson.JSONDecodeError:
+            continue
+        if isinstance(value, dict):
+            out.append(value)
+    return out
 
 
 def iter_events(blob: bytes) -> Iterator[bytes]:

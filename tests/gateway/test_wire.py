@@ -97,8 +97,10 @@ def test_parse_stream_reads_every_shape_of_event_stream_alike() -> None:
     """The one-call path for plain single-line events and the per-event path agree, and streams
     that are not plain (comments, CRLF, [DONE] mid-stream, malformed or joinable events,
     non-object payloads) get the per-event reading."""
-    from gateway.wire.assemble import _parse_events
-    from gateway.wire.sse import plain_json_events
+    from gateway.wire.sse import iter_events, json_objects, plain_json_events
+
+    def _parse_events(blob: bytes) -> list[dict[str, object]]:  # the per-event reading
+        return json_objects(iter_events(blob))
 
     expected = [orjson.loads(_CHUNK), orjson.loads(_OTHER)]
     plain = [
