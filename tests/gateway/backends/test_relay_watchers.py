@@ -3,6 +3,8 @@ them, whatever the layout of the server-sent events (gateway.backends.relay)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
+
 import orjson
 import pytest
 
@@ -39,7 +41,7 @@ QUOTING = {
 EXPECTED = Usage(prompt_tokens=24, completion_tokens=9, cached_tokens=7, cache_creation_tokens=5)
 
 
-def _event(name: str, payload: dict[str, object]) -> bytes:
+def _event(name: str, payload: Mapping[str, object]) -> bytes:
     return b"event: " + name.encode() + b"\ndata: " + orjson.dumps(payload) + b"\n\n"
 
 
@@ -78,8 +80,8 @@ def _without_cr(block: bytes) -> bytes:
         pytest.param(lambda b: b.replace(b"\n\nevent:", b"\n\n: a comment\nevent:"), id="comments"),
     ],
 )
-def test_usage_is_read_from_a_whole_stream_in_one_block(layout: object) -> None:
-    block = layout(_stream())  # type: ignore[operator]
+def test_usage_is_read_from_a_whole_stream_in_one_block(layout: Callable[[bytes], bytes]) -> None:
+    block = layout(_stream())
     forwarded, outcome = _watch(block)
     assert outcome.usage == EXPECTED
     assert outcome.completed
