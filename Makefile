@@ -39,7 +39,7 @@ lint: setup
 	$(VENV)/bin/ruff format --check gateway router traffic serving rl_loop loadtests tests scripts
 
 typecheck: setup
-	$(VENV)/bin/mypy gateway router traffic serving rl_loop loadtests scripts
+	$(VENV)/bin/mypy gateway router traffic serving rl_loop loadtests scripts tests
 
 check: lint typecheck test
 

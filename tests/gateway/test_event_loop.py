@@ -15,6 +15,7 @@ import pytest
 
 from gateway.config import LimitsConfig
 from tests.fixtures.gateway_fixture import GatewayThread, gateway_config
+from traffic.store.records import InferenceRecord
 
 
 def test_health_keeps_answering_while_a_maximal_request_is_served(gateway: GatewayThread) -> None:
@@ -72,7 +73,7 @@ def test_a_client_gone_mid_body_is_recorded_as_499(
         sock.sendall(head.encode() + partial.encode())
         time.sleep(0.2)
     deadline = time.monotonic() + 10
-    found = []
+    found: list[InferenceRecord] = []
     while not found and time.monotonic() < deadline:
         found = list(gateway.sink.records)
         time.sleep(0.05)

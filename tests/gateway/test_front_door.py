@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+from typing import cast
+
 import httpx
 import openai
 import pytest
+from openai.types.chat import (
+    ChatCompletionFunctionToolParam,
+    ChatCompletionMessageToolCallUnionParam,
+)
 
 from tests.fixtures.gateway_fixture import GatewayThread
 
-TOOLS = [
+TOOLS: list[ChatCompletionFunctionToolParam] = [
     {
         "type": "function",
         "function": {
@@ -36,6 +42,7 @@ def test_chat_completion_on_auto_goes_to_the_default_target_with_route_headers(
         model="auto", messages=[{"role": "user", "content": "Explain this function"}]
     )
     completion = raw.parse()
+    assert completion.choices[0].message.content is not None
     assert completion.choices[0].message.content.startswith("Simulated answer")
     assert completion.usage is not None and completion.usage.completion_tokens > 0
     assert raw.headers["x-switchyard-target"] == "local"
@@ -107,7 +114,7 @@ def test_tool_calls_stream_as_openai_deltas(client: openai.OpenAI, model: str) -
     stream = client.chat.completions.create(
         model=model,
         messages=[{"role": "user", "content": "Use a tool to read main.py"}],
-        tools=TOOLS,  # type: ignore[arg-type]
+        tools=TOOLS,
         tool_choice="auto",
         stream=True,
     )
@@ -131,17 +138,22 @@ def test_tool_call_round_trip_non_streamed(client: openai.OpenAI) -> None:
     first = client.chat.completions.create(
         model="gpt-4o-mini",
         messages=[{"role": "user", "content": "Call the tool to read setup.py"}],
-        tools=TOOLS,  # type: ignore[arg-type]
+        tools=TOOLS,
     )
     call = first.choices[0].message.tool_calls[0]  # type: ignore[index]
     second = client.chat.completions.create(
         model="gpt-4o-mini",
         messages=[
             {"role": "user", "content": "Call the tool to read setup.py"},
-            {"role": "assistant", "content": None, "tool_calls": [call.model_dump()]},
+            {
+                "role": "assistant",
+                "content": None,
+                # The call as the SDK parsed it, sent back as its param.
+                "tool_calls": [cast(ChatCompletionMessageToolCallUnionParam, call.model_dump())],
+            },
             {"role": "tool", "tool_call_id": call.id, "content": "print('hello')"},
         ],
-        tools=TOOLS,  # type: ignore[arg-type]
+        tools=TOOLS,
     )
     assert second.choices[0].finish_reason == "stop"
     assert second.choices[0].message.content

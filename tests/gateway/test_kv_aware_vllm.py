@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import pytest
@@ -72,7 +73,7 @@ async def test_chat_tokens_equal_vllms(
     replicas, _ = two_replicas
     model_dir = Path(replicas[0].process.config.model_dir)
     tokenizer = PromptTokenizer.load(model_dir)
-    bodies = [
+    bodies: list[dict[str, Any]] = [
         {"messages": [{"role": "system", "content": "You review code."},
                       {"role": "user", "content": "def f(x):\n    return x * 2\nWhy?"}]},
         {"messages": [{"role": "user", "content": [{"type": "text", "text": "a"},

@@ -56,7 +56,7 @@ class Replica:
     def sent(self) -> int:
         """Batches the publisher has sent: the last buffered seq + 1, asked of its replay
         socket as a client would."""
-        sock = zmq.Context.instance().socket(zmq.DEALER)
+        sock: zmq.Socket[bytes] = zmq.Context.instance().socket(zmq.DEALER)
         sock.setsockopt(zmq.LINGER, 0)
         sock.connect(self.replay_endpoint)
         try:

@@ -63,6 +63,7 @@ async def test_backfill_writes_what_the_live_doors_translate_and_is_idempotent(
     rows = {r.inference.wire_format: r.inference for r in await _read(backend)}
     for wire in ("openai.responses", "anthropic.messages"):
         record = rows[wire]
+        assert isinstance(record.request, dict)  # read back from the store: parsed
         assert record.canonical_request == syn.LIVE.request(wire, record.request)
         assert record.canonical_response == syn.LIVE.answer(wire, record.response or {})
     assert rows["openai.chat"].canonical_request is None  # the OpenAI door is canonical as is

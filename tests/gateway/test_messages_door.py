@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any
+from typing import Any, cast
 
 import anthropic
 import httpx
@@ -128,6 +128,7 @@ def test_sdk_stream_helper_matches_text_deltas(claude: anthropic.Anthropic, mode
 @pytest.mark.parametrize("stream", [False, True])
 def test_tool_use_round_trip(claude: anthropic.Anthropic, model: str, stream: bool) -> None:
     question: Any = {"role": "user", "content": "Call the tool to read setup.py"}
+    first: anthropic.types.Message
     if stream:
         with claude.messages.stream(
             model=model, max_tokens=200, messages=[question], tools=[READ_FILE]
@@ -150,7 +151,14 @@ def test_tool_use_round_trip(claude: anthropic.Anthropic, model: str, stream: bo
         max_tokens=200,
         messages=[
             question,
-            {"role": "assistant", "content": [b.model_dump() for b in first.content]},
+            {
+                "role": "assistant",
+                # The first answer's blocks, sent back as the SDK's block params.
+                "content": cast(
+                    list[anthropic.types.ContentBlockParam],
+                    [b.model_dump() for b in first.content],
+                ),
+            },
             {
                 "role": "user",
                 "content": [

@@ -230,6 +230,7 @@ def test_what_vllm_would_refuse_or_we_cannot_reproduce_is_none(model_dir: Path) 
     tokenizer = PromptTokenizer.load(model_dir)
     user = {"role": "user", "content": "hi"}
     image = {"type": "image_url", "image_url": {"url": "data:,"}}
+    body: dict[str, Any]
     for body in (
         {"messages": []},
         {"messages": [{"role": "user", "content": [image]}]},

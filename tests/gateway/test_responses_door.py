@@ -8,11 +8,18 @@ targets (``openai/...``, ``anthropic/...``) pointed at the same simulator.
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, cast
 
 import httpx
 import openai
 import pytest
+from openai.types.responses import (
+    EasyInputMessageParam,
+    NamespaceToolParam,
+    Response,
+    ResponseInputItemParam,
+)
+from openai.types.responses.namespace_tool_param import ToolFunction
 
 from loadtests.frontier_sim import SimulatorConfig, run_in_thread
 from tests.fixtures.gateway_fixture import GatewayThread, gateway_config
@@ -78,7 +85,11 @@ def test_input_items_with_every_role_and_tolerated_fields(client: openai.OpenAI)
             {"role": "developer", "content": "You write Python."},
             {"type": "message", "role": "system", "content": "Answer briefly."},
             {"role": "user", "content": [{"type": "input_text", "text": "Hi"}]},
-            {"role": "assistant", "content": [{"type": "output_text", "text": "Hello."}]},
+            # An assistant turn in the short form (no id, no status) the SDK's types lack.
+            cast(
+                ResponseInputItemParam,
+                {"role": "assistant", "content": [{"type": "output_text", "text": "Hello."}]},
+            ),
             {"type": "reasoning", "id": "rs_1", "summary": []},
             {"role": "user", "content": "Refactor this loop"},
         ],
@@ -141,7 +152,8 @@ def test_sdk_stream_helper_assembles_the_final_response(client: openai.OpenAI, m
 @pytest.mark.parametrize("model", MODELS)
 @pytest.mark.parametrize("stream", [False, True])
 def test_tool_call_round_trip(client: openai.OpenAI, model: str, stream: bool) -> None:
-    question = {"role": "user", "content": "Call the tool to read setup.py"}
+    question: EasyInputMessageParam = {"role": "user", "content": "Call the tool to read setup.py"}
+    first: Response
     if stream:
         with client.responses.stream(model=model, input=[question], tools=[READ_FILE]) as s:
             arg_deltas = [e.delta for e in s if e.type == "response.function_call_arguments.delta"]
@@ -177,11 +189,11 @@ def test_tool_call_round_trip(client: openai.OpenAI, model: str, stream: bool) -
 def test_unservable_tools_are_left_out_and_namespaced_tools_flattened(
     client: openai.OpenAI,
 ) -> None:
-    namespace = {
+    namespace: NamespaceToolParam = {
         "type": "namespace",
         "name": "repo",
         "description": "Repository tools",
-        "tools": [{k: v for k, v in READ_FILE.items() if k != "strict"}],
+        "tools": [cast(ToolFunction, {k: v for k, v in READ_FILE.items() if k != "strict"})],
     }
     response = client.responses.create(
         model="gpt-4o-mini",
@@ -190,7 +202,7 @@ def test_unservable_tools_are_left_out_and_namespaced_tools_flattened(
             {"type": "web_search"},
             namespace,
             {"type": "custom", "name": "apply_patch", "description": "Patch files"},
-        ],  # type: ignore[list-item]
+        ],
         parallel_tool_calls=False,
     )
     call = response.output[0]

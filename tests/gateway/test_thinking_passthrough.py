@@ -6,11 +6,12 @@ gateway passed the first turn's thinking block through unchanged, both ways."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any, cast
 
 import anthropic
 import pytest
+from anthropic.types.beta import BetaMessageParam
 
 from loadtests.frontier_sim.thinking import sign
 from tests.fixtures.gateway_fixture import GatewayThread, gateway_config
@@ -39,14 +40,15 @@ def client(gw: GatewayThread) -> anthropic.Anthropic:
     return anthropic.Anthropic(base_url=gw.base_url, api_key="sk-ant-client", max_retries=0)
 
 
-def turn(client: anthropic.Anthropic, messages: list[dict[str, Any]]) -> tuple[Any, str]:
+def turn(client: anthropic.Anthropic, messages: Sequence[Mapping[str, Any]]) -> tuple[Any, str]:
     """One streamed turn: the final message and the gateway's request id."""
     with client.beta.messages.stream(
         model="claude-sonnet-4-5",
         max_tokens=8192,
         thinking={"type": "enabled", "budget_tokens": 4096},
         tools=[LOOKUP_TOOL],
-        messages=messages,
+        # The tests' message dicts, blocks sent back as the SDK dumped them.
+        messages=cast(Sequence[BetaMessageParam], messages),
         betas=[BETA],
     ) as stream:
         return stream.get_final_message(), stream.response.headers["x-request-id"]

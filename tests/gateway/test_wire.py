@@ -47,7 +47,7 @@ def test_usage_only_chunk_is_cut_out_and_returned() -> None:
 
 
 def test_chat_stream_assembles_content_and_tool_call_fragments() -> None:
-    chunks = [
+    chunks: list[dict[str, object]] = [
         _chunk({"role": "assistant", "content": ""}),
         _chunk({"content": "Hel"}),
         _chunk({"content": "lo"}),

@@ -100,8 +100,9 @@ def test_stop_reasons_map_back(stop: str | None, finish: str | None) -> None:
 
 def test_a_rendered_message_reads_back_as_the_completion_it_rendered() -> None:
     ctx = MessageContext("msg_1", "m", 10, thinking=True)
-    back = _message(completion_of_message(render_message(ctx, MIXED_COMPLETION)))
-    original = MIXED_COMPLETION["choices"][0]["message"]
+    completion: dict[str, Any] = MIXED_COMPLETION
+    back = _message(completion_of_message(render_message(ctx, completion)))
+    original = completion["choices"][0]["message"]
     assert back["content"] == original["content"]
     assert back["reasoning_content"] == original["reasoning_content"]
     assert [c["id"] for c in back["tool_calls"]] == [c["id"] for c in original["tool_calls"]]
@@ -113,10 +114,11 @@ def test_a_rendered_message_reads_back_as_the_completion_it_rendered() -> None:
 def test_a_rendered_response_reads_back_as_the_completion_it_rendered() -> None:
     namespaced = {"repo__grep": ("repo", "grep")}
     ctx = ResponseContext.build(EXCHANGE_ID, {"model": "m"}, namespaced)
-    rendered = render_response(ctx, MIXED_COMPLETION)
+    completion: dict[str, Any] = MIXED_COMPLETION
+    rendered = render_response(ctx, completion)
     assert rendered["output"][-1]["namespace"] == "repo"  # what the client saw
     back = completion_of_response(rendered)
-    original = MIXED_COMPLETION["choices"][0]["message"]
+    original = completion["choices"][0]["message"]
     assert _message(back) == {
         "role": "assistant",
         "content": original["content"],

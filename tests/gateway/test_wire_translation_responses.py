@@ -203,9 +203,10 @@ def test_responses_stream_is_valid_sdk_events_and_matches_the_unary_render() -> 
 
 def test_responses_length_is_incomplete_and_failure_is_response_failed() -> None:
     ctx = _response_ctx()
+    completion: dict[str, Any] = MIXED_COMPLETION
     cut = {
-        **MIXED_COMPLETION,
-        "choices": [{**MIXED_COMPLETION["choices"][0], "finish_reason": "length"}],
+        **completion,
+        "choices": [{**completion["choices"][0], "finish_reason": "length"}],
     }
     rendered = render_response(ctx, cut)
     assert rendered["status"] == "incomplete"

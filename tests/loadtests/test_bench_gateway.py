@@ -22,7 +22,13 @@ from loadtests.bench.loadgen import (
     request_headers,
 )
 from loadtests.bench.servers import Memory, Server
-from loadtests.bench.settings import HEADLINE_CONCURRENCY, BenchSettings, Mode, SystemName
+from loadtests.bench.settings import (
+    HEADLINE_CONCURRENCY,
+    BenchSettings,
+    Mode,
+    ServerName,
+    SystemName,
+)
 from loadtests.bench_gateway import PROJECT_ROOT, parse_args
 
 HEADLINE_FIELDS = (
@@ -226,7 +232,7 @@ def test_frontier_figures_and_targets_on_synthetic_cells():
     rows = report.build_rows(cells)
     anthropic_row = next(r for r in rows if r["system"] == "frontier_anthropic")
     assert anthropic_row["added_p50_ms"] == pytest.approx(2.0 - 0.25)  # vs direct_anthropic
-    startup = {"simulator": 0.3, "switchyard": 1.2, "frontier": 2.5}
+    startup: dict[ServerName, float] = {"simulator": 0.3, "switchyard": 1.2, "frontier": 2.5}
     memory = {"frontier": Memory(rss_mb=280.0, peak_rss_mb=290.0)}
     found = figures.headline(rows, startup, memory)
     assert found["frontier_cpu_ms_per_request"]["openai"] == {"unary": 0.8, "stream": 1.2}

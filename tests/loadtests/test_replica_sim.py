@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import itertools
+from array import array
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import replace
 
-from loadtests.kv_workload import KvWorkloadSpec, SegmentTokens, generate, scaled
+from loadtests.kv_workload import KvRequest, KvWorkloadSpec, SegmentTokens, generate, scaled
 from loadtests.replica_sim import (
     RequestOutcome,
     SimReplicaSpec,
+    SimResult,
     _Replica,
     block_keys_of,
     pooled_lru_hit_rate,
@@ -18,7 +21,12 @@ from loadtests.replica_sim import (
     simulate,
 )
 from router.block_hash import BlockHasher
-from router.selector_config import CacheAwareConfig, RoundRobinConfig, SessionAffinityConfig
+from router.selector_config import (
+    CacheAwareConfig,
+    RoundRobinConfig,
+    SelectorConfig,
+    SessionAffinityConfig,
+)
 from router.selectors import build_selector
 
 SPEC = KvWorkloadSpec(sessions=120, clients=6, repos=12, session_rate=2.0, seed=3)
@@ -69,7 +77,13 @@ def test_replica_cache_is_an_lru_evicting_tails_first() -> None:
     assert (hit, stored) == (0, [5, 6]) and set(evicted) == {3, 9}
 
 
-def _run(config, trace, tokens, keys, n=4):  # type: ignore[no-untyped-def]
+def _run(
+    config: SelectorConfig,
+    trace: Sequence[KvRequest],
+    tokens: SegmentTokens,
+    keys: Sequence[array[int]],
+    n: int = 4,
+) -> SimResult:
     clock = [0.0]
     selector = build_selector(config, clock=lambda: clock[0])
     return simulate("p", selector, trace, tokens, keys, n, SimReplicaSpec(cache_blocks=600), clock)
@@ -108,7 +122,7 @@ def test_every_policy_runs_on_the_same_trace_with_a_pooled_reference() -> None:
     tokens = SegmentTokens(SPEC)
     keys = block_keys_of(trace, tokens, BlockHasher(32))
     spec = SimReplicaSpec(cache_blocks=300)
-    configs = {"rr": RoundRobinConfig(), "ours": CacheAwareConfig()}
+    configs: dict[str, SelectorConfig] = {"rr": RoundRobinConfig(), "ours": CacheAwareConfig()}
     results = run_policies(configs, trace, tokens, keys, 2, spec)
     assert set(results) == {"rr", "ours"} and results["ours"].extra["index_blocks_max"] > 0
     pooled = pooled_lru_hit_rate(trace, keys, 600, 32)
@@ -117,7 +131,7 @@ def test_every_policy_runs_on_the_same_trace_with_a_pooled_reference() -> None:
 
 def test_hit_rates_over_seeds_and_ratios_from_their_means() -> None:
     draws = {seed: replace(SPEC, sessions=30, seed=seed) for seed in (1, 2)}
-    configs = {
+    configs: dict[str, SelectorConfig] = {
         "round_robin": RoundRobinConfig(),
         "session_affinity": SessionAffinityConfig(),
         "ours": CacheAwareConfig(),

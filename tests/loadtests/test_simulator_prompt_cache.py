@@ -63,6 +63,7 @@ def test_openai_prompts_under_1024_tokens_are_not_cached(oai: openai.OpenAI) -> 
     messages: Any = [{"role": "user", "content": long_text(4000)}]  # 1000 tokens
     for _ in range(2):
         usage = oai.chat.completions.create(model="gpt-4o", messages=messages).usage
+        assert usage is not None and usage.prompt_tokens_details is not None
         assert usage.prompt_tokens_details.cached_tokens == 0
 
 
@@ -79,6 +80,7 @@ def test_openai_stream_usage_and_responses_report_cached_tokens(
     assert chunks[-1]["usage"]["prompt_tokens_details"]["cached_tokens"] == 2048
 
     responses = [oai.responses.create(model="gpt-4o", input=text).usage for _ in range(2)]
+    assert responses[0] is not None and responses[1] is not None
     assert responses[0].input_tokens_details.cached_tokens == 0
     # Responses prompts are the instructions (none here) and the input, joined by a space.
     assert responses[1].input_tokens_details.cached_tokens == openai_cached(1 + len(text))
@@ -88,6 +90,7 @@ def test_prefixes_are_cached_per_model(oai: openai.OpenAI) -> None:
     messages: Any = [{"role": "user", "content": long_text(6000)}]
     oai.chat.completions.create(model="gpt-4o", messages=messages)
     other = oai.chat.completions.create(model="gpt-4o-mini", messages=messages).usage
+    assert other is not None and other.prompt_tokens_details is not None
     assert other.prompt_tokens_details.cached_tokens == 0
 
 

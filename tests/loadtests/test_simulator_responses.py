@@ -8,7 +8,7 @@ from typing import Any
 import httpx
 import openai
 import pytest
-from openai.types.responses import ResponseStreamEvent
+from openai.types.responses import EasyInputMessageParam, Response, ResponseStreamEvent
 from pydantic import TypeAdapter
 
 WEATHER: Any = {
@@ -85,7 +85,8 @@ def test_sdk_stream_helper_gets_the_same_text(oai: openai.OpenAI) -> None:
 
 @pytest.mark.parametrize("stream", [False, True])
 def test_function_call_round_trip(oai: openai.OpenAI, stream: bool) -> None:
-    question = {"role": "user", "content": "Call the tool for Paris"}
+    question: EasyInputMessageParam = {"role": "user", "content": "Call the tool for Paris"}
+    first: Response
     if stream:
         with oai.responses.stream(model="m", input=[question], tools=[WEATHER]) as s:
             args = "".join(e.delta for e in s if e.type == "response.function_call_arguments.delta")

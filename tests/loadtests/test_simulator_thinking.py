@@ -4,7 +4,7 @@ back (a changed signature, a tool turn without its thinking block)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import anthropic
 import pytest
@@ -56,7 +56,8 @@ def answer_tools(
         tools=[LOOKUP_TOOL],
         messages=[
             *ASK_TOOL,
-            {"role": "assistant", "content": blocks},
+            # The first turn's blocks, dumped from its content, as the SDK's block params.
+            {"role": "assistant", "content": cast(list[anthropic.types.ContentBlockParam], blocks)},
             {"role": "user", "content": [result]},
         ],
     )

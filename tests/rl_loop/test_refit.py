@@ -9,6 +9,7 @@ import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -18,7 +19,7 @@ from rl_loop import replay as replay_cli
 from rl_loop.config import RefitConfig
 from rl_loop.evaluate import ItemResult, ModelEval
 from rl_loop.loop import indistinguishable_classes
-from rl_loop.outcomes import RecordedOutcome, VerdictCache, answer_text
+from rl_loop.outcomes import Arm, RecordedOutcome, VerdictCache, answer_text
 from rl_loop.refit import fit_state, refit_policy
 from router.chat_text import request_text
 from router.config import LearnedConfig, RoutingConfig
@@ -26,10 +27,10 @@ from router.features import RequestFeatures
 from router.learned import LearnedPolicy, LearnedState, Outcome
 from router.policy import RulePolicy
 from router.request_text import RequestText
-from traffic.store import FeedbackRecord, InferenceRecord, ShadowRecord, SqliteBackend
+from traffic.store import FeedbackKind, FeedbackRecord, InferenceRecord, ShadowRecord, SqliteBackend
 
 
-def chat(text: str) -> dict:
+def chat(text: str) -> dict[str, Any]:
     return {"choices": [{"message": {"role": "assistant", "content": text}}]}
 
 
@@ -59,7 +60,7 @@ async def fill(store: SqliteBackend) -> None:
     def add(rec: InferenceRecord, accepted: bool | None) -> None:
         rows.append(rec)
         if accepted is not None:
-            kind = "accepted" if accepted else "rejected"
+            kind: FeedbackKind = "accepted" if accepted else "rejected"
             feedback.append(FeedbackRecord(inference_id=rec.id, kind=kind))
 
     for i in range(24):  # naming: the new weights v1 answer well live
@@ -256,7 +257,7 @@ def test_answer_text_reads_every_wire_format() -> None:
     assert answer_text(None) == ""
 
 
-def _recorded(class_key: str, accepted: bool, weights: str | None, arm: str = "local"):
+def _recorded(class_key: str, accepted: bool, weights: str | None, arm: Arm = "local"):
     return RecordedOutcome("id", class_key, arm, accepted, "shadow", weights, 0.0, 1.0)
 
 

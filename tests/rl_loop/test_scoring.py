@@ -68,8 +68,12 @@ def test_a_shared_system_prompt_runs_once_with_the_same_values_and_gradients(
         logits = policy.model.lm_head(hidden[:, :-1][batch.mask])
         targets = batch.labels[:, 1:][batch.mask]
         loss = torch.nn.functional.cross_entropy(logits, targets)
-        loss.backward()
-        return loss.detach(), [p.grad.clone() for p in policy.model.parameters()]
+        loss.backward()  # type: ignore[no-untyped-call]  # torch leaves it unannotated
+        grads = []
+        for p in policy.model.parameters():
+            assert p.grad is not None  # every parameter takes part in the loss
+            grads.append(p.grad.clone())
+        return loss.detach(), grads
 
     loss_full, grads_full = loss_and_grads(fast=False)
     loss_shared, grads_shared = loss_and_grads(fast=True)

@@ -107,7 +107,8 @@ def test_a_session_the_index_forgot_goes_home_unless_home_is_much_busier() -> No
     loads[home] = 3  # three busier: 384 tokens > 256
     vs = [ReplicaView(n, True, v) for n, v in loads.items()]
     assert sel.select_replica("local", vs, feats(turn1, episode="s1")) != home
-    assert sel.last is not None and sel.last.reason == "load"
+    last = sel.last  # re-read: mypy keeps the narrowing of sel.last.reason across the call
+    assert last is not None and last.reason == "load"
 
 
 def test_sessions_spread_over_their_homes() -> None:

@@ -6,7 +6,7 @@ import json
 
 from router.config import LearnedConfig, RoutingConfig
 from router.features import RequestFeatures
-from router.learned import LearnedPolicy, LearnedState, Outcome, class_key, fit
+from router.learned import Arm, LearnedPolicy, LearnedState, Outcome, class_key, fit
 from router.policy import RulePolicy
 from router.replay import ReplayItem, replay
 from router.request_text import RequestText
@@ -45,23 +45,19 @@ def _text(family: str, i: int = 0) -> RequestText:
     )
 
 
-def _f(family: str, rid: str = "r", i: int = 0, **kw: object) -> RequestFeatures:
+def _f(family: str, rid: str = "r", i: int = 0, *, model: str = "auto") -> RequestFeatures:
     return RequestFeatures(
         endpoint="chat.completions",
-        requested_model=kw.pop("model", "auto"),  # type: ignore[arg-type]
+        requested_model=model,
         prompt_tokens=10,
         request_id=rid,
         text=_text(family, i),
-        **kw,
-    )  # type: ignore[arg-type]
+    )
 
 
-def _outcomes(family: str, arm: str, acc: int, rej: int) -> list[Outcome]:
+def _outcomes(family: str, arm: Arm, acc: int, rej: int) -> list[Outcome]:
     verdicts = [True] * acc + [False] * rej
-    return [
-        Outcome(family, arm, v, text=_text(family, i))  # type: ignore[arg-type]
-        for i, v in enumerate(verdicts)
-    ]
+    return [Outcome(family, arm, v, text=_text(family, i)) for i, v in enumerate(verdicts)]
 
 
 def test_a_request_goes_local_when_its_score_clears_the_calibrated_threshold() -> None:

@@ -155,7 +155,7 @@ def test_both_indexes_keep_the_reference_lru_on_whole_prompts(seed: int) -> None
     rng = random.Random(seed)
     capacity, ttl = rng.randrange(3, 120), rng.choice([None, 3.0])
     ref = ReferenceLru(capacity, ttl)
-    indexes = [PrefixIndex(capacity, 1000, ttl), PromptIndex(capacity, 1000, ttl)]
+    indexes: list[Index] = [PrefixIndex(capacity, 1000, ttl), PromptIndex(capacity, 1000, ttl)]
     prompts = _prompts(rng)
     universe = {k for p in prompts for k in p}
     now = 0.0

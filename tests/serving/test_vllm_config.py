@@ -131,7 +131,8 @@ def test_vllms_own_parser_reads_our_prefix_cache_and_kv_event_flags() -> None:
             hwm=1000,
         ),
     )
-    parser = make_arg_parser(FlexibleArgumentParser())
+    # vLLM leaves FlexibleArgumentParser.__init__ unannotated:
+    parser = make_arg_parser(FlexibleArgumentParser())  # type: ignore[no-untyped-call]
     args = AsyncEngineArgs.from_cli_args(parser.parse_args(config.command()[3:]))
     assert args.prefix_caching_hash_algo == "sha256_cbor"
     assert args.num_gpu_blocks_override == 320

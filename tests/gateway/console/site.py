@@ -86,6 +86,7 @@ async def _seed(url: str, root: Path, now: datetime) -> tuple[Path, Path]:
             for inf in batch.inferences:
                 if inf.id in verdicts and inf.route_target in ("local", "frontier-openai"):
                     arm: Arm = "local" if inf.route_target == "local" else "frontier"
+                    assert isinstance(inf.request, dict)  # built here, not by the writer process
                     text = request_text(inf.endpoint, inf.request)
                     outcomes.append(Outcome("*", arm, verdicts[inf.id], text=text))
         state_file = root / "learned.json"

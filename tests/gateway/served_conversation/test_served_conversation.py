@@ -159,6 +159,7 @@ def _check_canonical_fields(
     response what the model answered; the OpenAI doors store neither."""
     if record.wire_format in ("openai.chat", "openai.completions"):
         assert record.canonical_request is None and record.canonical_response is None
+        assert isinstance(record.request, dict)
         sent = {**record.request, "model": got["model"]}
         if stream:  # usage is always asked for
             sent["stream_options"] = {**sent.get("stream_options", {}), "include_usage": True}
@@ -168,11 +169,13 @@ def _check_canonical_fields(
     assert canonical is not None and record.canonical_response is not None
     if path == "/v1/messages":
         # As sent, but for thinking Anthropic would refuse (noted in the record's tags).
+        assert isinstance(record.request, dict)
         sent, notes = reconcile_thinking(record.request)
         assert got == {**sent, "model": got["model"]}
         assert {f"note.{k}": v for k, v in notes.items()}.items() <= record.tags.items()
         assert canonical == translate_messages(record.request).body
         return
+    assert isinstance(canonical, dict)
     assert canonical["messages"] == got["messages"]
     assert canonical.get("tools") == got.get("tools")
     if stream:

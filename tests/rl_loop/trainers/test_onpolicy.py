@@ -28,7 +28,9 @@ MESSAGES = [
 ]
 
 
-def _logprobs(policy: Policy, prompt: tuple[int, ...], completions: list[tuple[int, ...]]):
+def _logprobs(
+    policy: Policy, prompt: tuple[int, ...], completions: list[tuple[int, ...]]
+) -> list[list[float]]:
     batch = make_batch([Encoded(prompt, c) for c in completions], policy.pad_id, policy.device)
     with torch.no_grad():
         logp = label_logprobs(policy.model, batch)
@@ -153,6 +155,7 @@ def test_hint_conditioned_self_distillation_moves_towards_the_hinted_teacher(
         with torch.no_grad():
             teacher = score(reference.model, with_hints, log_dists=True).log_dists
             student = score(policy.model, plain, log_dists=True).log_dists
+            assert student is not None and teacher is not None  # asked for: log_dists=True
             return float(hint_kl(student, teacher).item())
 
     before, start = hint_gap(), _mean_logprob(policy, rollouts[:1])

@@ -7,8 +7,10 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
+from typing import Any
 
 import pytest
+from datasets import Dataset
 
 from rl_loop.config import SftConfig
 from rl_loop.datasets import SftExample, sft_examples
@@ -52,7 +54,7 @@ def test_sft_on_trl_learns_a_repeated_batch(micro_model: Path, tmp_path: Path) -
 def test_only_the_assistant_turn_is_trained_with_the_tools_in_the_prompt(
     micro_model: Path, tmp_path: Path
 ) -> None:
-    rows = [
+    rows: list[dict[str, Any]] = [
         {"messages": [*MESSAGES[0], {"role": "assistant", "content": "alpha"}]},
         {
             "messages": [
@@ -70,6 +72,7 @@ def test_only_the_assistant_turn_is_trained_with_the_tools_in_the_prompt(
     _, trainer = train_sft(policy, examples, config, output_dir=tmp_path)
     assert trainer is not None
     dataset = trainer.train_dataset
+    assert isinstance(dataset, Dataset)  # the trainer's tokenized datasets.Dataset
     for i, expected in enumerate(["alpha<|im_end|>", "<tool_call>"]):
         ids, labels = dataset[i]["input_ids"], dataset[i]["labels"]
         trained = [t for t, label in zip(ids, labels, strict=True) if label != -100]

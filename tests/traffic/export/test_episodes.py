@@ -85,6 +85,7 @@ def test_a_rewritten_history_is_reported_not_trusted() -> None:
     rows = agent_rows(0, "ep-2", [PARIS, '{"city": "Lyon"}'])
     # The client compacted its history before the last turn: the first call is gone from it.
     last = rows[-1].inference
+    assert isinstance(last.request, dict)  # synthetic rows hold parsed bodies
     compacted = [m for m in last.request["messages"] if m.get("tool_call_id") != "call_0"]
     compacted = [m for m in compacted if not any(
         c["id"] == "call_0" for c in m.get("tool_calls") or ())]  # fmt: skip

@@ -231,7 +231,10 @@ async def test_encoded_json_is_stored_as_it_is_and_reads_back_as_its_object(stor
     rec = inference(request=JsonText(body), canonical_request=JsonText(b'{"model":"m"}'))
     await store_backend.insert_inferences([rec])
     (row,) = await read_all(store_backend)
-    expected = {"model": "m", "messages": [{"role": "user", "content": "café \x00"}]}
+    expected: dict[str, Any] = {
+        "model": "m",
+        "messages": [{"role": "user", "content": "café \x00"}],
+    }
     if store_backend.codec.dialect == "postgres":  # jsonb holds no NUL: replaced, as for dicts
         expected["messages"][0]["content"] = "café \ufffd"
     assert row.inference.request == expected

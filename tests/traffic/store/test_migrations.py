@@ -2,6 +2,7 @@ import asyncio
 import dataclasses
 import sqlite3
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
@@ -200,7 +201,7 @@ async def test_migration_3_adds_the_canonical_exchange_and_old_rows_read_none(
     message = {"type": "message", "content": [{"type": "text", "text": "hello"}]}
     translated = {"model": "claude", "messages": [{"role": "user", "content": "hi"}]}
     completion = {"choices": [{"index": 0, "message": {"role": "assistant", "content": "hello"}}]}
-    fields = {
+    fields: dict[str, Any] = {
         "endpoint": "messages",
         "wire_format": "anthropic.messages",
         "request": messages_body,

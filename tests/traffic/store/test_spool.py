@@ -1,6 +1,7 @@
 import dataclasses
 import json
 import math
+from typing import Any
 
 from traffic.store import FeedbackRecord, InferenceRecord, JsonText
 from traffic.store.spool import (
@@ -65,11 +66,12 @@ def nested(depth: int) -> object:
     return value
 
 
-def strict_json(line: str) -> dict:
+def strict_json(line: str) -> dict[str, Any]:
     def no_constant(name: str) -> None:
         raise ValueError(f"not strict JSON: {name}")
 
-    return json.loads(line, parse_constant=no_constant)
+    parsed: dict[str, Any] = json.loads(line, parse_constant=no_constant)
+    return parsed
 
 
 class ReprRaises:
@@ -83,7 +85,11 @@ def test_dead_letters_of_unencodable_records_never_raise_and_keep_their_identity
     nan = inference(request={"temperature": math.nan}, cost_usd=math.inf)
     surrogate = inference(request={"content": "lone \ud800 surrogate", "\udfff": "key"})
     odd = inference(request={"set": {1, 2}, "object": ReprRaises(), "bytes": b"\x00\xff"})
-    feedback = FeedbackRecord(inference_id=deep.id, kind="comment", payload=nested(5000))
+    feedback = FeedbackRecord(
+        inference_id=deep.id,
+        kind="comment",
+        payload=nested(5000),  # type: ignore[arg-type]  # a list (even depth): any value must do
+    )
     huge = inference(request={"content": "x" * 5_000_000, "nan": math.nan})
     spool.dead_letter(
         [
@@ -100,7 +106,8 @@ def test_dead_letters_of_unencodable_records_never_raise_and_keep_their_identity
     lines = (tmp_path / DEAD_LETTER_FILE).read_text(encoding="utf-8").splitlines()
     letters = [strict_json(line) for line in lines]
     assert len(letters) == 8 and all(d["error"] and d["at"] for d in letters)
-    for record, letter in zip([deep, nan, surrogate, odd, feedback, huge], letters, strict=False):
+    identified: list[SpoolRecord] = [deep, nan, surrogate, odd, feedback, huge]
+    for record, letter in zip(identified, letters, strict=False):
         assert (letter["id"], letter["ts"]) == (record.id, record.ts.isoformat())
     kinds = [d.get("kind") for d in letters]
     assert kinds == ["inference"] * 4 + ["feedback", "inference", None, None]
@@ -130,7 +137,9 @@ def test_append_dead_letters_what_it_cannot_encode_and_spools_the_rest(tmp_path)
     claim = spool.claim(segment)
     assert claim is not None and claim.bad_lines == []
     assert claim.records[0] == surrogate  # lone surrogates survive the round trip
-    assert math.isnan(claim.records[1].request["temperature"])
+    nan_back = claim.records[1]
+    assert isinstance(nan_back, InferenceRecord) and isinstance(nan_back.request, dict)
+    assert math.isnan(nan_back.request["temperature"])
     assert claim.records[2] == plain
     claim.release()
     (letter,) = [

@@ -2,7 +2,8 @@ import asyncio
 import json
 import math
 import sqlite3
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, cast
 
 import pytest
 
@@ -18,7 +19,7 @@ from traffic.store import (
     StoreUnavailable,
 )
 from traffic.store.postgres_backend import PostgresBackend
-from traffic.store.spool import DEAD_LETTER_FILE, SKETCH_CHARS
+from traffic.store.spool import DEAD_LETTER_FILE, SKETCH_CHARS, SpoolRecord
 
 from .scenario import inference, wait_until
 from .tcp_proxy import TcpProxy
@@ -240,7 +241,7 @@ def nested(depth: int) -> object:
     return value
 
 
-def dead_letters(config: StoreConfig) -> list[dict]:
+def dead_letters(config: StoreConfig) -> list[dict[str, Any]]:
     path = config.spool_dir / DEAD_LETTER_FILE
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
@@ -263,7 +264,9 @@ def settled(writer: RecordWriter, n: int) -> Callable[[], bool]:
     return check
 
 
-def each_stored_or_dead_lettered(ids: set[str], records: list, letters: list[dict]) -> None:
+def each_stored_or_dead_lettered(
+    ids: set[str], records: Sequence[SpoolRecord], letters: Sequence[Mapping[str, Any]]
+) -> None:
     lettered = {d["id"] for d in letters}
     assert all(d["error"] for d in letters)
     for record in records:
@@ -306,7 +309,7 @@ class ReprRaises:
         raise RuntimeError("no repr for you")
 
 
-def hostile_records() -> list:
+def hostile_records() -> list[SpoolRecord]:
     parent = inference()
     return [
         parent,
@@ -316,7 +319,12 @@ def hostile_records() -> list:
         inference(request={"content": "x" * 3_000_000}),
         inference(request={"set": {1, 2}, "object": ReprRaises(), "bytes": b"\xff"}),
         inference(request=nested(100_000)),
-        FeedbackRecord(inference_id=parent.id, kind="score", value=math.nan, payload=nested(999)),
+        FeedbackRecord(
+            inference_id=parent.id,
+            kind="score",
+            value=math.nan,
+            payload=cast("dict[str, Any]", nested(999)),  # odd depth: an object
+        ),
         FeedbackRecord(inference_id=parent.id, kind="comment", payload={"c": "\x00\udfff"}),
         ShadowRecord(inference_id=parent.id, target="local", response={"r": nested(20_000)}),
     ]
@@ -330,7 +338,7 @@ async def test_hostile_content_is_stored_or_dead_lettered_with_a_reason(
     hostile = hostile_records()
     for rec in hostile:
         writer.submit(rec)
-    writer.submit({"not": "a record"})  # a caller's bug
+    writer.submit({"not": "a record"})  # type: ignore[arg-type]  # a caller's bug, on purpose
     await wait_until(settled(writer, len(hostile) + 1))
     after = [inference() for _ in range(5)]
     for rec in after:
@@ -407,7 +415,7 @@ async def test_a_task_that_raises_is_restarted_counted_and_its_batch_is_kept(
             raise RuntimeError("a bug in the writer")
         await write_batch(batch)
 
-    writer._write_batch = fails_once
+    writer._write_batch = fails_once  # type: ignore[method-assign]  # inject the fault
     await writer.start()
     first = [inference() for _ in range(10)]
     for rec in first:
@@ -445,12 +453,16 @@ async def test_a_task_that_keeps_failing_makes_the_writer_unhealthy_until_it_rec
             raise RuntimeError("still broken")
         await write_batch(batch)
 
-    writer._write_batch = fails_while_broken
+    writer._write_batch = fails_while_broken  # type: ignore[method-assign]  # inject the fault
     await writer.start()
     records = [inference() for _ in range(3)]
     for n, rec in enumerate(records, 1):
+
+        def faulted(n: int = n) -> bool:
+            return writer.stats().faults_total == n
+
         writer.submit(rec)
-        await wait_until(lambda n=n: writer.stats().faults_total == n)
+        await wait_until(faulted)
         if n < 3:
             assert writer.healthy  # a fault or two: restarted, still fit for traffic
     assert not writer.healthy and writer.stats().healthy == 0  # three in a row: not ready
