@@ -84,7 +84,7 @@ class AnthropicWatcher:
         self._usage: dict[str, Any] = {}
 
     def watch(self, block: bytes, outcome: StreamOutcome) -> bytes:
-        if _names(block, _MESSAGE_START) or _names(block, _MESSAGE_DELTA):
+        if _USAGE_EVENTS.named_in(block):
             for data in _USAGE_EVENTS(block):
                 message = data.get("message") or {}
                 usage = data.get("usage") or message.get("usage") or {}
@@ -96,27 +96,17 @@ class AnthropicWatcher:
                     old, new = orjson.dumps(served), orjson.dumps(self._model)
                     block = block.replace(b'"model":' + old, b'"model":' + new, 1)
             outcome.usage = Usage.from_openai(usage_as_openai(self._usage))
-        if _names(block, _ERROR):
+        at = _ERROR_EVENTS.first_at(block)
+        if at >= 0:
             for data in _ERROR_EVENTS(block):
                 _note_error(outcome, data)
             outcome.error = outcome.error or "upstream stream error"
             # What came before the error event still goes out; the error event is the
             # pipeline's to send, in the door's shape, after the stream raised.
-            return block[: min(at for at in map(block.find, _ERROR) if at >= 0)]
-        if _names(block, _MESSAGE_STOP):
+            return block[:at]
+        if _STOP_EVENTS.named_in(block):
             outcome.completed = True
         return block
-
-
-# An event's name line as Anthropic writes it, and as the SSE format also allows it.
-_MESSAGE_START = (b"event: message_start", b"event:message_start")
-_MESSAGE_DELTA = (b"event: message_delta", b"event:message_delta")
-_MESSAGE_STOP = (b"event: message_stop", b"event:message_stop")
-_ERROR = (b"event: error", b"event:error")
-
-
-def _names(block: bytes, spellings: tuple[bytes, bytes]) -> bool:
-    return spellings[0] in block or spellings[1] in block
 
 
 _OPENAI_ERROR = b'data: {"error"'
@@ -155,13 +145,24 @@ class _NamedEvents:
     text that quotes one), the block is read line by line instead (each event's last ``data:``
     line)."""
 
-    __slots__ = ("_line", "_mentions", "_quick")
+    __slots__ = ("_line", "_mentions", "_quick", "_spellings")
 
     def __init__(self, *names: bytes) -> None:
+        # Each name's line as Anthropic writes it, and as the SSE format also allows it.
+        self._spellings = [b"event:" + sep + n for n in names for sep in (b" ", b"")]
         alternatives = b"(?:" + b"|".join(re.escape(n) for n in names) + b")"
         self._quick = re.compile(rb"event: ?" + alternatives + rb"\ndata: ?([^\n]*)\n\n")
         self._mentions = re.compile(rb"event:[ \t]*" + alternatives)
         self._line = re.compile(rb"event:[ \t]*" + alternatives + rb"[ \t]*$")
+
+    def named_in(self, block: bytes) -> bool:
+        """Whether ``block`` may hold such an event (substring tests: cheap on every block)."""
+        return any(s in block for s in self._spellings)
+
+    def first_at(self, block: bytes) -> int:
+        """Where the first such event's name line starts in ``block``; -1 when none does."""
+        found = [at for at in map(block.find, self._spellings) if at >= 0]
+        return min(found) if found else -1
 
     def __call__(self, block: bytes) -> list[dict[str, Any]]:
         found = [
@@ -190,6 +191,7 @@ class _NamedEvents:
 
 _USAGE_EVENTS = _NamedEvents(b"message_start", b"message_delta")
 _ERROR_EVENTS = _NamedEvents(b"error")
+_STOP_EVENTS = _NamedEvents(b"message_stop")
 
 
 class RelayStream:
