@@ -54,8 +54,7 @@ from gateway.exchange import Exchange, StreamEncoder
 from gateway.record_draft import Deferred
 from gateway.shadow import should_shadow, start_shadow
 from gateway.state import GatewayState, Routing
-from gateway.wire.assemble import parse_stream
-from gateway.wire.sse import encode_event
+from gateway.wire.sse import encode_event, parse_stream
 
 T = TypeVar("T")
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}

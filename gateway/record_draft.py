@@ -29,8 +29,8 @@ from gateway.wire.assemble import (
     assemble_chat,
     assemble_chat_stream,
     assemble_completion,
-    parse_stream,
 )
+from gateway.wire.sse import parse_stream
 from traffic.store import InferenceRecord, JsonField, JsonText
 from traffic.store.spool import SpoolRecord
 

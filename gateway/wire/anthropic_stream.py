@@ -23,7 +23,7 @@ from typing import Any
 
 import orjson
 
-from gateway.wire.sse import iter_events, json_objects, plain_json_events
+from gateway.wire.sse import parse_stream
 from gateway.wire.stream_template import (
     TextRun,
     find_template,
@@ -39,11 +39,6 @@ _TEXT_KEYS = {"text_delta": "text", "thinking_delta": "thinking"}
 # the template wins from ~30 deltas on (measured: 16 deltas, 2.7 KB, 20 us against 17; 256
 # deltas 92 against 170-185). A stream's length stands for its count (~125 bytes an event).
 TEMPLATE_MIN_BYTES = 5000
-
-
-def _events(blob: bytes) -> list[dict[str, Any]]:
-    plain = plain_json_events(blob)
-    return plain if plain is not None else json_objects(iter_events(blob))
 
 
 def _template_events(blob: bytes) -> list[dict[str, Any] | TextRun] | None:
@@ -105,12 +100,12 @@ def _finish_input(block: dict[str, Any], partial: dict[int, str]) -> None:
 def assemble_message(blob: bytes) -> dict[str, Any] | None:
     """The message a stream of Messages events carried; None when it never started."""
     items = _template_events(blob)
-    return assemble_items(items if items is not None else _events(blob))
+    return assemble_items(items if items is not None else parse_stream(blob))
 
 
 def assemble_items(items: Iterable[dict[str, Any] | TextRun]) -> dict[str, Any] | None:
     """The message of a stream's events, read whole or as template runs (a test reads every
-    event whole, ``assemble_items(_events(blob))``, for the reference that the template
+    event whole, ``assemble_items(parse_stream(blob))``, for the reference that the template
     reading must equal: a test cannot swap the functions of a compiled module)."""
     message: dict[str, Any] | None = None
     blocks: dict[int, dict[str, Any]] = {}

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from gateway.wire.sse import iter_events, json_objects, plain_json_events
+from gateway.wire.sse import parse_stream
 from gateway.wire.stream_template import (
     TextRun,
     data_events,
@@ -18,11 +18,6 @@ from gateway.wire.stream_template import (
     read_events,
     sentinel_text,
 )
-
-
-def parse_stream(blob: bytes) -> list[dict[str, Any]]:
-    """Every JSON chunk in an SSE byte stream (``[DONE]`` and malformed events skipped)."""
-    return plain_json_events(blob) or json_objects(iter_events(blob))
 
 
 def _merge_tool_calls(slot: list[dict[str, Any]], deltas: list[dict[str, Any]]) -> None:

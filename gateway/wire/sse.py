@@ -104,6 +104,14 @@ def json_objects(payloads: Iterable[bytes]) -> list[dict[str, Any]]:
     return out
 
 
+def parse_stream(blob: bytes) -> list[dict[str, Any]]:
+    """Every JSON object event in an SSE byte stream (``[DONE]`` and malformed events skipped):
+    read in one call where every event is plain (:func:`plain_json_events`), else event by
+    event."""
+    plain = plain_json_events(blob)
+    return plain if plain is not None else json_objects(iter_events(blob))
+
+
 def iter_events(blob: bytes) -> Iterator[bytes]:
     """The ``data:`` payloads of whole events in ``blob`` (CRLF tolerated)."""
     for raw in blob.replace(b"\r\n", b"\n").split(EVENT_SEP):

@@ -11,7 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gateway.wire import anthropic_stream
-from gateway.wire.assemble import assemble_chat, assemble_chat_stream, parse_stream
+from gateway.wire.assemble import assemble_chat, assemble_chat_stream
+from gateway.wire.sse import parse_stream
 from gateway.wire.stream_template import TextRun, data_events, find_template, read_events
 
 HEAD = {
@@ -217,7 +218,7 @@ def _messages_stream(texts: list[str], thinking: list[str], extra: list[bytes], 
 def _per_event_message(blob: bytes) -> dict[str, Any] | None:
     """Every event read whole: what the template reading must equal (called, not patched in,
     so that it holds where the module runs compiled, tests/gateway/test_accel.py)."""
-    return anthropic_stream.assemble_items(anthropic_stream._events(blob))
+    return anthropic_stream.assemble_items(parse_stream(blob))
 
 
 def test_a_long_messages_stream_reads_its_text_deltas_as_one_template_run() -> None:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import orjson
 
-from gateway.wire.assemble import assemble_chat, assemble_completion, parse_stream
-from gateway.wire.sse import EventSplitter, drop_usage_only_events, encode_event
+from gateway.wire.assemble import assemble_chat, assemble_completion
+from gateway.wire.sse import EventSplitter, drop_usage_only_events, encode_event, parse_stream
 
 
 def _chunk(delta: dict[str, object], finish: str | None = None) -> dict[str, object]:
