@@ -160,8 +160,7 @@ def create_app(
             handle = await open_recorder(config.store)
             sink = handle
         metrics = GatewayMetrics()
-        state = new_state(config, config_path, session, litellm, sink, metrics)
-        state.prices = prices
+        state = new_state(config, config_path, session, litellm, sink, metrics, prices)
         state.tracer_provider, state.tracer = build_tracer(config.telemetry, span_exporter)
         if handle is not None:  # keys live in the store
             state.budget = BudgetGuard(

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 from collections.abc import Coroutine, Mapping
 from dataclasses import dataclass, field
@@ -47,6 +48,8 @@ if TYPE_CHECKING:
     from opentelemetry.sdk.trace import Tracer, TracerProvider
 
     from gateway.fleet.apply import FleetApplier
+
+log = logging.getLogger(__name__)
 
 
 class RecordSink(Protocol):
@@ -125,7 +128,7 @@ class GatewayState:
     rate_limiter: RateLimiter | None = None
     budget: BudgetGuard | None = None
     openai_like: dict[str, str] = field(default_factory=dict)  # litellm's provider registry
-    prices: PriceBook = field(default_factory=PriceBook.empty)  # set at start-up (gateway.app)
+    prices: PriceBook = field(default_factory=PriceBook.empty)  # litellm's map, read at start-up
     # The gateway processes this one shares routing, canary and replica controls with
     # (gateway.fleet), and what applies the fleet's changes here (set at start-up).
     fleet: Fleet = field(default_factory=LocalFleet)
@@ -213,6 +216,18 @@ class GatewayState:
         self.learned_state = learned
         self.routing = self.build_routing(config)
         self.reloads += 1
+        self.warn_unpriced(config)
+
+    def warn_unpriced(self, config: SwitchyardConfig) -> None:
+        """Tell the operator which frontier back-ends' calls will be recorded without a cost."""
+        for name in self.prices.unpriced(config.backends):
+            log.warning(
+                "back-end %r: no price for %s (none configured, none in litellm's price map); "
+                "its calls are recorded with an unknown cost: set input_usd_per_mtok and "
+                "output_usd_per_mtok",
+                name,
+                config.backends[name].model,
+            )
 
     async def reload(self) -> Routing:
         """Re-read the config file (and the learned state) and swap routing atomically; with a
@@ -267,6 +282,7 @@ def new_state(
     litellm: LitellmLoader,
     recorder: RecordSink | None,
     metrics: GatewayMetrics,
+    prices: PriceBook,
 ) -> GatewayState:
     r = config.gateway.retry
     state = GatewayState(
@@ -279,9 +295,11 @@ def new_state(
         litellm=litellm,
         worker=WorkerLoop(),
         recorder=recorder,
+        prices=prices,
     )
     state.openai_like = openai_like_registry()
     state.learned_state = load_learned_state(config)
     state.tokenizers = load_tokenizers(config, {})
     state.routing = state.build_routing(config)
+    state.warn_unpriced(config)
     return state

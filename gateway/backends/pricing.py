@@ -275,6 +275,18 @@ class PriceBook:
                 return prices
         return None
 
+    def unpriced(self, backends: Mapping[str, BackendConfig]) -> list[str]:
+        """The ``kind: litellm`` back-ends this book cannot price: no configured prices and no
+        entry in the map (a retired model, a name the map spells otherwise). Their calls are
+        recorded with an unknown cost, which the operator should hear of at start-up."""
+        return [
+            name
+            for name, config in backends.items()
+            if config.kind == "litellm"
+            and configured_rates(config) is None
+            and self.model_prices(config.model) is None
+        ]
+
     def cost_usd(self, config: BackendConfig, usage: Usage) -> float | None:
         """The call's cost: configured prices, else the map's for ``kind: litellm``, else None."""
         rates = configured_rates(config)

@@ -4,12 +4,15 @@ reads and writes, and its cost is the price book's for them (the provider's own 
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+import yaml
 
 from gateway.backends.base import Usage
 from gateway.backends.pricing import PriceBook
@@ -152,3 +155,43 @@ def test_anthropic_through_the_chat_door_keeps_cache_writes_apart(
     for record in (written, read):
         assert record.cost_usd is not None
         assert record.cost_usd == pytest.approx(priced(book, gw, record))
+
+
+def test_a_frontier_target_without_a_price_is_named_at_start_and_on_reload(
+    frontier_sim: Any,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    monkeypatch.setenv("SWITCHYARD_ADMIN_TOKEN", "admin-secret")
+    sim = frontier_sim.base_url
+    backends: dict[str, Any] = {
+        OPENAI_TARGET: {"kind": "litellm", "model": "openai/gpt-4o", "api_base": sim + "/v1"},
+        "retired": {"kind": "litellm", "model": "anthropic/claude-retired-9", "api_base": sim},
+    }
+    config = gateway_config(sim, backends=backends, routing={"default": OPENAI_TARGET})
+    path = tmp_path / "switchyard.yaml"
+    path.write_text(yaml.safe_dump(config.model_dump(mode="json")))
+    caplog.set_level(logging.WARNING, logger="gateway.state")
+
+    def named() -> list[str]:
+        return [r.getMessage() for r in caplog.records if r.name == "gateway.state"]
+
+    with GatewayThread(config, config_path=path) as gw:
+        assert len(named()) == 1
+        assert "'retired'" in named()[0] and "anthropic/claude-retired-9" in named()[0]
+        # Priced in the config now: the reload names nothing.
+        backends["retired"]["input_usd_per_mtok"] = 3.0
+        path.write_text(
+            yaml.safe_dump(
+                gateway_config(
+                    sim, backends=backends, routing={"default": OPENAI_TARGET}
+                ).model_dump(mode="json")
+            )
+        )
+        caplog.clear()
+        reloaded = httpx.post(
+            gw.base_url + "/admin/reload", headers={"Authorization": "Bearer admin-secret"}
+        )
+        assert reloaded.status_code == 200
+        assert named() == []

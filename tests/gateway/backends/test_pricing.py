@@ -224,3 +224,13 @@ def test_prices_match_litellm_cost_per_token(
         cache_creation_input_tokens=usage.cache_creation_tokens or 0,
     )
     assert book.cost_usd(litellm_backend(model), usage) == pytest.approx(prompt + completion)
+
+
+def test_frontier_backends_the_book_cannot_price_are_named(book: PriceBook) -> None:
+    backends = {
+        "priced-by-map": litellm_backend(OPENAI),
+        "retired": litellm_backend("anthropic/claude-retired-9"),
+        "priced-by-config": litellm_backend("anthropic/claude-retired-9", input_usd_per_mtok=3.0),
+        "local": BackendConfig(kind="vllm", model="ours", replicas=["http://127.0.0.1:1"]),
+    }
+    assert book.unpriced(backends) == ["retired"]
