@@ -103,7 +103,7 @@ class BackendConfig(BaseModel):
     kind: Literal["vllm", "litellm"]
     model: str = Field(
         description="vllm: the served model name; litellm: `provider/model`, e.g. "
-        "`openai/gpt-4o-mini` or `anthropic/claude-3-5-haiku-latest`."
+        "`openai/gpt-4o-mini` or `anthropic/claude-haiku-4-5`."
     )
     replicas: list[str] = Field(default_factory=list, description="vllm: replica base URLs.")
     api_base: str | None = Field(default=None, description="litellm: provider base URL.")

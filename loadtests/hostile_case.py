@@ -57,7 +57,7 @@ class Targets:
     ``completion_models``; the landmark cases go to each of ``landmark_models`` and
     ``landmark_completion_models`` (by default a vLLM-kind target and a litellm one)."""
 
-    models: tuple[str, ...] = ("auto", LOCAL_MODEL_NAME, "gpt-4o-mini", "claude-3-5-haiku")
+    models: tuple[str, ...] = ("auto", LOCAL_MODEL_NAME, "gpt-4o-mini", "claude-haiku-4-5")
     completion_models: tuple[str, ...] = ("auto", LOCAL_MODEL_NAME, "instruct")
     landmark_models: tuple[str, ...] = (LOCAL_MODEL_NAME, "gpt-4o-mini")
     landmark_completion_models: tuple[str, ...] = (LOCAL_MODEL_NAME, "instruct")

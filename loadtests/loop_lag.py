@@ -122,7 +122,7 @@ def shapes() -> dict[str, Callable[[str], tuple[str, dict[str, Any]]]]:
 
 def _body(door: str, turns: list[Any], tools: list[tuple[str, Any]]) -> tuple[str, dict[str, Any]]:
     if door == "messages":
-        body: dict[str, Any] = {"model": "claude-3-5-haiku", "max_tokens": 16, "messages": turns}
+        body: dict[str, Any] = {"model": "claude-haiku-4-5", "max_tokens": 16, "messages": turns}
         if tools:
             body["tools"] = [{"name": n, "input_schema": s} for n, s in tools]
         return "/v1/messages", body

@@ -51,7 +51,7 @@ def frontier_backends(sim_url: str) -> dict[str, Any]:
         },
         "frontier-anthropic": {
             "kind": "litellm",
-            "model": "anthropic/claude-3-5-haiku-latest",
+            "model": "anthropic/claude-haiku-4-5",
             **({"api_key_env": "ANTHROPIC_API_KEY"} if anthropic_real else {"api_base": sim_url}),
         },
     }
@@ -76,7 +76,7 @@ def demo_config(vllm_url: str, sim_url: str) -> dict[str, Any]:
                 "auto": None,
                 LOCAL_MODEL_NAME: "local",
                 "gpt-4o-mini": "frontier-openai",
-                "claude-3-5-haiku": "frontier-anthropic",
+                "claude-haiku-4-5": "frontier-anthropic",
             },
             # Agent steps (requests with tools) are scored like any other request; an episode
             # whose local step breaks (an invalid tool call, an error streak) goes on at the
@@ -170,7 +170,7 @@ PY
 
 Models: auto (the learned router decides: the frontier until the RL loop has fitted a scorer;
 the local model answers a quarter of them as shadows, off your path), {LOCAL_MODEL_NAME} (vLLM),
-gpt-4o-mini, claude-3-5-haiku.
+gpt-4o-mini, claude-haiku-4-5.
 Metrics: {base}/metrics   Traffic store: {DEMO_DIR / "traffic.db"}   Logs: {DEMO_DIR}/*.log
 Ctrl-C (or SIGTERM) stops everything.""")
 

@@ -67,7 +67,7 @@ def bench_config(store_url: str, flywheel_dir: Path) -> dict[str, Any]:
             "frontier-openai": {"kind": "litellm", "model": "openai/gpt-4o-mini", "api_base": dead},
             "frontier-anthropic": {
                 "kind": "litellm",
-                "model": "anthropic/claude-3-5-haiku-latest",
+                "model": "anthropic/claude-haiku-4-5",
                 "api_base": dead,
             },
         },

@@ -32,7 +32,7 @@ def simulator_backends(sim_url: str) -> dict[str, Any]:
         },
         "frontier-anthropic": {
             "kind": "litellm",
-            "model": "anthropic/claude-3-5-haiku-latest",
+            "model": "anthropic/claude-haiku-4-5",
             "api_base": sim_url,
         },
     }
@@ -44,6 +44,6 @@ def simulator_aliases() -> dict[str, str | None]:
         "auto": None,
         LOCAL_MODEL_NAME: "local",
         "gpt-4o-mini": "frontier-openai",
-        "claude-3-5-haiku": "frontier-anthropic",
+        "claude-haiku-4-5": "frontier-anthropic",
         "instruct": "frontier-text",
     }

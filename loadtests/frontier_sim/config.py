@@ -17,6 +17,8 @@ DEFAULT_MODELS: tuple[str, ...] = (
     "gpt-4o",
     "claude-3-5-sonnet-latest",
     "claude-3-5-haiku-latest",
+    "claude-sonnet-4-5",
+    "claude-haiku-4-5",
     "sim-local",
 )
 

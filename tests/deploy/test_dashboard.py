@@ -101,7 +101,7 @@ def scraped(frontier_sim: Any, tmp_path_factory: pytest.TempPathFactory) -> Iter
                     ("gpt-4o-mini", LONG_PROMPT),
                     ("gpt-4o-mini", LONG_PROMPT),  # the second read hits the provider's cache
                     (LOCAL_MODEL_NAME, "def f(x):"),  # the replica is down: failover
-                    ("claude-3-5-haiku", "Say hi."),
+                    ("claude-haiku-4-5", "Say hi."),
                 ):
                     body = {"model": model, "messages": [{"role": "user", "content": prompt}]}
                     assert client.post("/v1/chat/completions", json=body).status_code == 200

@@ -24,7 +24,7 @@ def test_health_keeps_answering_while_a_maximal_request_is_served(gateway: Gatew
     loop, so /health answers many times while it is being served."""
     n = LimitsConfig().max_messages - 1
     messages = [{"role": ("user", "assistant")[i % 2], "content": f"turn {i}"} for i in range(n)]
-    big = {"model": "claude-3-5-haiku", "messages": messages, "max_tokens": 4}
+    big = {"model": "claude-haiku-4-5", "messages": messages, "max_tokens": 4}
     result: dict[str, Any] = {}
 
     def send() -> None:

@@ -92,7 +92,7 @@ def test_stream_ends_with_done_and_has_no_usage_chunk_unless_asked(gateway: Gate
     assert record.completion_tokens == 16  # usage was taken upstream even though not forwarded
 
 
-@pytest.mark.parametrize("model", ["auto", "gpt-4o-mini", "claude-3-5-haiku"])
+@pytest.mark.parametrize("model", ["auto", "gpt-4o-mini", "claude-haiku-4-5"])
 def test_stream_with_include_usage_through_every_backend_kind(
     client: openai.OpenAI, model: str
 ) -> None:
@@ -109,7 +109,7 @@ def test_stream_with_include_usage_through_every_backend_kind(
     assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens == 16
 
 
-@pytest.mark.parametrize("model", ["switchyard-local", "gpt-4o-mini", "claude-3-5-haiku"])
+@pytest.mark.parametrize("model", ["switchyard-local", "gpt-4o-mini", "claude-haiku-4-5"])
 def test_tool_calls_stream_as_openai_deltas(client: openai.OpenAI, model: str) -> None:
     stream = client.chat.completions.create(
         model=model,
@@ -175,7 +175,7 @@ def test_legacy_completions_pass_suffix(client: openai.OpenAI, model: str) -> No
 def test_models_lists_every_alias_including_auto(client: openai.OpenAI) -> None:
     ids = [m.id for m in client.models.list()]
     assert ids[0] == "auto"
-    assert {"switchyard-local", "gpt-4o-mini", "claude-3-5-haiku"} <= set(ids)
+    assert {"switchyard-local", "gpt-4o-mini", "claude-haiku-4-5"} <= set(ids)
 
 
 def test_route_header_rule_sends_to_frontier(client: openai.OpenAI) -> None:

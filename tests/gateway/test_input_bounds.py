@@ -120,7 +120,7 @@ DOORS: list[tuple[str, dict[str, Any]]] = [
     (
         "/v1/messages",
         {
-            "model": "claude-3-5-haiku",
+            "model": "claude-haiku-4-5",
             "max_tokens": 8,
             "messages": [{"role": "user", "content": DEEP}],
         },
@@ -145,7 +145,7 @@ def test_deep_bodies_are_refused_at_every_door_and_recording_goes_on(
         ids.append(r.headers["x-request-id"])
     count = httpx.post(
         gw.base_url + "/v1/messages/count_tokens",
-        json={"model": "claude-3-5-haiku", "messages": [{"role": "user", "content": DEEP}]},
+        json={"model": "claude-haiku-4-5", "messages": [{"role": "user", "content": DEEP}]},
     )
     assert count.status_code == 400 and count.json()["type"] == "error"
     ok = httpx.post(

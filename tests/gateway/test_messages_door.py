@@ -1,7 +1,7 @@
 """The Anthropic door (``/v1/messages``, ``count_tokens``, ``HEAD /``) with the anthropic SDK.
 
 Both back-end kinds answer: ``switchyard-local`` is a vLLM target pointed at the frontier
-simulator, ``gpt-4o-mini`` and ``claude-3-5-haiku`` are litellm targets pointed at it.
+simulator, ``gpt-4o-mini`` and ``claude-haiku-4-5`` are litellm targets pointed at it.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import pytest
 from loadtests.frontier_sim import SimulatorConfig, run_in_thread
 from tests.fixtures.gateway_fixture import GatewayThread, gateway_config
 
-MODELS = ["switchyard-local", "gpt-4o-mini", "claude-3-5-haiku"]
+MODELS = ["switchyard-local", "gpt-4o-mini", "claude-haiku-4-5"]
 READ_FILE: Any = {
     "name": "read_file",
     "description": "Read a file of the repository",
@@ -294,13 +294,13 @@ def test_bearer_auth_is_accepted(gateway: GatewayThread) -> None:
 
 def test_count_tokens_estimates_characters_over_four(claude: anthropic.Anthropic) -> None:
     counted = claude.messages.count_tokens(
-        model="claude-3-5-haiku",
+        model="claude-haiku-4-5",
         system="x" * 40,
         messages=[{"role": "user", "content": "y" * 80}],
     )
     assert counted.input_tokens == 30  # (40 + 80 characters) / 4
     with_tools = claude.messages.count_tokens(
-        model="claude-3-5-haiku",
+        model="claude-haiku-4-5",
         messages=[{"role": "user", "content": "y" * 80}],
         tools=[READ_FILE],
     )

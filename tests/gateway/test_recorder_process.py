@@ -42,7 +42,7 @@ from traffic.store import InferenceFilter, InferenceRow, StoreConfig, open_store
 
 CHAT = {"model": "auto", "messages": [{"role": "user", "content": "record me"}]}
 MESSAGES = {
-    "model": "claude-3-5-haiku",
+    "model": "claude-haiku-4-5",
     "max_tokens": 16,
     "messages": [{"role": "user", "content": "record me too"}],
 }

@@ -1,7 +1,7 @@
 """The Responses door (``POST /v1/responses``) with the official openai SDK, on loopback.
 
 Both back-end kinds answer: ``switchyard-local`` is a vLLM target pointed at the frontier
-simulator (OpenAI chat, as vLLM speaks it), ``gpt-4o-mini`` and ``claude-3-5-haiku`` are litellm
+simulator (OpenAI chat, as vLLM speaks it), ``gpt-4o-mini`` and ``claude-haiku-4-5`` are litellm
 targets (``openai/...``, ``anthropic/...``) pointed at the same simulator.
 """
 
@@ -24,7 +24,7 @@ from openai.types.responses.namespace_tool_param import ToolFunction
 from loadtests.frontier_sim import SimulatorConfig, run_in_thread
 from tests.fixtures.gateway_fixture import GatewayThread, gateway_config
 
-MODELS = ["switchyard-local", "gpt-4o-mini", "claude-3-5-haiku"]
+MODELS = ["switchyard-local", "gpt-4o-mini", "claude-haiku-4-5"]
 READ_FILE: Any = {
     "type": "function",
     "name": "read_file",

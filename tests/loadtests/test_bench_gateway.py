@@ -101,7 +101,7 @@ def test_anthropic_request_is_what_the_sdk_sends():
         max_requests=1,
         stream=False,
         max_tokens=16,
-        model="claude-3-5-haiku-latest",
+        model="claude-haiku-4-5",
         wire="anthropic",
         headers={"x-api-key": "sk-ant"},
     )

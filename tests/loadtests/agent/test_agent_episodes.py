@@ -29,7 +29,7 @@ from traffic.store import InferenceFilter, StoreConfig, open_store
 
 pytestmark = pytest.mark.slow  # a gateway start and ~16 episodes: ~30 s here
 
-MODELS = ("auto", "gpt-4o-mini", "claude-3-5-haiku")  # local, frontier-openai, -anthropic
+MODELS = ("auto", "gpt-4o-mini", "claude-haiku-4-5")  # local, frontier-openai, -anthropic
 
 
 @dataclass
