@@ -8,6 +8,11 @@ Every figure is read at the headline concurrency (c=16), throughput and CPU per 
 - ``frontier_cpu_ms_per_request.<format>.<mode>``: the gateway process tree's CPU over the cell
   / requests on the frontier path (``frontier_openai``, ``frontier_anthropic``), non-streamed
   and the short stream (``max_tokens`` tokens); the simulator's CPU is not in it;
+- ``frontier_cpu_vs_upstream.<format>.<mode>``: that CPU over the simulator's own CPU per
+  request in the same cell (``upstream_cpu_ms_per_request``): the gateway's cost in units of a
+  minimal HTTP server's on the same machine at the same moment. No target: it is there to read
+  a missed absolute figure by (this VM's speed varies ~2x between days and within a run; the
+  ratio stayed 1.5-1.7 across such runs);
 - ``cpu_us_per_extra_chunk.<system>``: (server CPU per request of the long stream - of the short
   stream) / (SSE events per answer of the long stream - of the short one), as received by the
   load generator (``long_stream_tokens - max_tokens`` events when nothing is merged or lost);
@@ -125,6 +130,11 @@ def _cpu_ratio(num: Row | None, den: Row | None) -> float | None:
     return None if a is None or not b else round(a / b, 3)
 
 
+def _cpu_vs_upstream(row: Row | None) -> float | None:
+    gateway, upstream = _cpu(row), _cpu(row, "upstream_cpu_ms_per_request")
+    return None if gateway is None or not upstream else round(gateway / upstream, 2)
+
+
 def _per_recording_pair(
     rows: Sequence[Row], figure: Callable[[Row | None, Row | None], T]
 ) -> dict[str, dict[str, T]]:
@@ -187,6 +197,10 @@ def headline(
         "recording_on_off_throughput_ratio": _ratio(find(rows, "switchyard_rec"), gw),
         "frontier_cpu_ms_per_request": {
             wire: {mode: _cpu(find(rows, system, mode)) for mode in ("unary", "stream")}
+            for wire, system in FRONTIER_SYSTEMS.items()
+        },
+        "frontier_cpu_vs_upstream": {
+            wire: {mode: _cpu_vs_upstream(find(rows, system, mode)) for mode in RECORDING_MODES}
             for wire, system in FRONTIER_SYSTEMS.items()
         },
         "cpu_us_per_extra_chunk": {s: cpu_us_per_extra_chunk(rows, s) for s in systems},

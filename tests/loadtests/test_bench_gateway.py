@@ -37,6 +37,7 @@ HEADLINE_FIELDS = (
     "throughput_ratio_vs_litellm",
     "recording_on_off_throughput_ratio",
     "frontier_cpu_ms_per_request",
+    "frontier_cpu_vs_upstream",
     "cpu_us_per_extra_chunk",
     "frontier_stream_vs_litellm",
     "recording_on_off",
@@ -237,6 +238,9 @@ def test_frontier_figures_and_targets_on_synthetic_cells():
     found = figures.headline(rows, startup, memory)
     assert found["frontier_cpu_ms_per_request"]["openai"] == {"unary": 0.8, "stream": 1.2}
     assert found["frontier_cpu_ms_per_request"]["anthropic"]["stream"] is None
+    # Each synthetic cell's simulator spent 0.1 ms a request.
+    assert found["frontier_cpu_vs_upstream"]["openai"] == {"unary": 8.0, "stream": 12.0}
+    assert found["frontier_cpu_vs_upstream"]["anthropic"] == {"unary": 20.0, "stream": None}
     assert found["cpu_us_per_extra_chunk"]["frontier_openai"] == pytest.approx(10.0)
     assert found["cpu_us_per_extra_chunk"]["direct"] is None  # no long stream measured
     assert found["frontier_stream_vs_litellm"]["openai"] == pytest.approx(25.0)
