@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
+from gateway.wire.blocks import cache_counts
 from router.features import RequestFeatures
 
 UpstreamEndpoint = Literal["chat.completions", "completions"]
@@ -47,19 +48,11 @@ class Usage:
     def from_openai(cls, usage: dict[str, Any] | None) -> Usage:
         if not usage:
             return cls()
-        details = usage.get("prompt_tokens_details")
-        details = details if isinstance(details, dict) else {}
-        # Cache writes: litellm's OpenAI-format answer for Anthropic carries them under one of
-        # these names (OpenAI itself has none).
-        written = details.get("cache_creation_tokens")
-        if written is None:
-            written = details.get("cache_write_tokens")
-        if written is None:
-            written = usage.get("cache_creation_input_tokens")
+        read, written = cache_counts(usage)
         return cls(
             usage.get("prompt_tokens"),
             usage.get("completion_tokens"),
-            details.get("cached_tokens"),
+            read,
             written,
         )
 

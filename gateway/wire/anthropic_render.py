@@ -27,6 +27,7 @@ from gateway.wire.blocks import (
     Block,
     BlockSequencer,
     StepKind,
+    cache_counts,
     completion_as_chunk,
     usage_counts,
 )
@@ -119,7 +120,7 @@ def _usage(ctx: MessageContext, usage: dict[str, Any] | None) -> dict[str, int]:
     if not usage:
         return {"input_tokens": ctx.estimated_input_tokens, "output_tokens": 0}
     prompt, completion, cached, _ = usage_counts(usage)
-    written = int(usage.get("cache_creation_input_tokens") or 0)
+    written = int(cache_counts(usage)[1] or 0)
     return {
         "input_tokens": max(prompt - cached - written, 0),
         "cache_creation_input_tokens": written,

@@ -140,16 +140,37 @@ def completion_as_chunk(completion: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def cache_counts(usage: dict[str, Any]) -> tuple[int | None, int | None]:
+    """(cache reads, cache writes) of an OpenAI-format usage object, None where it says nothing.
+
+    Reads: OpenAI's ``prompt_tokens_details.cached_tokens``, unless the provider put them at the
+    top, as DeepSeek does (``prompt_cache_hit_tokens``) and Anthropic-style answers do
+    (``cache_read_input_tokens``), which litellm's ``Usage`` maps the same way. Writes (OpenAI
+    has none): ``prompt_tokens_details.cache_creation_tokens`` or ``cache_write_tokens``, else
+    ``cache_creation_input_tokens`` at the top (litellm's OpenAI-format answer for Anthropic)."""
+    details = usage.get("prompt_tokens_details")
+    details = details if isinstance(details, dict) else {}
+    read = details.get("cached_tokens")
+    for name in ("prompt_cache_hit_tokens", "cache_read_input_tokens"):
+        if isinstance(usage.get(name), int):
+            read = usage[name]
+    written = details.get("cache_creation_tokens")
+    if written is None:
+        written = details.get("cache_write_tokens")
+    if written is None:
+        written = usage.get("cache_creation_input_tokens")
+    return read, written
+
+
 def usage_counts(usage: dict[str, Any] | None) -> tuple[int, int, int, int]:
     """(prompt, completion, cached, reasoning) tokens of an OpenAI usage object (zeros if none)."""
     if not usage:
         return 0, 0, 0, 0
-    prompt_details = usage.get("prompt_tokens_details") or {}
     completion_details = usage.get("completion_tokens_details") or {}
     return (
         int(usage.get("prompt_tokens") or 0),
         int(usage.get("completion_tokens") or 0),
-        int(prompt_details.get("cached_tokens") or 0),
+        int(cache_counts(usage)[0] or 0),
         int(completion_details.get("reasoning_tokens") or 0),
     )
 

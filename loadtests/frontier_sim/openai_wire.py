@@ -4,6 +4,9 @@ Shapes follow https://platform.openai.com/docs/api-reference (chat completions, 
 completions, models). Streams are ``data: {json}\\n\\n`` lines closed by ``data: [DONE]\\n\\n``.
 Chat prompts are cached automatically, as OpenAI does (see ``prompt_cache.py``):
 ``usage.prompt_tokens_details.cached_tokens`` says how many prompt tokens were read from it.
+For a model named ``deepseek-*`` the usage says it as DeepSeek's API does instead, in
+``prompt_cache_hit_tokens`` and ``prompt_cache_miss_tokens`` (the shape a pass-through to an
+OpenAI-compatible provider must read for itself: litellm's ``Usage`` maps it).
 """
 
 from __future__ import annotations
@@ -223,12 +226,17 @@ def parse_completion_request(body: Any) -> ParsedRequest:
 def usage(request: ParsedRequest, answers: Sequence[Answer]) -> dict[str, Any]:
     """OpenAI's usage: ``prompt_tokens`` counts every prompt token, the cached ones included."""
     completion = sum(a.tokens for a in answers)
-    return {
+    found: dict[str, Any] = {
         "prompt_tokens": request.prompt_tokens,
         "completion_tokens": completion,
         "total_tokens": request.prompt_tokens + completion,
-        "prompt_tokens_details": {"cached_tokens": request.cache.read},
     }
+    if request.model.startswith("deepseek"):
+        found["prompt_cache_hit_tokens"] = request.cache.read
+        found["prompt_cache_miss_tokens"] = request.prompt_tokens - request.cache.read
+    else:
+        found["prompt_tokens_details"] = {"cached_tokens": request.cache.read}
+    return found
 
 
 def _finish_reason(answer: Answer) -> str:

@@ -20,6 +20,7 @@ from tests.fixtures.gateway_fixture import GatewayThread, gateway_config
 from traffic.store.records import InferenceRecord
 
 OPENAI_TARGET, ANTHROPIC_TARGET = "openai-priced", "anthropic-priced"
+DEEPSEEK_TARGET = "deepseek-priced"
 EPHEMERAL: Any = {"type": "ephemeral"}
 
 
@@ -36,10 +37,21 @@ def gw(frontier_sim: Any) -> Iterator[GatewayThread]:
                 "model": "anthropic/claude-sonnet-4-5",
                 "api_base": sim,
             },
+            # An OpenAI-compatible provider, called directly (pass-through), whose usage says
+            # its cache reads in fields of its own (the simulator answers deepseek-* so).
+            DEEPSEEK_TARGET: {
+                "kind": "litellm",
+                "model": "deepseek/deepseek-chat",
+                "api_base": sim + "/v1",
+            },
         },
         routing={
             "default": OPENAI_TARGET,
-            "aliases": {"gpt-4o": OPENAI_TARGET, "claude-sonnet-4-5": ANTHROPIC_TARGET},
+            "aliases": {
+                "gpt-4o": OPENAI_TARGET,
+                "claude-sonnet-4-5": ANTHROPIC_TARGET,
+                "deepseek-chat": DEEPSEEK_TARGET,
+            },
         },
     )
     with GatewayThread(config) as gateway:
@@ -94,6 +106,38 @@ def test_openai_repeated_prompt_is_recorded_with_cache_reads_and_priced_for_them
     assert first.cost_usd == pytest.approx(priced(book, gw, first))
     assert second.cost_usd is not None and first.cost_usd is not None
     assert second.cost_usd < first.cost_usd  # cached input is cheaper
+
+
+def test_deepseek_cache_hits_are_read_from_its_own_usage_fields_and_priced_as_reads(
+    gw: GatewayThread, book: PriceBook
+) -> None:
+    content = long_text(6000)
+    body: Any = {"model": "deepseek-chat", "messages": [{"role": "user", "content": content}]}
+    url = gw.base_url + "/v1/chat/completions"
+    first = record_of(gw, httpx.post(url, json=body, timeout=30))
+    repeat = httpx.post(url, json=body, timeout=30)
+    second = record_of(gw, repeat)
+    streamed = record_of(gw, httpx.post(url, json={**body, "stream": True}, timeout=30))
+
+    # The pass-through hands the client DeepSeek's usage as it came.
+    assert repeat.json()["usage"]["prompt_cache_hit_tokens"] == 1408
+    assert first.route_target == DEEPSEEK_TARGET and not first.cached_tokens
+    for record in (second, streamed):
+        assert record.cached_tokens == 1408
+        assert record.cost_usd is not None
+        assert record.cost_usd == pytest.approx(priced(book, gw, record))
+    assert first.cost_usd is not None and second.cost_usd is not None
+    assert second.cost_usd < 0.3 * first.cost_usd  # DeepSeek bills a cache hit at a tenth
+
+    # A Messages client of the same provider sees the reads where Anthropic puts them.
+    messages: Any = {
+        "model": "deepseek-chat",
+        "max_tokens": 16,
+        "messages": [{"role": "user", "content": content}],
+    }
+    answer = httpx.post(gw.base_url + "/v1/messages", json=messages, timeout=30)
+    record = record_of(gw, answer)
+    assert answer.json()["usage"]["cache_read_input_tokens"] == record.cached_tokens == 1408
 
 
 def test_anthropic_cache_control_writes_then_reads_and_is_priced_for_both(

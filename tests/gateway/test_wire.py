@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import orjson
 
+from gateway.backends.base import Usage
 from gateway.wire.assemble import assemble_chat, assemble_completion
+from gateway.wire.blocks import cache_counts, usage_counts
 from gateway.wire.sse import EventSplitter, drop_usage_only_events, encode_event, parse_stream
 
 
@@ -164,3 +166,28 @@ def test_chat_assembly_leaves_out_text_deltas_that_are_not_strings() -> None:
     message = assemble_chat(chunks)["choices"][0]
     assert message["message"] == {"role": "assistant", "content": "ok"}
     assert message["finish_reason"] == "stop"
+
+
+def test_cache_reads_and_writes_are_found_wherever_the_provider_puts_them() -> None:
+    assert cache_counts({"prompt_tokens": 9}) == (None, None)
+    openai = {"prompt_tokens": 900, "prompt_tokens_details": {"cached_tokens": 512}}
+    assert cache_counts(openai) == (512, None)
+    deepseek = {
+        "prompt_tokens": 900,
+        "prompt_cache_hit_tokens": 640,
+        "prompt_cache_miss_tokens": 260,
+    }
+    assert cache_counts(deepseek) == (640, None)
+    # litellm's OpenAI-shaped answer for Anthropic: reads at the top too, writes in either place.
+    litellm_anthropic = {
+        "prompt_tokens": 900,
+        "prompt_tokens_details": {"cached_tokens": 0, "cache_creation_tokens": 300},
+        "cache_read_input_tokens": 0,
+        "cache_creation_input_tokens": 300,
+    }
+    assert cache_counts(litellm_anthropic) == (0, 300)
+    assert cache_counts({"prompt_tokens_details": {"cache_write_tokens": 7}}) == (None, 7)
+    # The record's usage and the doors' renderings read the same counts.
+    usage = Usage.from_openai(deepseek)
+    assert (usage.cached_tokens, usage.cache_creation_tokens) == (640, None)
+    assert usage_counts(deepseek) == (900, 0, 640, 0)
