@@ -5,6 +5,7 @@ span, and one record to the async writer. Sync and cheap: the record leaves as a
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any
 
@@ -15,6 +16,8 @@ from gateway.exchange import Exchange
 from gateway.record_draft import Deferred, InferenceDraft, build_record, ready
 from gateway.state import GatewayState
 from router.features import RequestFeatures
+
+log = logging.getLogger(__name__)
 
 
 def finish(
@@ -38,28 +41,19 @@ def finish(
     ex.finished = True
     latency = time.perf_counter() - ex.started
     state.live.pop(ex.id, None)
-    target = ex.target or "none"
-    m = state.metrics
-    m.child(m.requests, ex.endpoint, target, str(status)).inc()
-    m.child(m.latency, ex.endpoint, target).observe(latency)
-    if ex.ttft_s is not None:
-        m.child(m.ttft, ex.endpoint, target).observe(ex.ttft_s)
-    backend_cfg = state.config.backends.get(ex.target) if ex.target else None
+    # A fault in the figures must not cost the exchange its record, nor the key its budget
+    # reservation: each part is tried on its own, and logged.
     cost = None
-    if usage.prompt_tokens is not None:
-        m.child(m.tokens, target, "prompt").inc(usage.prompt_tokens)
-        m.child(m.tokens, target, "completion").inc(usage.completion_tokens or 0)
-        if usage.cached_tokens:
-            m.child(m.tokens, target, "cached").inc(usage.cached_tokens)
-        if usage.cache_creation_tokens:
-            m.child(m.tokens, target, "cache_write").inc(usage.cache_creation_tokens)
-        if backend_cfg is not None:
-            cost = state.prices.cost_usd(backend_cfg, usage)
-            if cost:
-                m.child(m.cost, target).inc(cost)
-    _account(state, ex, usage, cost)
-    if state.tracer is not None:
-        _span(state, ex, status, latency)
+    try:
+        cost = _measure(state, ex, status, usage, latency)
+    except Exception:
+        log.exception("exchange %s: metrics or cost failed; recorded without a cost", ex.id)
+    try:
+        _account(state, ex, usage, cost)
+        if state.tracer is not None:
+            _span(state, ex, status, latency)
+    except Exception:
+        log.exception("exchange %s: the key's spend or the trace span failed", ex.id)
     if state.recorder is None:
         return cost
     f = ex.features
@@ -98,6 +92,32 @@ def finish(
         submit_draft(draft)
     else:  # a plain sink (tests): the record now
         state.recorder.submit(build_record(draft))
+    return cost
+
+
+def _measure(
+    state: GatewayState, ex: Exchange, status: int, usage: Usage, latency: float
+) -> float | None:
+    """The exchange's metrics; its cost in USD (None: unknown)."""
+    target = ex.target or "none"
+    m = state.metrics
+    m.child(m.requests, ex.endpoint, target, str(status)).inc()
+    m.child(m.latency, ex.endpoint, target).observe(latency)
+    if ex.ttft_s is not None:
+        m.child(m.ttft, ex.endpoint, target).observe(ex.ttft_s)
+    backend_cfg = state.config.backends.get(ex.target) if ex.target else None
+    cost = None
+    if usage.prompt_tokens is not None:
+        m.child(m.tokens, target, "prompt").inc(usage.prompt_tokens)
+        m.child(m.tokens, target, "completion").inc(usage.completion_tokens or 0)
+        if usage.cached_tokens:
+            m.child(m.tokens, target, "cached").inc(usage.cached_tokens)
+        if usage.cache_creation_tokens:
+            m.child(m.tokens, target, "cache_write").inc(usage.cache_creation_tokens)
+        if backend_cfg is not None:
+            cost = state.prices.cost_usd(backend_cfg, usage)
+            if cost:
+                m.child(m.cost, target).inc(cost)
     return cost
 
 

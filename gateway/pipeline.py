@@ -29,6 +29,7 @@ is finished, and recorded, exactly once.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from typing import Any, TypeVar
@@ -55,6 +56,8 @@ from gateway.record_draft import Deferred
 from gateway.shadow import should_shadow, start_shadow
 from gateway.state import GatewayState, Routing
 from gateway.wire.sse import encode_event, parse_stream
+
+log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
@@ -266,36 +269,53 @@ async def _relay(
         task.uncancel()  # shutdown ended it: tell the client, as for a broken upstream
         status, error = 503, "the gateway is shutting down"
         yield _stream_error(encoder, error, "service_unavailable", "server_shutting_down")
+    except Exception as exc:
+        # A fault of the gateway's own (translating an answer it could not foresee): the client
+        # gets the door's error event instead of a stream that just stops, and it is recorded.
+        log.exception("stream %s failed in the gateway", ex.id)
+        status, error = 500, f"internal error ({type(exc).__name__})"
+        yield _stream_error(encoder, "internal error", "internal_error", "internal_error")
     except BaseException:
         status, error = 499, "client disconnected"
         raise
     finally:
         # Recorded before the last await: a task cancelled again while closing still records.
         # The answer is assembled by the writer, from what the stream kept (gateway.record_draft).
-        out = stream.outcome
         answers: Deferred | None = None
-        if not recording:
-            pass  # the assembled answers exist only for the record
-        elif stream.native:
-            door = ex.door
-            answers = Deferred(
-                record_draft.from_native_stream,
-                (
-                    door.assemble_native if door is not None else None,
-                    door.native_as_chat if door is not None else None,
-                    out.raw,
-                ),
-            )
-        elif encoder is not None:
-            answers = Deferred(record_draft.from_encoded, (encoder.final_response(), consumed))
-        elif out.chunks:
-            answers = Deferred(record_draft.from_chunks, (ex.endpoint, out.chunks))
-        else:
-            answers = Deferred(record_draft.from_raw, (ex.endpoint, out.raw))
-        finish(state, ex, status, answers, out.usage, error=error, stream=True)
+        if recording:  # the assembled answers exist only for the record
+            try:
+                answers = _stream_answers(ex, stream, encoder, consumed)
+            except Exception:  # the record keeps the exchange, without its answer
+                log.exception("stream %s: the answer could not be kept for the record", ex.id)
+        finish(state, ex, status, answers, stream.outcome.usage, error=error, stream=True)
         if status == 200:
             _after_success(state, ex, call)
         await _close_quietly(stream)
+
+
+def _stream_answers(
+    ex: Exchange,
+    stream: UpstreamStream,
+    encoder: StreamEncoder | None,
+    consumed: list[dict[str, Any]],
+) -> Deferred:
+    """What the writer assembles the record's answers from (gateway.record_draft)."""
+    out = stream.outcome
+    if stream.native:
+        door = ex.door
+        return Deferred(
+            record_draft.from_native_stream,
+            (
+                door.assemble_native if door is not None else None,
+                door.native_as_chat if door is not None else None,
+                out.raw,
+            ),
+        )
+    if encoder is not None:
+        return Deferred(record_draft.from_encoded, (encoder.final_response(), consumed))
+    if out.chunks:
+        return Deferred(record_draft.from_chunks, (ex.endpoint, out.chunks))
+    return Deferred(record_draft.from_raw, (ex.endpoint, out.raw))
 
 
 def _stream_error(encoder: StreamEncoder | None, message: str, kind: str, code: str) -> bytes:

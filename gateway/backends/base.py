@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
-from gateway.wire.blocks import cache_counts
+from gateway.wire.blocks import cache_counts, token_count
 from router.features import RequestFeatures
 
 UpstreamEndpoint = Literal["chat.completions", "completions"]
@@ -46,12 +46,13 @@ class Usage:
 
     @classmethod
     def from_openai(cls, usage: dict[str, Any] | None) -> Usage:
-        if not usage:
+        """The counts of an OpenAI-format usage object; a field that is not a count is None."""
+        if not isinstance(usage, dict) or not usage:
             return cls()
         read, written = cache_counts(usage)
         return cls(
-            usage.get("prompt_tokens"),
-            usage.get("completion_tokens"),
+            token_count(usage.get("prompt_tokens")),
+            token_count(usage.get("completion_tokens")),
             read,
             written,
         )

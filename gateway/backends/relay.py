@@ -86,7 +86,8 @@ class AnthropicWatcher:
     def watch(self, block: bytes, outcome: StreamOutcome) -> bytes:
         if _USAGE_EVENTS.named_in(block):
             for data in _USAGE_EVENTS(block):
-                message = data.get("message") or {}
+                message = data.get("message")
+                message = message if isinstance(message, dict) else {}
                 usage = data.get("usage") or message.get("usage") or {}
                 if isinstance(usage, dict):
                     self._usage.update((k, v) for k, v in usage.items() if v is not None)

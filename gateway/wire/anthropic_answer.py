@@ -28,6 +28,7 @@ from __future__ import annotations
 from typing import Any, Final
 
 from gateway.wire.anthropic import assistant_message
+from gateway.wire.blocks import token_count
 
 _CALLS: Final = ("tool_use", "server_tool_use")
 _FINISH_REASONS: Final = {
@@ -46,10 +47,10 @@ def usage_as_openai(usage: Any) -> dict[str, Any] | None:
     OpenAI's ``prompt_tokens`` counts every input token (reads under ``cached_tokens``)."""
     if not isinstance(usage, dict):
         return None
-    read = int(usage.get("cache_read_input_tokens") or 0)
-    written = int(usage.get("cache_creation_input_tokens") or 0)
-    prompt = int(usage.get("input_tokens") or 0) + read + written
-    completion = int(usage.get("output_tokens") or 0)
+    read = token_count(usage.get("cache_read_input_tokens")) or 0
+    written = token_count(usage.get("cache_creation_input_tokens")) or 0
+    prompt = (token_count(usage.get("input_tokens")) or 0) + read + written
+    completion = token_count(usage.get("output_tokens")) or 0
     return {
         "prompt_tokens": prompt,
         "completion_tokens": completion,

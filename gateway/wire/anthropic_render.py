@@ -117,7 +117,7 @@ def _stop(ctx: MessageContext, seq: BlockSequencer) -> tuple[str, str | None]:
 
 
 def _usage(ctx: MessageContext, usage: dict[str, Any] | None) -> dict[str, int]:
-    if not usage:
+    if not isinstance(usage, dict) or not usage:
         return {"input_tokens": ctx.estimated_input_tokens, "output_tokens": 0}
     prompt, completion, cached, _ = usage_counts(usage)
     written = int(cache_counts(usage)[1] or 0)

@@ -140,6 +140,19 @@ def completion_as_chunk(completion: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def token_count(value: object) -> int | None:
+    """A provider's token count as an int, None when it is not a count (a string, a negative
+    or fractional number, a bool, null): usage comes from upstreams the gateway does not
+    control, and an odd field must cost the record one figure, never the answer."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value if value >= 0 else None
+    if isinstance(value, float) and value.is_integer() and value >= 0:
+        return int(value)
+    return None
+
+
 def cache_counts(usage: dict[str, Any]) -> tuple[int | None, int | None]:
     """(cache reads, cache writes) of an OpenAI-format usage object, None where it says nothing.
 
@@ -150,28 +163,32 @@ def cache_counts(usage: dict[str, Any]) -> tuple[int | None, int | None]:
     ``cache_creation_input_tokens`` at the top (litellm's OpenAI-format answer for Anthropic)."""
     details = usage.get("prompt_tokens_details")
     details = details if isinstance(details, dict) else {}
-    read = details.get("cached_tokens")
+    read = token_count(details.get("cached_tokens"))
     for name in ("prompt_cache_hit_tokens", "cache_read_input_tokens"):
-        if isinstance(usage.get(name), int):
-            read = usage[name]
-    written = details.get("cache_creation_tokens")
+        found = token_count(usage.get(name))
+        if found is not None:
+            read = found
+    written = token_count(details.get("cache_creation_tokens"))
     if written is None:
-        written = details.get("cache_write_tokens")
+        written = token_count(details.get("cache_write_tokens"))
     if written is None:
-        written = usage.get("cache_creation_input_tokens")
+        written = token_count(usage.get("cache_creation_input_tokens"))
     return read, written
 
 
 def usage_counts(usage: dict[str, Any] | None) -> tuple[int, int, int, int]:
     """(prompt, completion, cached, reasoning) tokens of an OpenAI usage object (zeros if none)."""
-    if not usage:
+    if not isinstance(usage, dict) or not usage:
         return 0, 0, 0, 0
-    completion_details = usage.get("completion_tokens_details") or {}
+    completion_details = usage.get("completion_tokens_details")
+    reasoning = (
+        completion_details.get("reasoning_tokens") if isinstance(completion_details, dict) else 0
+    )
     return (
-        int(usage.get("prompt_tokens") or 0),
-        int(usage.get("completion_tokens") or 0),
-        int(cache_counts(usage)[0] or 0),
-        int(completion_details.get("reasoning_tokens") or 0),
+        token_count(usage.get("prompt_tokens")) or 0,
+        token_count(usage.get("completion_tokens")) or 0,
+        cache_counts(usage)[0] or 0,
+        token_count(reasoning) or 0,
     )
 
 

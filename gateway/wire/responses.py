@@ -31,6 +31,7 @@ from gateway.wire.blocks import (
     BlockSequencer,
     StepKind,
     completion_as_chunk,
+    token_count,
     usage_counts,
 )
 from gateway.wire.responses_request import NAMESPACE_SEP
@@ -282,9 +283,10 @@ def _field(value: Any, key: str) -> Any:
 def _back_usage(usage: Any) -> dict[str, Any] | None:
     if not isinstance(usage, dict):
         return None
-    prompt, completion = int(usage.get("input_tokens") or 0), int(usage.get("output_tokens") or 0)
-    cached = int(_field(usage.get("input_tokens_details"), "cached_tokens") or 0)
-    reasoning = int(_field(usage.get("output_tokens_details"), "reasoning_tokens") or 0)
+    prompt = token_count(usage.get("input_tokens")) or 0
+    completion = token_count(usage.get("output_tokens")) or 0
+    cached = token_count(_field(usage.get("input_tokens_details"), "cached_tokens")) or 0
+    reasoning = token_count(_field(usage.get("output_tokens_details"), "reasoning_tokens")) or 0
     return {
         "prompt_tokens": prompt,
         "completion_tokens": completion,

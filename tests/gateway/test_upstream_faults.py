@@ -1,0 +1,166 @@
+"""An upstream's odd answer, or a fault of the gateway's own while finishing an exchange, costs
+the record a figure at most: the client still gets its answer (or, mid-stream, an error event in
+its door's shape), and the exchange is recorded.
+
+The upstream is a real HTTP server on loopback (:class:`LoopbackServer`) answering OpenAI's chat
+format with the usage object named by the request's last message.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+from aiohttp import web
+
+from gateway.config import parse_config
+from gateway.wire.anthropic_render import MessagesStreamEncoder
+from tests.fixtures.gateway_fixture import GatewayThread
+from tests.fixtures.loopback_server import LoopbackServer, answer
+from traffic.store.records import InferenceRecord
+
+# Usage objects no provider should send, and one that is fine.
+USAGES: dict[str, Any] = {
+    "strings": {"prompt_tokens": "12", "completion_tokens": "x", "total_tokens": "y"},
+    "fractions": {"prompt_tokens": 12.5, "completion_tokens": -3},
+    "shapes": {"prompt_tokens": [1], "completion_tokens": {}, "prompt_tokens_details": [1]},
+    "bools": {"prompt_tokens": True, "completion_tokens": 2, "prompt_cache_hit_tokens": True},
+    "not-an-object": "12 tokens",
+    "fine": {"prompt_tokens": 12, "completion_tokens": 2, "total_tokens": 14},
+}
+
+
+def _chat_answer(model: str, usage: Any) -> tuple[dict[str, Any], list[bytes]]:
+    head = {"id": "chatcmpl-1", "created": 1, "model": model}
+    whole = {
+        **head,
+        "object": "chat.completion",
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": "hi there"},
+                "finish_reason": "stop",
+            }
+        ],
+        "usage": usage,
+    }
+    chunk = {**head, "object": "chat.completion.chunk"}
+    events = [
+        {**chunk, "choices": [{"index": 0, "delta": {"role": "assistant", "content": "hi"}}]},
+        {**chunk, "choices": [{"index": 0, "delta": {"content": " there"}}]},
+        {**chunk, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]},
+        {**chunk, "choices": [], "usage": usage},
+    ]
+    return whole, [b"data: " + orjson.dumps(e) + b"\n\n" for e in events] + [b"data: [DONE]\n\n"]
+
+
+async def _chat(request: web.Request) -> web.StreamResponse:
+    body = await request.json()
+    last = body["messages"][-1]["content"]
+    whole, events = _chat_answer(body["model"], USAGES[last if isinstance(last, str) else "fine"])
+    return await answer(request, body, whole, events)
+
+
+@pytest.fixture(scope="module")
+def upstream() -> Iterator[LoopbackServer]:
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", _chat)
+    server = LoopbackServer(app, "odd-upstream").start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def gw(upstream: LoopbackServer) -> Iterator[GatewayThread]:
+    config = parse_config(
+        {
+            "backends": {
+                "odd": {
+                    "kind": "litellm",
+                    "model": "openai/gpt-4o-mini",
+                    "api_base": upstream.url + "/v1",
+                }
+            },
+            "routing": {"default": "odd"},
+            "store": {"enabled": False},
+            "auth": {"required": False},
+        }
+    )
+    with GatewayThread(config) as gateway:
+        yield gateway
+
+
+def _ask(gw: GatewayThread, door: str, content: str, stream: bool) -> httpx.Response:
+    messages = [{"role": "user", "content": content}]
+    if door == "chat":
+        return httpx.post(
+            gw.base_url + "/v1/chat/completions",
+            json={"model": "auto", "messages": messages, "stream": stream},
+            timeout=30,
+        )
+    if door == "messages":
+        return httpx.post(
+            gw.base_url + "/v1/messages",
+            json={"model": "auto", "max_tokens": 16, "messages": messages, "stream": stream},
+            timeout=30,
+        )
+    return httpx.post(
+        gw.base_url + "/v1/responses",
+        json={"model": "auto", "input": content, "stream": stream},
+        timeout=30,
+    )
+
+
+def _record(gw: GatewayThread, response: httpx.Response) -> InferenceRecord:
+    record: InferenceRecord = gw.sink.wait_for(response.headers["x-request-id"])
+    return record
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["unary", "stream"])
+@pytest.mark.parametrize("door", ["chat", "messages", "responses"])
+@pytest.mark.parametrize("usage", [u for u in USAGES if u != "fine"])
+def test_an_upstreams_odd_usage_costs_the_record_its_counts_never_the_answer(
+    gw: GatewayThread, door: str, usage: str, stream: bool
+) -> None:
+    response = _ask(gw, door, usage, stream)
+    assert response.status_code == 200, response.text
+    text = response.text
+    assert "hi" in text and " there" in text
+    assert "error" not in text.replace('"error":null', "")
+    record = _record(gw, response)
+    assert record.status == 200 and record.error is None
+    # What is not a count is not recorded as one.
+    assert record.completion_tokens in (None, 0, 2)
+    assert record.prompt_tokens in (None, 0)
+    assert record.cached_tokens in (None, 0)
+
+
+def test_a_fault_while_translating_a_stream_ends_it_with_an_error_event_and_is_recorded(
+    gw: GatewayThread, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def broken(self: MessagesStreamEncoder, chunk: dict[str, Any]) -> bytes:
+        raise RuntimeError("a fault of the gateway's own")
+
+    monkeypatch.setattr(MessagesStreamEncoder, "encode", broken)
+    response = _ask(gw, "messages", "fine", stream=True)
+    assert response.status_code == 200  # the stream had begun
+    assert "event: error" in response.text and "internal error" in response.text
+    record = _record(gw, response)
+    assert record.status == 500 and record.error == "internal error (RuntimeError)"
+
+
+def test_a_fault_in_the_exchanges_figures_still_records_it_and_answers(
+    gw: GatewayThread, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def broken(*args: object) -> float:
+        raise ZeroDivisionError("a fault of the gateway's own")
+
+    monkeypatch.setattr(type(gw.state.prices), "cost_usd", broken)
+    for stream in (False, True):
+        response = _ask(gw, "chat", "fine", stream)
+        assert response.status_code == 200 and "hi" in response.text
+        record = _record(gw, response)
+        assert record.status == 200 and record.prompt_tokens == 12 and record.cost_usd is None
