@@ -153,7 +153,10 @@ def create_app(
         litellm = LitellmLoader()  # imported in the background once a frontier target needs it
         prices = await asyncio.to_thread(PriceBook.load)  # litellm's price map, read as data
         connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300, enable_cleanup_closed=True)
-        session = aiohttp.ClientSession(connector=connector, auto_decompress=False)
+        # Decompressed as it arrives: providers gzip their JSON answers (and may their streams)
+        # for a client that accepts it, as aiohttp's requests say; a pass-through reads and
+        # relays the plain bytes. An uncompressed answer (vLLM) goes through no decompressor.
+        session = aiohttp.ClientSession(connector=connector, auto_decompress=True)
         handle: RecorderHandle | None = None
         sink = recorder
         if sink is None and config.store.enabled:
