@@ -42,6 +42,7 @@ from gateway.wire.sse import (
     EventSplitter,
     drop_usage_only_events,
     json_objects,
+    last_usage,
 )
 
 
@@ -62,9 +63,12 @@ class OpenAIWatcher:
         if at >= 0 and (at == 0 or block[at - 2 : at] == EVENT_SEP):  # at an event's start
             _note_error(outcome, _data_payload(block[at + 6 :].split(EVENT_SEP, 1)[0]))
             return block[:at]  # the pipeline sends the error, in the door's shape
-        if b'"usage":{' in block and b'"choices":[]' in block:
+        if b'"usage":{' in block or b'"usage": {' in block:  # compact, or Python's json.dumps
             stripped, usage = drop_usage_only_events(block)
-            outcome.usage = Usage.from_openai(usage)
+            if usage is None:  # in a chunk with choices, as some providers send it
+                usage = last_usage(block)
+            if usage is not None:
+                outcome.usage = Usage.from_openai(usage)
             if self._strip_usage:
                 block = stripped
         if block.endswith(DONE_EVENT):

@@ -24,8 +24,28 @@ def encode_named_event(event: str, payload: dict[str, Any]) -> bytes:
     return b"event: " + event.encode() + b"\ndata: " + orjson.dumps(payload) + EVENT_SEP
 
 
+_UNSPACED_DATA = re.compile(rb"(?:^|(?<=\n))data:(?=[{\[])")
+
+
+def _openai_spelling(data: bytes) -> bytes:
+    """``data`` with LF line ends and a space after ``data:``: the SSE format also allows CRLF
+    and lone CR line ends, and no space after the colon (some OpenAI-compatible servers write
+    them); what reads the stream looks for OpenAI's own spelling. A final lone CR stays as it
+    is: its LF may open the next block."""
+    if b"\r" in data:
+        # A last CR may be half a CRLF; after another CR it is a line end either way.
+        last = b"\r" if data.endswith(b"\r") and not data.endswith(b"\r\r") else b""
+        body = data[: len(data) - len(last)]
+        data = body.replace(b"\r\n", b"\n").replace(b"\r", b"\n") + last
+    if b"data:{" in data or b"data:[" in data:
+        data = _UNSPACED_DATA.sub(b"data: ", data)
+    return data
+
+
 class EventSplitter:
-    """Turns arbitrary byte blocks into blocks of whole events (carrying any partial tail)."""
+    """Turns arbitrary byte blocks into blocks of whole events (carrying any partial tail),
+    spelled as OpenAI and Anthropic write them (:func:`_openai_spelling`; a test or two of a
+    block in C when it already is)."""
 
     __slots__ = ("_tail",)
 
@@ -34,6 +54,8 @@ class EventSplitter:
 
     def feed(self, block: bytes) -> bytes:
         data = self._tail + block if self._tail else block
+        if b"\r" in data or b"data:{" in data or b"data:[" in data:
+            data = _openai_spelling(data)
         cut = data.rfind(EVENT_SEP)
         if cut < 0:
             self._tail = data
@@ -121,21 +143,23 @@ def iter_events(blob: bytes) -> Iterator[bytes]:
 
 
 _EMPTY_CHOICES = b'"choices":[]'
+# The same with the spaces a JSON writer may put in (Python's json.dumps: '"choices": []').
+_EMPTY_CHOICES_SPACED = re.compile(rb'"choices"\s*:\s*\[\s*\]')
 
 
 def drop_usage_only_events(blob: bytes) -> tuple[bytes, dict[str, Any] | None]:
     """Remove the usage-only chunk (``"choices":[]`` with usage) a client did not ask for.
 
     Returns the remaining bytes (the others unchanged) and the usage found. Called only on
-    blocks that contain ``"usage":{`` and ``"choices":[]``. Only the events holding
-    ``"choices":[]`` are looked at, found by substring search (those bytes cannot occur inside a
+    blocks that hold a usage object. Only the events holding an empty ``"choices":[]`` (JSON
+    spaces allowed) are looked at, found by substring search (those bytes cannot occur inside a
     JSON string, where quotes are escaped): a block holding a whole 256-token answer costs a few
     searches, not a Python loop over its events.
     """
     kept: list[bytes] = []
     usage: dict[str, Any] | None = None
     start = 0  # the first byte not yet kept
-    pos = blob.find(_EMPTY_CHOICES)
+    pos = _next_empty_choices(blob, 0)
     while pos >= 0:
         head = blob.rfind(EVENT_SEP, 0, pos)
         head = 0 if head < 0 else head + len(EVENT_SEP)
@@ -151,8 +175,28 @@ def drop_usage_only_events(blob: bytes) -> tuple[bytes, dict[str, Any] | None]:
                 usage = chunk["usage"]
                 kept.append(blob[start:head])
                 start = tail
-        pos = blob.find(_EMPTY_CHOICES, tail)
+        pos = _next_empty_choices(blob, tail)
     if start == 0:
         return blob, usage
     kept.append(blob[start:])
     return b"".join(kept), usage
+
+
+def _next_empty_choices(blob: bytes, after: int) -> int:
+    """Where the next empty ``choices`` list is in ``blob`` from ``after`` on (-1: none)."""
+    at = blob.find(_EMPTY_CHOICES, after)
+    if at >= 0:
+        return at
+    found = _EMPTY_CHOICES_SPACED.search(blob, after)
+    return found.start() if found is not None else -1
+
+
+def last_usage(blob: bytes) -> dict[str, Any] | None:
+    """The usage object of the last event in ``blob`` that has one: for a provider that sends
+    it in a chunk that still has choices (not OpenAI's usage-only chunk)."""
+    chunks = parse_stream(blob)
+    for i in range(len(chunks) - 1, -1, -1):
+        usage = chunks[i].get("usage")
+        if isinstance(usage, dict):
+            return usage
+    return None

@@ -7,7 +7,13 @@ import orjson
 from gateway.backends.base import Usage
 from gateway.wire.assemble import assemble_chat, assemble_completion
 from gateway.wire.blocks import cache_counts, usage_counts
-from gateway.wire.sse import EventSplitter, drop_usage_only_events, encode_event, parse_stream
+from gateway.wire.sse import (
+    EventSplitter,
+    drop_usage_only_events,
+    encode_event,
+    last_usage,
+    parse_stream,
+)
 
 
 def _chunk(delta: dict[str, object], finish: str | None = None) -> dict[str, object]:
@@ -191,3 +197,33 @@ def test_cache_reads_and_writes_are_found_wherever_the_provider_puts_them() -> N
     usage = Usage.from_openai(deepseek)
     assert (usage.cached_tokens, usage.cache_creation_tokens) == (640, None)
     assert usage_counts(deepseek) == (900, 0, 640, 0)
+
+
+def test_splitter_spells_events_as_openai_does_whatever_the_line_ends_and_cuts() -> None:
+    lf = b'data: {"a":1}\n\ndata: {"b":2}\n\ndata: [DONE]\n\n'
+    for blob in (
+        lf.replace(b"\n", b"\r\n"),
+        lf.replace(b"\n", b"\r"),
+        lf.replace(b"data: ", b"data:"),
+        lf.replace(b"data: ", b"data:").replace(b"\n", b"\r\n"),
+    ):
+        for cut in range(1, len(blob)):
+            s = EventSplitter()
+            out = s.feed(blob[:cut]) + s.feed(blob[cut:])
+            assert out == lf, (blob, cut)
+    # A colon inside a payload is not a field's: only line-leading `data:` gets its space.
+    text = b'data: {"t":"data:{x}"}\n\n'
+    assert EventSplitter().feed(text) == text
+
+
+def test_usage_only_chunk_is_found_with_json_spaces_and_in_a_chunk_with_choices() -> None:
+    spaced = (
+        b'data: {"choices": [{"index": 0, "delta": {}}]}\n\n'
+        b'data: {"choices": [], "usage": {"prompt_tokens": 3}}\n\ndata: [DONE]\n\n'
+    )
+    kept, usage = drop_usage_only_events(spaced)
+    assert usage == {"prompt_tokens": 3}
+    assert kept == b'data: {"choices": [{"index": 0, "delta": {}}]}\n\ndata: [DONE]\n\n'
+    with_choices = b'data: {"choices":[{"index":0,"delta":{}}],"usage":{"prompt_tokens":4}}\n\n'
+    assert drop_usage_only_events(with_choices) == (with_choices, None)
+    assert last_usage(with_choices) == {"prompt_tokens": 4}

@@ -1,0 +1,178 @@
+"""Server-sent events as the format allows them, not only as OpenAI and Anthropic write them:
+CRLF or lone CR line ends, ``data:`` without its space, comment lines, JSON with spaces (Python's
+``json.dumps``). Through every door, from an OpenAI-format and an Anthropic upstream: the
+answer arrives whole, the usage is recorded, and the usage-only chunk the client did not ask
+for is not sent to it.
+
+The upstream is a real HTTP server on loopback that spells its stream as the request's last
+message names.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+from aiohttp import web
+
+from gateway.config import parse_config
+from tests.fixtures.gateway_fixture import GatewayThread
+from tests.fixtures.loopback_server import LoopbackServer
+
+STYLES = ("crlf", "cr", "unspaced", "comments")
+_LINE_END = {"crlf": b"\r\n", "cr": b"\r"}
+
+
+def _event(style: str, data: dict[str, Any] | str, name: str | None = None) -> bytes:
+    nl = _LINE_END.get(style, b"\n")
+    sep = b"" if style == "unspaced" else b" "
+    payload = data.encode() if isinstance(data, str) else json.dumps(data).encode()
+    out = b": keep-alive" + nl + nl if style == "comments" else b""
+    if name is not None:
+        out += b"event:" + sep + name.encode() + nl
+    return out + b"data:" + sep + payload + nl + nl
+
+
+def _chat_events(style: str, model: str) -> list[bytes]:
+    head = {"id": "c", "object": "chat.completion.chunk", "created": 1, "model": model}
+    chunks: list[dict[str, Any]] = [
+        {**head, "choices": [{"index": 0, "delta": {"role": "assistant", "content": "hi"}}]},
+        {**head, "choices": [{"index": 0, "delta": {"content": " there"}}]},
+        {**head, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]},
+        {**head, "choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": 2}},
+    ]
+    return [*(_event(style, c) for c in chunks), _event(style, "[DONE]")]
+
+
+def _message_events(style: str, model: str) -> list[bytes]:
+    message: dict[str, Any] = {
+        "id": "msg_1",
+        "type": "message",
+        "role": "assistant",
+        "model": model,
+        "content": [],
+        "stop_reason": None,
+        "stop_sequence": None,
+        "usage": {"input_tokens": 5, "output_tokens": 1},
+    }
+    events: list[tuple[str, dict[str, Any]]] = [
+        ("message_start", {"type": "message_start", "message": message}),
+        (
+            "content_block_start",
+            {
+                "type": "content_block_start",
+                "index": 0,
+                "content_block": {"type": "text", "text": ""},
+            },
+        ),
+        ("ping", {"type": "ping"}),
+        (
+            "content_block_delta",
+            {
+                "type": "content_block_delta",
+                "index": 0,
+                "delta": {"type": "text_delta", "text": "hi there"},
+            },
+        ),
+        ("content_block_stop", {"type": "content_block_stop", "index": 0}),
+        (
+            "message_delta",
+            {
+                "type": "message_delta",
+                "delta": {"stop_reason": "end_turn", "stop_sequence": None},
+                "usage": {"output_tokens": 2},
+            },
+        ),
+        ("message_stop", {"type": "message_stop"}),
+    ]
+    return [_event(style, data, name) for name, data in events]
+
+
+async def _stream(request: web.Request, events: list[bytes]) -> web.StreamResponse:
+    response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+    await response.prepare(request)
+    for event in events:
+        # Written in two pieces: a CRLF may be cut between blocks.
+        await response.write(event[: len(event) // 2 + 1])
+        await response.write(event[len(event) // 2 + 1 :])
+    await response.write_eof()
+    return response
+
+
+def _style(body: dict[str, Any]) -> str:
+    content = body["messages"][-1]["content"]
+    return content if isinstance(content, str) else str(content[0]["text"])
+
+
+async def _chat(request: web.Request) -> web.StreamResponse:
+    body = await request.json()
+    return await _stream(request, _chat_events(_style(body), body["model"]))
+
+
+async def _messages(request: web.Request) -> web.StreamResponse:
+    body = await request.json()
+    return await _stream(request, _message_events(_style(body), body["model"]))
+
+
+@pytest.fixture(scope="module")
+def gw() -> Iterator[GatewayThread]:
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", _chat)
+    app.router.add_post("/v1/messages", _messages)
+    upstream = LoopbackServer(app, "sse-spellings").start()
+    config = parse_config(
+        {
+            "backends": {
+                "openai": {
+                    "kind": "litellm",
+                    "model": "openai/gpt-4o-mini",
+                    "api_base": upstream.url + "/v1",
+                },
+                "anthropic": {
+                    "kind": "litellm",
+                    "model": "anthropic/claude-sonnet-4-5",
+                    "api_base": upstream.url,
+                },
+            },
+            "routing": {
+                "default": "openai",
+                "aliases": {"gpt-4o-mini": "openai", "claude-sonnet-4-5": "anthropic"},
+            },
+            "store": {"enabled": False},
+            "auth": {"required": False},
+        }
+    )
+    with GatewayThread(config) as gateway:
+        yield gateway
+    upstream.stop()
+
+
+def _ask(gw: GatewayThread, door: str, model: str, style: str) -> httpx.Response:
+    messages = [{"role": "user", "content": style}]
+    body: dict[str, Any]
+    if door == "chat":
+        path, body = "/v1/chat/completions", {"messages": messages}
+    elif door == "messages":
+        path, body = "/v1/messages", {"max_tokens": 16, "messages": messages}
+    else:
+        path, body = "/v1/responses", {"input": style}
+    return httpx.post(gw.base_url + path, json={"model": model, "stream": True, **body}, timeout=30)
+
+
+@pytest.mark.parametrize("door", ["chat", "messages", "responses"])
+@pytest.mark.parametrize("model", ["gpt-4o-mini", "claude-sonnet-4-5"])
+@pytest.mark.parametrize("style", STYLES)
+def test_a_stream_spelled_as_sse_allows_is_relayed_whole_and_recorded(
+    gw: GatewayThread, door: str, model: str, style: str
+) -> None:
+    response = _ask(gw, door, model, style)
+    assert response.status_code == 200
+    text = response.text
+    assert "there" in text and "upstream_error" not in text
+    assert '"choices":[]' not in text.replace(" ", "")  # usage was not asked for
+    record = gw.sink.wait_for(response.headers["x-request-id"])
+    assert record.status == 200 and record.error is None
+    assert (record.prompt_tokens, record.completion_tokens) == (5, 2)
