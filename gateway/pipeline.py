@@ -190,7 +190,12 @@ async def serve_unary(
             answer = Deferred(record_draft.from_body, (result.body, as_chat, ex.canonical_response))
         cost = finish(state, ex, 200, answer, result.usage, error=None, stream=False)
         return Response(result.body, 200, _with_cost(ex, cost), media_type="application/json")
-    rendered = door.render(result.parsed, ex)
+    try:
+        rendered = door.render(result.parsed, ex)
+    except Exception as exc:  # an answer in a shape the door cannot render: not the client's
+        log.exception("exchange %s: the answer of %s could not be rendered", ex.id, ex.target)
+        fault = f"{ex.target}: its answer could not be rendered ({type(exc).__name__})"
+        return error_response(state, ex, UpstreamError(fault, backend=ex.target or ""))
     ex.canonical_response = result.parsed  # the internal answer the door rendered
     cost = finish(state, ex, 200, rendered, result.usage, error=None, stream=False)
     return Response(

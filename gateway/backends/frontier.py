@@ -71,7 +71,7 @@ def map_litellm_error(name: str, exc: Exception, litellm: ModuleType) -> Upstrea
     really answered go through the one status mapping (:func:`upstream_error_for_status`).
     """
     ex = litellm.exceptions
-    msg = f"{name}: {type(exc).__name__}: {getattr(exc, 'message', str(exc))}"[:1000]
+    msg = f"{name}: {type(exc).__name__}: {_message(exc)}"[:1000]
     status = getattr(exc, "status_code", None)
     if isinstance(exc, ex.Timeout):
         return UpstreamTimeoutError(msg, backend=name)
@@ -79,10 +79,17 @@ def map_litellm_error(name: str, exc: Exception, litellm: ModuleType) -> Upstrea
         status = 429
     elif isinstance(exc, ex.APIConnectionError | ex.InternalServerError) and _network_fault(exc):
         return UpstreamUnavailableError(msg, backend=name)
+    elif isinstance(exc, ex.APIConnectionError) and _answer_fault(exc):
+        # The provider answered, in a shape litellm could not read: the provider's fault.
+        return UpstreamError(
+            f"{name}: the provider's answer could not be read: {_message(exc)}"[:1000],
+            backend=name,
+        )
     elif isinstance(exc, ex.APIConnectionError):
         return UpstreamClientError(
-            f"{name}: the request could not be translated for this provider: "
-            f"{getattr(exc, 'message', exc)}"[:1000],
+            f"{name}: the request could not be translated for this provider: {_message(exc)}"[
+                :1000
+            ],
             backend=name,
             status=400,
         )
@@ -95,6 +102,37 @@ def map_litellm_error(name: str, exc: Exception, litellm: ModuleType) -> Upstrea
 
 
 _NETWORK_ERRORS = (OSError, TimeoutError, aiohttp.ClientError)
+# litellm's functions that read a provider's answer (litellm 1.x: the provider configs'
+# transform_response, the stream iterators' chunk_parser).
+_ANSWER_READERS = frozenset(
+    {
+        "transform_response",
+        "transform_parsed_response",
+        "convert_to_model_response_object",
+        "chunk_parser",
+    }
+)
+
+
+def _message(exc: BaseException) -> str:
+    """litellm's message for ``exc`` without the traceback it appends to some."""
+    text = str(getattr(exc, "message", exc))
+    return text.split("\nTraceback (most recent call last)", 1)[0]
+
+
+def _answer_fault(exc: BaseException) -> bool:
+    """Whether ``exc`` (or what it wraps) was raised while litellm read the provider's answer."""
+    seen = 0
+    cause: BaseException | None = exc
+    while cause is not None and seen < 16:
+        tb = cause.__traceback__
+        while tb is not None:
+            if tb.tb_frame.f_code.co_name in _ANSWER_READERS:
+                return True
+            tb = tb.tb_next
+        cause = cause.__cause__ or cause.__context__
+        seen += 1
+    return False
 
 
 def _is_network_error(exc: BaseException) -> bool:

@@ -60,14 +60,33 @@ def _chat_answer(model: str, usage: Any) -> tuple[dict[str, Any], list[bytes]]:
 async def _chat(request: web.Request) -> web.StreamResponse:
     body = await request.json()
     last = body["messages"][-1]["content"]
+    if last == "choices of strings":  # no door can render that
+        whole, _ = _chat_answer(body["model"], USAGES["fine"])
+        return web.json_response({**whole, "choices": ["hi there"]})
     whole, events = _chat_answer(body["model"], USAGES[last if isinstance(last, str) else "fine"])
     return await answer(request, body, whole, events)
+
+
+async def _messages(request: web.Request) -> web.StreamResponse:
+    """An Anthropic message without its usage: litellm's reading of it fails."""
+    body = await request.json()
+    message = {
+        "id": "msg_1",
+        "type": "message",
+        "role": "assistant",
+        "model": body["model"],
+        "content": [{"type": "text", "text": "hi there"}],
+        "stop_reason": "end_turn",
+        "stop_sequence": None,
+    }
+    return web.json_response(message)
 
 
 @pytest.fixture(scope="module")
 def upstream() -> Iterator[LoopbackServer]:
     app = web.Application()
     app.router.add_post("/v1/chat/completions", _chat)
+    app.router.add_post("/v1/messages", _messages)
     server = LoopbackServer(app, "odd-upstream").start()
     yield server
     server.stop()
@@ -82,9 +101,17 @@ def gw(upstream: LoopbackServer) -> Iterator[GatewayThread]:
                     "kind": "litellm",
                     "model": "openai/gpt-4o-mini",
                     "api_base": upstream.url + "/v1",
-                }
+                },
+                "odd-anthropic": {
+                    "kind": "litellm",
+                    "model": "anthropic/claude-sonnet-4-5",
+                    "api_base": upstream.url,
+                },
             },
-            "routing": {"default": "odd"},
+            "routing": {
+                "default": "odd",
+                "aliases": {"auto": None, "claude-sonnet-4-5": "odd-anthropic"},
+            },
             "store": {"enabled": False},
             "auth": {"required": False},
         }
@@ -164,3 +191,27 @@ def test_a_fault_in_the_exchanges_figures_still_records_it_and_answers(
         assert response.status_code == 200 and "hi" in response.text
         record = _record(gw, response)
         assert record.status == 200 and record.prompt_tokens == 12 and record.cost_usd is None
+
+
+@pytest.mark.parametrize("door", ["messages", "responses"])
+def test_an_answer_no_door_can_render_is_a_502_recorded_not_a_500(
+    gw: GatewayThread, door: str
+) -> None:
+    response = _ask(gw, door, "choices of strings", stream=False)
+    assert response.status_code == 502
+    assert "its answer could not be rendered" in response.text
+    record = _record(gw, response)
+    assert record.status == 502 and record.route_target == "odd"
+
+
+def test_an_answer_litellm_cannot_read_is_the_providers_fault_without_a_traceback(
+    gw: GatewayThread,
+) -> None:
+    """Not a 400 (the client's request was fine, and a client does not retry a 400)."""
+    body = {"model": "claude-sonnet-4-5", "messages": [{"role": "user", "content": "hi"}]}
+    response = httpx.post(gw.base_url + "/v1/chat/completions", json=body, timeout=30)
+    assert response.status_code == 502, response.text
+    message = response.json()["error"]["message"]
+    assert "the provider's answer could not be read" in message
+    assert "Traceback" not in message
+    assert _record(gw, response).status == 502
