@@ -45,7 +45,7 @@ class LimitsConfig(BaseModel):
 
     max_body_bytes: int = Field(default=8 * 1024 * 1024, gt=0, description="413 above this.")
     request_timeout_s: float = Field(
-        default=120.0,
+        default=600.0,
         gt=0,
         description="Whole request, all tries: until the answer or a stream's first byte "
         "(a stream's body is bounded by its back-end's `timeout_s`).",
@@ -129,9 +129,17 @@ class BackendConfig(BaseModel):
         description="Cache writes. Unset: the provider's rule (Anthropic bills 5-minute cache "
         "writes at 1.25x the input price; OpenAI has no write charge: the input price).",
     )
-    timeout_s: float = Field(default=60.0, gt=0, description="Per attempt, until the last byte.")
+    # As the OpenAI and Anthropic SDKs wait (600 s): an agent's long answer, extended thinking
+    # included, streams for minutes.
+    timeout_s: float = Field(default=600.0, gt=0, description="Per attempt, until the last byte.")
     connect_timeout_s: float = Field(default=5.0, gt=0)
-    first_byte_timeout_s: float = Field(default=30.0, gt=0)
+    first_byte_timeout_s: float = Field(
+        default=300.0,
+        gt=0,
+        description="Streams: the longest silence from the upstream, its first byte included "
+        "(a reasoning model may think that long before it writes); lower it for a faster "
+        "failover from a provider that hangs. A non-streamed answer is bounded by timeout_s.",
+    )
     extra_headers: dict[str, str] = Field(
         default_factory=dict, description="Headers sent with every call to this back-end."
     )

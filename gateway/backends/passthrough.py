@@ -39,6 +39,7 @@ from gateway.backends.relay import (
     EventWatcher,
     OpenAIWatcher,
     RelayStream,
+    answer_timeouts,
     read_json_answer,
 )
 from gateway.backends.vllm import upstream_status_error
@@ -82,11 +83,7 @@ class PassThroughBackend:
         self._fallback = fallback
         self._forwarded = FORWARDED_HEADERS[route.wire]
         self._headers = {**_JSON, **route.headers}
-        self._timeout = aiohttp.ClientTimeout(
-            total=config.timeout_s,
-            sock_connect=config.connect_timeout_s,
-            sock_read=config.first_byte_timeout_s,
-        )
+        self._timeouts = answer_timeouts(config)
 
     def _direct(self, call: UpstreamCall) -> _Direct | None:
         """The direct call to make; None: litellm's."""
@@ -119,10 +116,10 @@ class PassThroughBackend:
             body["stream_options"] = opts
         return _Direct(url, orjson.dumps(body), headers, False, {})
 
-    async def _post(self, url: str, payload: bytes, headers: dict[str, str]) -> Any:
+    async def _post(self, url: str, payload: bytes, headers: dict[str, str], stream: bool) -> Any:
         try:
             resp = await self._session.post(
-                url, data=payload, headers=headers, timeout=self._timeout
+                url, data=payload, headers=headers, timeout=self._timeouts[stream]
             )
         except TimeoutError as exc:  # first: aiohttp's ServerTimeoutError is both kinds
             raise UpstreamTimeoutError(f"{self.name}: timed out", backend=self.name) from exc
@@ -147,7 +144,7 @@ class PassThroughBackend:
         if direct is None:
             return await self._fallback.complete(call)
         url, payload, headers, native, notes = direct
-        resp = await self._post(url, payload, headers)
+        resp = await self._post(url, payload, headers, stream=False)
         body, parsed = await read_json_answer(resp, self.name, self.route.provider)
         asked, served = _asked_model(call) if native else None, parsed.get("model")
         if asked is not None and isinstance(served, str) and served != asked:  # renamed
@@ -164,7 +161,7 @@ class PassThroughBackend:
         if direct is None:
             return await self._fallback.open_stream(call)
         url, payload, headers, native, notes = direct
-        resp = await self._post(url, payload, headers)
+        resp = await self._post(url, payload, headers, stream=True)
         watcher: EventWatcher = (
             AnthropicWatcher(_asked_model(call))
             if native

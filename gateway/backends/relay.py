@@ -33,6 +33,7 @@ import aiohttp
 import orjson
 
 from gateway.backends.base import StreamOutcome, Usage
+from gateway.config import BackendConfig
 from gateway.errors import UpstreamError, UpstreamTimeoutError, upstream_error_for_status
 from gateway.wire.anthropic_answer import usage_as_openai
 from gateway.wire.anthropic_render import ERROR_STATUS as ANTHROPIC_ERROR_STATUS
@@ -313,6 +314,22 @@ class RelayStream:
     async def aclose(self) -> None:
         self._release()
         self._resp.close()
+
+
+def answer_timeouts(config: BackendConfig) -> tuple[aiohttp.ClientTimeout, aiohttp.ClientTimeout]:
+    """The timeouts of an HTTP back-end's call, indexed by whether it streams.
+
+    Both end the call at ``timeout_s`` and bound the connection at ``connect_timeout_s``. Only
+    a stream has ``first_byte_timeout_s`` as the longest silence between reads: a provider
+    sends a non-streamed answer's first byte when the whole answer is generated, so that limit
+    would cut every answer that takes longer to write."""
+    unary = aiohttp.ClientTimeout(total=config.timeout_s, sock_connect=config.connect_timeout_s)
+    stream = aiohttp.ClientTimeout(
+        total=config.timeout_s,
+        sock_connect=config.connect_timeout_s,
+        sock_read=config.first_byte_timeout_s,
+    )
+    return unary, stream
 
 
 async def read_json_answer(

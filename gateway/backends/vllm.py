@@ -18,6 +18,7 @@ from gateway.backends.base import UpstreamCall, UpstreamResult, Usage
 from gateway.backends.relay import (
     OpenAIWatcher,
     RelayStream,
+    answer_timeouts,
     read_json_answer,
 )
 from gateway.backends.replica_pool import ReplicaPool
@@ -75,11 +76,7 @@ class VllmBackend:
         self._selector = selector
         self.pool = pool
         self._headers = {**_JSON_HEADERS, **config.extra_headers}
-        self._timeout = aiohttp.ClientTimeout(
-            total=config.timeout_s,
-            sock_connect=config.connect_timeout_s,
-            sock_read=config.first_byte_timeout_s,
-        )
+        self._timeouts = answer_timeouts(config)
 
     def _prepare(self, call: UpstreamCall) -> bytes:
         body = dict(call.body)
@@ -111,7 +108,10 @@ class VllmBackend:
             self.pool.acquire(replica)
             try:
                 resp = await self._session.post(
-                    replica + path, data=payload, headers=self._headers, timeout=self._timeout
+                    replica + path,
+                    data=payload,
+                    headers=self._headers,
+                    timeout=self._timeouts[bool(call.body.get("stream"))],
                 )
             except BaseException as exc:  # no answer, cancelled (the client left) included
                 self.pool.release(replica)

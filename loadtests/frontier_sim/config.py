@@ -36,7 +36,11 @@ class SimulatorConfig(BaseModel):
         default=0.0, ge=0, description="Delay before the first byte of every answer, in ms."
     )
     tokens_per_s: float = Field(
-        default=0.0, ge=0, description="Streaming pace in chunks per second; 0 means unpaced."
+        default=0.0,
+        ge=0,
+        description="Writing pace in tokens (stream chunks) per second: a stream's events are "
+        "spaced by it, a non-streamed answer comes when all its tokens are written; 0 means "
+        "unpaced.",
     )
     slow_model_ttft_ms: float = Field(
         default=2000.0,

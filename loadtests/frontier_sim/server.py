@@ -8,8 +8,9 @@ Every answering endpoint runs the same pipeline (:func:`_serve`):
    (``error_status``; the ``x-sim-error: <status>`` header forces one);
 4. compute the answers and what the prompt read from and wrote to the provider's prompt cache
    (``prompt_cache.py``), wait ``ttft_ms`` (+ ``slow_model_ttft_ms`` for "slow" model names);
-5. answer JSON, or stream SSE events paced at ``tokens_per_s`` and cut off after
-   ``cut_stream_after_chunks`` events by closing the connection.
+5. answer JSON once the whole answer is written (its tokens at ``tokens_per_s``), or stream SSE
+   events paced at ``tokens_per_s`` and cut off after ``cut_stream_after_chunks`` events by
+   closing the connection.
 State (config, seeded RNG, counters, the oracle's registered task prompts, the prompt cache)
 lives on the app under :data:`STATE`. ``POST /sim/oracle`` is the oracle channel the gateway never
 sees (see ``oracle.py``): the IDE client registers ``{"prompt_hash", "task_id"}`` (or an array of
@@ -206,6 +207,8 @@ async def _serve(request: web.Request, wire: _Wire[Any]) -> web.StreamResponse:
         "request-id": request_id,
     }
     if not parsed.stream:
+        if knobs.tokens_per_s > 0:  # a provider answers once the whole answer is written
+            await asyncio.sleep(sum(a.tokens for a in answers) / knobs.tokens_per_s)
         return web.Response(
             body=wire.body(parsed, answers), content_type=JSON_TYPE, headers=headers
         )
