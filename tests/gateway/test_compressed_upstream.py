@@ -16,15 +16,21 @@ import orjson
 import pytest
 from aiohttp import web
 
-from gateway.config import parse_config
 from tests.fixtures.gateway_fixture import GatewayThread
-from tests.fixtures.loopback_provider import CHAT_ANSWER, MESSAGE, anthropic_stream, chat_stream
-from tests.fixtures.loopback_server import LoopbackServer
+from tests.fixtures.loopback_provider import (
+    CHAT_ANSWER,
+    MESSAGE,
+    anthropic_stream,
+    chat_stream,
+    provider_gateway,
+)
 
 REFUSAL = {"error": {"message": "max_tokens is too large", "type": "invalid_request_error"}}
 
 
-async def _compressed(request: web.Request, whole: dict[str, Any], events: list[bytes]) -> Any:
+async def _compressed(
+    request: web.Request, whole: dict[str, Any], events: list[bytes]
+) -> web.StreamResponse:
     body = await request.json()
     assert "gzip" in request.headers.get("Accept-Encoding", "")  # what makes providers compress
     if body.get("max_tokens") == 999_999:
@@ -44,45 +50,18 @@ async def _compressed(request: web.Request, whole: dict[str, Any], events: list[
     return stream
 
 
-async def _chat(request: web.Request) -> Any:
+async def _chat(request: web.Request) -> web.StreamResponse:
     return await _compressed(request, CHAT_ANSWER, chat_stream())
 
 
-async def _messages(request: web.Request) -> Any:
+async def _messages(request: web.Request) -> web.StreamResponse:
     return await _compressed(request, MESSAGE, anthropic_stream())
 
 
 @pytest.fixture(scope="module")
 def gw() -> Iterator[GatewayThread]:
-    app = web.Application()
-    app.router.add_post("/v1/chat/completions", _chat)
-    app.router.add_post("/v1/messages", _messages)
-    upstream = LoopbackServer(app, "gzip-upstream").start()
-    config = parse_config(
-        {
-            "backends": {
-                "openai": {
-                    "kind": "litellm",
-                    "model": "openai/gpt-4o-mini",
-                    "api_base": upstream.url + "/v1",
-                },
-                "anthropic": {
-                    "kind": "litellm",
-                    "model": "anthropic/claude-sonnet-4-5",
-                    "api_base": upstream.url,
-                },
-            },
-            "routing": {
-                "default": "openai",
-                "aliases": {"gpt-4o-mini": "openai", "claude-sonnet-4-5": "anthropic"},
-            },
-            "store": {"enabled": False},
-            "auth": {"required": False},
-        }
-    )
-    with GatewayThread(config) as gateway:
+    with provider_gateway(_chat, _messages, "gzip-upstream") as gateway:
         yield gateway
-    upstream.stop()
 
 
 def _post(gw: GatewayThread, path: str, body: dict[str, Any]) -> httpx.Response:

@@ -18,9 +18,8 @@ import httpx
 import pytest
 from aiohttp import web
 
-from gateway.config import parse_config
 from tests.fixtures.gateway_fixture import GatewayThread
-from tests.fixtures.loopback_server import LoopbackServer
+from tests.fixtures.loopback_provider import provider_gateway
 
 STYLES = ("crlf", "cr", "unspaced", "comments")
 _LINE_END = {"crlf": b"\r\n", "cr": b"\r"}
@@ -119,35 +118,8 @@ async def _messages(request: web.Request) -> web.StreamResponse:
 
 @pytest.fixture(scope="module")
 def gw() -> Iterator[GatewayThread]:
-    app = web.Application()
-    app.router.add_post("/v1/chat/completions", _chat)
-    app.router.add_post("/v1/messages", _messages)
-    upstream = LoopbackServer(app, "sse-spellings").start()
-    config = parse_config(
-        {
-            "backends": {
-                "openai": {
-                    "kind": "litellm",
-                    "model": "openai/gpt-4o-mini",
-                    "api_base": upstream.url + "/v1",
-                },
-                "anthropic": {
-                    "kind": "litellm",
-                    "model": "anthropic/claude-sonnet-4-5",
-                    "api_base": upstream.url,
-                },
-            },
-            "routing": {
-                "default": "openai",
-                "aliases": {"gpt-4o-mini": "openai", "claude-sonnet-4-5": "anthropic"},
-            },
-            "store": {"enabled": False},
-            "auth": {"required": False},
-        }
-    )
-    with GatewayThread(config) as gateway:
+    with provider_gateway(_chat, _messages, "sse-spellings") as gateway:
         yield gateway
-    upstream.stop()
 
 
 def _ask(gw: GatewayThread, door: str, model: str, style: str) -> httpx.Response:
