@@ -249,6 +249,8 @@ class RelayStream:
         return stream
 
     async def _read_opening(self, name: str) -> None:
+        if self._resp.content_type == "application/json":
+            raise await self._json_instead(name)
         out, read = b"", False
         while not out and self.outcome.error is None and not self.outcome.completed:
             try:
@@ -272,6 +274,22 @@ class RelayStream:
             return
         status = self.outcome.error_status or 502
         raise upstream_error_for_status(name, status, f"{self._source}: {self.outcome.error}")
+
+    async def _json_instead(self, name: str) -> UpstreamError:
+        """The error for a JSON answer to a stream request (a proxy's or provider's error sent
+        with 200, or a provider that ignored ``stream``): the error it carries, with its status,
+        else a 502; raised before any byte went out, so another target may still answer."""
+        try:
+            _, parsed = await read_json_answer(self._resp, name, self._source)
+        except UpstreamError as exc:
+            return exc
+        if "error" not in parsed:
+            return UpstreamError(
+                f"{name}: {self._source} answered JSON, not a stream", backend=name
+            )
+        _note_error(self.outcome, parsed)
+        status = self.outcome.error_status or 502
+        return upstream_error_for_status(name, status, f"{self._source}: {self.outcome.error}")
 
     def _process(self, block: bytes) -> bytes:
         out = self._splitter.feed(block)

@@ -63,6 +63,12 @@ async def _chat(request: web.Request) -> web.StreamResponse:
     if last == "choices of strings":  # no door can render that
         whole, _ = _chat_answer(body["model"], USAGES["fine"])
         return web.json_response({**whole, "choices": ["hi there"]})
+    if last == "json to a stream":  # a provider that ignores `stream`
+        whole, _ = _chat_answer(body["model"], USAGES["fine"])
+        return web.json_response(whole)
+    if last == "json error to a stream":  # a proxy's error, sent with 200
+        error = {"message": "model overloaded", "type": "server_error", "code": 503}
+        return web.json_response({"error": error})
     whole, events = _chat_answer(body["model"], USAGES[last if isinstance(last, str) else "fine"])
     return await answer(request, body, whole, events)
 
@@ -215,3 +221,23 @@ def test_an_answer_litellm_cannot_read_is_the_providers_fault_without_a_tracebac
     assert "the provider's answer could not be read" in message
     assert "Traceback" not in message
     assert _record(gw, response).status == 502
+
+
+@pytest.mark.parametrize(
+    ("content", "status", "says"),
+    [
+        ("json error to a stream", 503, "model overloaded"),
+        ("json to a stream", 502, "answered JSON, not a stream"),
+    ],
+)
+@pytest.mark.parametrize("door", ["chat", "messages"])
+def test_a_json_answer_to_a_stream_request_is_an_http_error_saying_why(
+    gw: GatewayThread, door: str, content: str, status: int, says: str
+) -> None:
+    """Nothing was streamed yet: the client gets an HTTP error in its door's shape (and another
+    target could still have answered), not a 200 stream that ends in "ended before its last
+    event"."""
+    response = _ask(gw, door, content, stream=True)
+    assert response.status_code == status, response.text
+    assert says in response.text
+    assert _record(gw, response).status == status
