@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from types import ModuleType
 from typing import Any
 
@@ -120,18 +120,24 @@ def _message(exc: BaseException) -> str:
     return text.split("\nTraceback (most recent call last)", 1)[0]
 
 
+def _chain(exc: BaseException) -> Iterator[BaseException]:
+    """``exc`` and what it wraps, outermost first (at most 16: a chain may loop)."""
+    cause: BaseException | None = exc
+    for _ in range(16):
+        if cause is None:
+            return
+        yield cause
+        cause = cause.__cause__ or cause.__context__
+
+
 def _answer_fault(exc: BaseException) -> bool:
     """Whether ``exc`` (or what it wraps) was raised while litellm read the provider's answer."""
-    seen = 0
-    cause: BaseException | None = exc
-    while cause is not None and seen < 16:
+    for cause in _chain(exc):
         tb = cause.__traceback__
         while tb is not None:
             if tb.tb_frame.f_code.co_name in _ANSWER_READERS:
                 return True
             tb = tb.tb_next
-        cause = cause.__cause__ or cause.__context__
-        seen += 1
     return False
 
 
@@ -146,14 +152,7 @@ def _is_network_error(exc: BaseException) -> bool:
 
 def _network_fault(exc: BaseException) -> bool:
     """Whether a network error (refused, reset, DNS, TLS, timeout) is behind ``exc``."""
-    seen = 0
-    cause: BaseException | None = exc
-    while cause is not None and seen < 16:
-        if _is_network_error(cause):
-            return True
-        cause = cause.__cause__ or cause.__context__
-        seen += 1
-    return False
+    return any(_is_network_error(cause) for cause in _chain(exc))
 
 
 def _dump(obj: Any) -> dict[str, Any]:

@@ -146,9 +146,10 @@ class _NamedEvents:
     regex scan (in C) instead of splitting every event and line of the block in Python (a
     16-token answer read in one block: ~53 -> ~19 us, per stream). The patterns have no
     ``^`` anchor, which would cost the scan its literal-prefix search (5x slower); a match
-    must start a line, checked after. When the scan found fewer events than the block mentions
-    ``event:`` with those names (CRLF, ``data`` before ``event``, data over several lines, a
-    text that quotes one), the block is read line by line instead (each event's last ``data:``
+    must start a line, checked after (line ends are LF by then: :class:`EventSplitter`). When
+    the scan found fewer events than the block mentions ``event:`` with those names (``data``
+    before ``event``, data over several lines, a text that quotes one), the block is read line
+    by line instead (each event's last ``data:``
     line)."""
 
     __slots__ = ("_line", "_mentions", "_quick", "_spellings")
@@ -272,8 +273,12 @@ class RelayStream:
         self._opening = out
         if self.outcome.error is None or out:
             return
+        raise self._refusal(name)
+
+    def _refusal(self, name: str) -> UpstreamError:
+        """The error event noted on the outcome, as the HTTP error of the status it carries."""
         status = self.outcome.error_status or 502
-        raise upstream_error_for_status(name, status, f"{self._source}: {self.outcome.error}")
+        return upstream_error_for_status(name, status, f"{self._source}: {self.outcome.error}")
 
     async def _json_instead(self, name: str) -> UpstreamError:
         """The error for a JSON answer to a stream request (a proxy's or provider's error sent
@@ -288,8 +293,7 @@ class RelayStream:
                 f"{name}: {self._source} answered JSON, not a stream", backend=name
             )
         _note_error(self.outcome, parsed)
-        status = self.outcome.error_status or 502
-        return upstream_error_for_status(name, status, f"{self._source}: {self.outcome.error}")
+        return self._refusal(name)
 
     def _process(self, block: bytes) -> bytes:
         out = self._splitter.feed(block)

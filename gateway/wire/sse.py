@@ -44,8 +44,8 @@ def _openai_spelling(data: bytes) -> bytes:
 
 class EventSplitter:
     """Turns arbitrary byte blocks into blocks of whole events (carrying any partial tail),
-    spelled as OpenAI and Anthropic write them (:func:`_openai_spelling`; a test or two of a
-    block in C when it already is)."""
+    spelled as OpenAI and Anthropic write them (:func:`_openai_spelling`: three substring tests
+    of a block when it already is)."""
 
     __slots__ = ("_tail",)
 
@@ -53,9 +53,7 @@ class EventSplitter:
         self._tail = b""
 
     def feed(self, block: bytes) -> bytes:
-        data = self._tail + block if self._tail else block
-        if b"\r" in data or b"data:{" in data or b"data:[" in data:
-            data = _openai_spelling(data)
+        data = _openai_spelling(self._tail + block if self._tail else block)
         cut = data.rfind(EVENT_SEP)
         if cut < 0:
             self._tail = data

@@ -199,7 +199,8 @@ async def _serve(request: web.Request, wire: _Wire[Any]) -> web.StreamResponse:
     delay_ms = knobs.ttft_ms + (knobs.slow_model_ttft_ms if "slow" in model.lower() else 0)
     if delay_ms > 0:
         await asyncio.sleep(delay_ms / 1000)
-    cost = knobs.cost_usd(parsed.views[0].prompt_tokens, sum(a.tokens for a in answers))
+    written = sum(a.tokens for a in answers)
+    cost = knobs.cost_usd(parsed.views[0].prompt_tokens, written)
     request_id = uuid.uuid4().hex
     headers = {
         "x-sim-cost-usd": f"{cost:.8f}",
@@ -208,7 +209,7 @@ async def _serve(request: web.Request, wire: _Wire[Any]) -> web.StreamResponse:
     }
     if not parsed.stream:
         if knobs.tokens_per_s > 0:  # a provider answers once the whole answer is written
-            await asyncio.sleep(sum(a.tokens for a in answers) / knobs.tokens_per_s)
+            await asyncio.sleep(written / knobs.tokens_per_s)
         return web.Response(
             body=wire.body(parsed, answers), content_type=JSON_TYPE, headers=headers
         )

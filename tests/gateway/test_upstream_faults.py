@@ -16,10 +16,10 @@ import orjson
 import pytest
 from aiohttp import web
 
-from gateway.config import parse_config
 from gateway.wire.anthropic_render import MessagesStreamEncoder
 from tests.fixtures.gateway_fixture import GatewayThread
-from tests.fixtures.loopback_server import LoopbackServer, answer
+from tests.fixtures.loopback_provider import ask_door, provider_gateway
+from tests.fixtures.loopback_server import answer
 from traffic.store.records import InferenceRecord
 
 # Usage objects no provider should send, and one that is fine.
@@ -89,62 +89,9 @@ async def _messages(request: web.Request) -> web.StreamResponse:
 
 
 @pytest.fixture(scope="module")
-def upstream() -> Iterator[LoopbackServer]:
-    app = web.Application()
-    app.router.add_post("/v1/chat/completions", _chat)
-    app.router.add_post("/v1/messages", _messages)
-    server = LoopbackServer(app, "odd-upstream").start()
-    yield server
-    server.stop()
-
-
-@pytest.fixture(scope="module")
-def gw(upstream: LoopbackServer) -> Iterator[GatewayThread]:
-    config = parse_config(
-        {
-            "backends": {
-                "odd": {
-                    "kind": "litellm",
-                    "model": "openai/gpt-4o-mini",
-                    "api_base": upstream.url + "/v1",
-                },
-                "odd-anthropic": {
-                    "kind": "litellm",
-                    "model": "anthropic/claude-sonnet-4-5",
-                    "api_base": upstream.url,
-                },
-            },
-            "routing": {
-                "default": "odd",
-                "aliases": {"auto": None, "claude-sonnet-4-5": "odd-anthropic"},
-            },
-            "store": {"enabled": False},
-            "auth": {"required": False},
-        }
-    )
-    with GatewayThread(config) as gateway:
+def gw() -> Iterator[GatewayThread]:
+    with provider_gateway(_chat, _messages, "odd-upstream") as gateway:
         yield gateway
-
-
-def _ask(gw: GatewayThread, door: str, content: str, stream: bool) -> httpx.Response:
-    messages = [{"role": "user", "content": content}]
-    if door == "chat":
-        return httpx.post(
-            gw.base_url + "/v1/chat/completions",
-            json={"model": "auto", "messages": messages, "stream": stream},
-            timeout=30,
-        )
-    if door == "messages":
-        return httpx.post(
-            gw.base_url + "/v1/messages",
-            json={"model": "auto", "max_tokens": 16, "messages": messages, "stream": stream},
-            timeout=30,
-        )
-    return httpx.post(
-        gw.base_url + "/v1/responses",
-        json={"model": "auto", "input": content, "stream": stream},
-        timeout=30,
-    )
 
 
 def _record(gw: GatewayThread, response: httpx.Response) -> InferenceRecord:
@@ -158,7 +105,7 @@ def _record(gw: GatewayThread, response: httpx.Response) -> InferenceRecord:
 def test_an_upstreams_odd_usage_costs_the_record_its_counts_never_the_answer(
     gw: GatewayThread, door: str, usage: str, stream: bool
 ) -> None:
-    response = _ask(gw, door, usage, stream)
+    response = ask_door(gw, door, usage, stream=stream)
     assert response.status_code == 200, response.text
     text = response.text
     assert "hi" in text and " there" in text
@@ -178,7 +125,7 @@ def test_a_fault_while_translating_a_stream_ends_it_with_an_error_event_and_is_r
         raise RuntimeError("a fault of the gateway's own")
 
     monkeypatch.setattr(MessagesStreamEncoder, "encode", broken)
-    response = _ask(gw, "messages", "fine", stream=True)
+    response = ask_door(gw, "messages", "fine", stream=True)
     assert response.status_code == 200  # the stream had begun
     assert "event: error" in response.text and "internal error" in response.text
     record = _record(gw, response)
@@ -193,7 +140,7 @@ def test_a_fault_in_the_exchanges_figures_still_records_it_and_answers(
 
     monkeypatch.setattr(type(gw.state.prices), "cost_usd", broken)
     for stream in (False, True):
-        response = _ask(gw, "chat", "fine", stream)
+        response = ask_door(gw, "chat", "fine", stream=stream)
         assert response.status_code == 200 and "hi" in response.text
         record = _record(gw, response)
         assert record.status == 200 and record.prompt_tokens == 12 and record.cost_usd is None
@@ -203,11 +150,11 @@ def test_a_fault_in_the_exchanges_figures_still_records_it_and_answers(
 def test_an_answer_no_door_can_render_is_a_502_recorded_not_a_500(
     gw: GatewayThread, door: str
 ) -> None:
-    response = _ask(gw, door, "choices of strings", stream=False)
+    response = ask_door(gw, door, "choices of strings", stream=False)
     assert response.status_code == 502
     assert "its answer could not be rendered" in response.text
     record = _record(gw, response)
-    assert record.status == 502 and record.route_target == "odd"
+    assert record.status == 502 and record.route_target == "openai"
 
 
 def test_an_answer_litellm_cannot_read_is_the_providers_fault_without_a_traceback(
@@ -237,7 +184,7 @@ def test_a_json_answer_to_a_stream_request_is_an_http_error_saying_why(
     """Nothing was streamed yet: the client gets an HTTP error in its door's shape (and another
     target could still have answered), not a 200 stream that ends in "ended before its last
     event"."""
-    response = _ask(gw, door, content, stream=True)
+    response = ask_door(gw, door, content, stream=True)
     assert response.status_code == status, response.text
     assert says in response.text
     assert _record(gw, response).status == status

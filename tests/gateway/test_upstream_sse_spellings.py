@@ -14,12 +14,11 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
-import httpx
 import pytest
 from aiohttp import web
 
 from tests.fixtures.gateway_fixture import GatewayThread
-from tests.fixtures.loopback_provider import provider_gateway
+from tests.fixtures.loopback_provider import ask_door, provider_gateway
 
 STYLES = ("crlf", "cr", "unspaced", "comments")
 _LINE_END = {"crlf": b"\r\n", "cr": b"\r"}
@@ -122,25 +121,13 @@ def gw() -> Iterator[GatewayThread]:
         yield gateway
 
 
-def _ask(gw: GatewayThread, door: str, model: str, style: str) -> httpx.Response:
-    messages = [{"role": "user", "content": style}]
-    body: dict[str, Any]
-    if door == "chat":
-        path, body = "/v1/chat/completions", {"messages": messages}
-    elif door == "messages":
-        path, body = "/v1/messages", {"max_tokens": 16, "messages": messages}
-    else:
-        path, body = "/v1/responses", {"input": style}
-    return httpx.post(gw.base_url + path, json={"model": model, "stream": True, **body}, timeout=30)
-
-
 @pytest.mark.parametrize("door", ["chat", "messages", "responses"])
 @pytest.mark.parametrize("model", ["gpt-4o-mini", "claude-sonnet-4-5"])
 @pytest.mark.parametrize("style", STYLES)
 def test_a_stream_spelled_as_sse_allows_is_relayed_whole_and_recorded(
     gw: GatewayThread, door: str, model: str, style: str
 ) -> None:
-    response = _ask(gw, door, model, style)
+    response = ask_door(gw, door, style, stream=True, model=model)
     assert response.status_code == 200
     text = response.text
     assert "there" in text and "upstream_error" not in text
