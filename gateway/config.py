@@ -95,6 +95,21 @@ class RetryConfig(BaseModel):
     min_retries_per_s: float = Field(default=5.0, ge=0)
 
 
+class ReplicaHealthConfig(BaseModel):
+    """How the gateway probes a vLLM target's replicas (``GET /health``). A refused connection or
+    an error status takes a replica out of rotation at once; a probe that times out counts
+    against it only ``slow_probes_down`` times in a row, since a replica busy loading weights or
+    prefilling long prompts on saturated cores answers late and still serves."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    interval_s: float = Field(default=0.5, gt=0, description="Between two probes of a replica.")
+    timeout_s: float = Field(default=2.0, gt=0, description="One probe's whole answer.")
+    slow_probes_down: int = Field(
+        default=3, ge=1, description="Timed-out probes in a row that take a replica out."
+    )
+
+
 class BackendConfig(BaseModel):
     """A target. ``kind: vllm`` = our replicas over HTTP; ``kind: litellm`` = a frontier API."""
 
@@ -152,6 +167,9 @@ class BackendConfig(BaseModel):
         description="vllm: how a replica is chosen (round_robin, least_load, session_affinity, "
         "cache_aware; see router/cache_aware.py).",
     )
+    health: ReplicaHealthConfig = Field(
+        default_factory=ReplicaHealthConfig, description="vllm: how replicas are probed."
+    )
     tokenizer_dir: str | None = Field(
         default=None,
         description="vllm: the served model's directory (tokenizer + chat template), needed by "
@@ -167,6 +185,8 @@ class BackendConfig(BaseModel):
         sel = self.replica_selector
         if self.kind != "vllm" and not isinstance(sel, RoundRobinConfig):
             raise ValueError("`replica_selector` applies to `vllm` backends only")
+        if self.kind != "vllm" and "health" in self.model_fields_set:
+            raise ValueError("`health` applies to `vllm` backends only")
         if isinstance(sel, CacheAwareConfig):
             if self.tokenizer_dir is None:
                 raise ValueError("cache_aware replica choice needs `tokenizer_dir`")

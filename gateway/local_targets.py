@@ -60,7 +60,7 @@ class LocalTarget:
         tokenizers: dict[str, PromptTokenizer],
     ) -> LocalTarget:
         urls = [u.rstrip("/") for u in config.replicas]
-        pool = ReplicaPool(urls, config.weights_version)
+        pool = ReplicaPool(urls, config.weights_version, config.health)
         pool.start_probing(session)
         sel_cfg = config.replica_selector
         selector = build_selector(sel_cfg)

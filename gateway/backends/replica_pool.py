@@ -1,8 +1,10 @@
 """Health and load of one local target's vLLM replicas, as the gateway sees them.
 
-A replica is taken out of rotation at once when a connection to it fails (passive check) and by
-a background probe of ``GET /health`` every ``probe_interval_s`` (active check); the probe also
-brings it back. In-flight counts are the gateway's own; the router's selector reads
+A replica is taken out of rotation at once when a connection to it is refused (passive check,
+gateway/backends/vllm.py) and by a background probe of ``GET /health`` (active check,
+:class:`gateway.config.ReplicaHealthConfig`): at once on a refused connection or an error
+status, after ``slow_probes_down`` timed-out probes in a row otherwise; one good probe brings it
+back. In-flight counts are the gateway's own; the router's selector reads
 :class:`router.replicas.ReplicaView` snapshots.
 """
 
@@ -14,10 +16,8 @@ from dataclasses import dataclass
 
 import aiohttp
 
+from gateway.config import ReplicaHealthConfig
 from router.replicas import ReplicaView
-
-PROBE_INTERVAL_S = 0.5
-PROBE_TIMEOUT_S = 1.0
 
 
 @dataclass(slots=True)
@@ -27,10 +27,17 @@ class ReplicaState:
     in_flight: int = 0
     weights_version: str | None = None
     drained: bool = False  # taken out of rotation by an operator (e.g. during a weight swap)
+    slow_probes: int = 0  # timed-out health probes in a row
 
 
 class ReplicaPool:
-    def __init__(self, urls: list[str], weights_version: str | None = None) -> None:
+    def __init__(
+        self,
+        urls: list[str],
+        weights_version: str | None = None,
+        health: ReplicaHealthConfig | None = None,
+    ) -> None:
+        self.health = health or ReplicaHealthConfig()
         self.replicas = {
             u.rstrip("/"): ReplicaState(u.rstrip("/"), weights_version=weights_version)
             for u in urls
@@ -73,24 +80,27 @@ class ReplicaPool:
         self.replicas[url].drained = False
 
     async def _probe(self, session: aiohttp.ClientSession, state: ReplicaState) -> None:
+        timeout = aiohttp.ClientTimeout(total=self.health.timeout_s)
         try:
-            async with session.get(
-                state.url + "/health", timeout=aiohttp.ClientTimeout(total=PROBE_TIMEOUT_S)
-            ) as resp:
+            async with session.get(state.url + "/health", timeout=timeout) as resp:
                 state.healthy = resp.status == 200
-        except (aiohttp.ClientError, TimeoutError):
+        except TimeoutError:  # aiohttp's ServerTimeoutError included: busy, maybe not down
+            state.slow_probes += 1
+            if state.slow_probes >= self.health.slow_probes_down:
+                state.healthy = False
+            return
+        except aiohttp.ClientError:
             state.healthy = False
+        state.slow_probes = 0
 
-    async def _probe_loop(self, session: aiohttp.ClientSession, interval: float) -> None:
+    async def _probe_loop(self, session: aiohttp.ClientSession) -> None:
         while True:
             await asyncio.gather(*(self._probe(session, r) for r in self.replicas.values()))
-            await asyncio.sleep(interval)
+            await asyncio.sleep(self.health.interval_s)
 
-    def start_probing(
-        self, session: aiohttp.ClientSession, interval: float = PROBE_INTERVAL_S
-    ) -> None:
+    def start_probing(self, session: aiohttp.ClientSession) -> None:
         if self._task is None:
-            self._task = asyncio.create_task(self._probe_loop(session, interval))
+            self._task = asyncio.create_task(self._probe_loop(session))
 
     async def stop_probing(self) -> None:
         if self._task is not None:

@@ -96,6 +96,7 @@ class VllmBackend:
             ids = await self._tokenizer.atoken_ids(call.endpoint, call.body)
             features = dataclasses.replace(features, prompt_token_ids=ids)
         tried: set[str] = set()
+        cut: set[str] = set()  # replicas whose connection closed under a request once
         while True:
             views = [v for v in self.pool.views() if v.name not in tried]
             try:
@@ -119,8 +120,18 @@ class VllmBackend:
                     raise UpstreamTimeoutError(
                         f"{self.name}: replica {replica} timed out", backend=self.name
                     ) from exc
-                if isinstance(exc, aiohttp.ClientConnectionError):
+                if isinstance(exc, aiohttp.ClientConnectorError):  # nothing listens there
                     self.pool.mark_down(replica)
+                    continue
+                if isinstance(exc, aiohttp.ClientConnectionError):
+                    # Closed before any answer: most often a kept-alive connection the replica's
+                    # server had just timed out (uvicorn closes idle ones after 5 s). The replica
+                    # may serve: it is tried again; a second cut takes it out of rotation.
+                    if replica in cut:
+                        self.pool.mark_down(replica)
+                    else:
+                        cut.add(replica)
+                        tried.discard(replica)
                     continue
                 raise
             if resp.status != 200:

@@ -176,7 +176,11 @@ class ProcessWatch:
         left = still_running_after(
             list(self.seen.values()), timeout_s - (time.monotonic() - started)
         )
-        assert self.process.poll() is not None, f"still running:\n{self.output()[-4000:]}"
+        if self.process.poll() is None:
+            # tests.serving.signal_drivers dumps every thread's stack on SIGUSR1 (faulthandler).
+            os.kill(self.pid, signal.SIGUSR1)
+            time.sleep(1.0)
+            raise AssertionError(f"still running:\n{self.output()[-8000:]}")
         assert not left, (
             "left running:\n" + "\n".join(map(str, left)) + f"\n---\n{self.output()[-4000:]}"
         )

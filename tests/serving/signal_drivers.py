@@ -12,7 +12,9 @@
 from __future__ import annotations
 
 import asyncio
+import faulthandler
 import runpy
+import signal
 import sys
 import threading
 import time
@@ -65,6 +67,8 @@ def fake_vllm_command(self: VllmLaunchConfig) -> list[str]:
 
 
 def main() -> int:
+    # Where the program is, should a test find it still running after its stop signal.
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     kind, args = sys.argv[1], sys.argv[2:]
     if kind == "fleet":
         return fleet(args[0], float(args[1]))
