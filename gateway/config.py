@@ -185,7 +185,7 @@ class BackendConfig(BaseModel):
         sel = self.replica_selector
         if self.kind != "vllm" and not isinstance(sel, RoundRobinConfig):
             raise ValueError("`replica_selector` applies to `vllm` backends only")
-        if self.kind != "vllm" and "health" in self.model_fields_set:
+        if self.kind != "vllm" and self.health != ReplicaHealthConfig():
             raise ValueError("`health` applies to `vllm` backends only")
         if isinstance(sel, CacheAwareConfig):
             if self.tokenizer_dir is None:

@@ -15,6 +15,7 @@ import httpx
 import pytest
 from aiohttp import web
 
+from gateway.config import ConfigFileError, parse_config
 from tests.fixtures.gateway_fixture import GatewayThread, gateway_config
 from tests.fixtures.loopback_server import LoopbackServer
 
@@ -150,3 +151,11 @@ def test_a_second_cut_takes_the_replica_out_of_rotation(
     got = ask(gw)
     assert got.status_code == 503 and "no healthy replica" in got.text
     assert replica.chats == 2
+
+
+def test_health_is_a_vllm_setting_and_a_dumped_config_validates_again(frontier_sim: Any) -> None:
+    config = gateway_config(frontier_sim.base_url)
+    assert parse_config(config.model_dump(mode="json")) == config  # a fleet publishes dumps
+    frontier = {"kind": "litellm", "model": "openai/gpt-4o-mini", "health": {"timeout_s": 5}}
+    with pytest.raises(ConfigFileError, match="`health` applies to `vllm` backends only"):
+        parse_config({"backends": {"f": frontier}, "routing": {"default": "f"}})
