@@ -8,6 +8,11 @@ and beside them the translated chat body and the chat answer (``canonical_reques
 ``canonical_response``: what the served model saw, what training reads); what the translation
 left out (tools a back-end cannot serve, dropped input items) is in ``Exchange.notes``.
 
+A target that speaks the Responses API itself (OpenAI's) gets the client's own body instead,
+and its answer goes back as it came (:mod:`gateway.backends.passthrough`): reasoning items with
+their ``encrypted_content``, item ids and fields the gateway does not know survive; the record
+then converts that answer (``canonical_response``).
+
 The handler is the one door skeleton, :func:`gateway.door.serve_door`.
 """
 
@@ -25,11 +30,19 @@ from gateway.exchange import Exchange, FrontDoor
 from gateway.wire.responses import (
     ResponseContext,
     ResponsesStreamEncoder,
+    completion_of_response,
     render_response,
 )
 from gateway.wire.responses_request import translate_request
+from gateway.wire.responses_stream import assemble_response, failure_events
 
-RESPONSES_DOOR = FrontDoor("responses", "openai.responses")
+RESPONSES_DOOR = FrontDoor(
+    "responses",
+    "openai.responses",
+    assemble_native=assemble_response,
+    native_as_chat=completion_of_response,
+    native_error=failure_events,
+)
 
 
 def _translate(body: dict[str, Any], ex: Exchange, request: Request) -> Translated:

@@ -167,6 +167,13 @@ class BackendConfig(BaseModel):
         description="vllm: how a replica is chosen (round_robin, least_load, session_affinity, "
         "cache_aware; see router/cache_aware.py).",
     )
+    responses_api: bool | None = Field(
+        default=None,
+        description="litellm: whether the provider serves OpenAI's Responses API, so the "
+        "Responses door passes its client's body through. Unset: yes for `openai/...` (a server "
+        "there without it is found out at the first call and translated to), no for the other "
+        "providers (translated to chat completions).",
+    )
     health: ReplicaHealthConfig = Field(
         default_factory=ReplicaHealthConfig, description="vllm: how replicas are probed."
     )
@@ -185,6 +192,8 @@ class BackendConfig(BaseModel):
         sel = self.replica_selector
         if self.kind != "vllm" and not isinstance(sel, RoundRobinConfig):
             raise ValueError("`replica_selector` applies to `vllm` backends only")
+        if self.kind == "vllm" and self.responses_api is not None:
+            raise ValueError("`responses_api` applies to `litellm` backends only")
         if self.kind != "vllm" and self.health != ReplicaHealthConfig():
             raise ValueError("`health` applies to `vllm` backends only")
         if isinstance(sel, CacheAwareConfig):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -44,7 +44,8 @@ class FrontDoor:
 
     ``render``/``stream_encoder`` of ``None`` mean "pass the upstream bytes through" (the OpenAI
     doors: no re-encoding on the hot path). ``error_body`` reshapes an OpenAI error body.
-    A back-end may answer natively in the door's own format (the Messages door to Anthropic):
+    A back-end may answer natively in the door's own format (the Messages door to Anthropic,
+    the Responses door to OpenAI):
     those bytes go through as they are too, ``assemble_native`` builds the record's answer
     from the stream's events once it ended, and ``native_as_chat`` converts that answer into a
     chat completion for the record's ``canonical_response`` (``ValueError`` when it cannot).
@@ -57,6 +58,9 @@ class FrontDoor:
     error_body: Callable[[int, dict[str, Any]], dict[str, Any]] | None = None
     assemble_native: Callable[[bytes], dict[str, Any] | None] | None = None
     native_as_chat: Callable[[dict[str, Any]], dict[str, Any]] | None = None
+    # The events that end a native stream with an error, given the blocks relayed so far
+    # (None: the stream encoder's ``error``, which needs no state of the stream).
+    native_error: Callable[[str, Sequence[bytes]], bytes] | None = None
 
 
 @dataclass(slots=True)

@@ -265,7 +265,9 @@ async def _relay(
             yield encoder.finish()
     except UpstreamError as exc:
         status, error = 502, exc.message
-        yield _stream_error(encoder, exc.message, "upstream_error", "stream_interrupted")
+        yield _stream_error(
+            ex, stream, encoder, exc.message, "upstream_error", "stream_interrupted"
+        )
     except asyncio.CancelledError:
         task = asyncio.current_task()
         if not ex.aborted or task is None:
@@ -273,13 +275,17 @@ async def _relay(
             raise
         task.uncancel()  # shutdown ended it: tell the client, as for a broken upstream
         status, error = 503, "the gateway is shutting down"
-        yield _stream_error(encoder, error, "service_unavailable", "server_shutting_down")
+        yield _stream_error(
+            ex, stream, encoder, error, "service_unavailable", "server_shutting_down"
+        )
     except Exception as exc:
         # A fault of the gateway's own (translating an answer it could not foresee): the client
         # gets the door's error event instead of a stream that just stops, and it is recorded.
         log.exception("stream %s failed in the gateway", ex.id)
         status, error = 500, f"internal error ({type(exc).__name__})"
-        yield _stream_error(encoder, "internal error", "internal_error", "internal_error")
+        yield _stream_error(
+            ex, stream, encoder, "internal error", "internal_error", "internal_error"
+        )
     except BaseException:
         status, error = 499, "client disconnected"
         raise
@@ -323,8 +329,19 @@ def _stream_answers(
     return Deferred(record_draft.from_raw, (ex.endpoint, out.raw))
 
 
-def _stream_error(encoder: StreamEncoder | None, message: str, kind: str, code: str) -> bytes:
-    """The event that ends a stream with an error: the door's own, or OpenAI's error event."""
+def _stream_error(
+    ex: Exchange,
+    stream: UpstreamStream,
+    encoder: StreamEncoder | None,
+    message: str,
+    kind: str,
+    code: str,
+) -> bytes:
+    """The event that ends a stream with an error: the door's own (after a native stream's
+    events, as its provider ends one), or OpenAI's error event."""
+    door = ex.door
+    if stream.native and door is not None and door.native_error is not None:
+        return door.native_error(message, stream.outcome.raw)
     if encoder is not None:
         return encoder.error(message)
     return encode_event(error_body(message, kind, None, code))

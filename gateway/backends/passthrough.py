@@ -4,7 +4,9 @@
     OpenAI chat            body as sent (model renamed)   litellm translates
     OpenAI completions     text-completion models only;   litellm translates
                            chat models: litellm
-    Responses (-> chat)    the translated chat body       litellm translates
+    Responses              OpenAI: the client's own body, litellm translates
+                           the answer as it came (native);
+                           others: the translated chat body
     Messages (-> chat)     the translated chat body       the client's own body, and the answer
                                                           in Anthropic's format (native)
 
@@ -14,10 +16,15 @@ to Anthropic sends the client's body unchanged apart from ``model``: thinking bl
 signatures, ``cache_control``, ``metadata`` and any field the gateway does not know reach the
 provider, with the client's ``anthropic-version`` and ``anthropic-beta`` headers (but for thinking
 blocks Anthropic would refuse, which another target made: :mod:`gateway.wire.anthropic_thinking`).
-Its answer names the model the client asked for (:func:`_asked_model`). A translated
-body (the Messages or Responses door to an OpenAI-format provider) carries only OpenAI's own chat
-fields: the translators also emit vLLM's (``continue_final_message``, ``top_k``), which OpenAI
-refuses.
+Its answer names the model the client asked for (:func:`_asked_model`). The Responses door to
+OpenAI sends the client's body likewise (reasoning items OpenAI cannot resolve left out:
+:func:`gateway.wire.responses_request.reconcile_reasoning`), so the reasoning items Codex CLI
+keeps with their ``encrypted_content`` reach the model again. A server behind an ``openai/``
+target that has no Responses API (it answers the path with 404, 405 or 501, not a refusal of the
+model) gets the translation instead, from that call on. A translated body (the Messages
+door to an OpenAI-format provider, the Responses door to one without the Responses API) carries
+only OpenAI's own chat fields: the translators also emit vLLM's (``continue_final_message``,
+``top_k``), which OpenAI refuses.
 
 Errors map exactly as every HTTP back-end's do (:func:`gateway.backends.vllm.upstream_status_
 error`): a connection failure or timeout is retriable and counts against the breaker; a 4xx about
@@ -26,6 +33,8 @@ the input is passed back with its status.
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import aiohttp
@@ -33,12 +42,13 @@ import orjson
 
 from gateway.backends.base import UpstreamCall, UpstreamResult, UpstreamStream, Usage
 from gateway.backends.frontier import LitellmBackend
-from gateway.backends.provider_routes import FORWARDED_HEADERS, ProviderRoute
+from gateway.backends.provider_routes import FORWARDED_HEADERS, ProviderRoute, ProviderWire
 from gateway.backends.relay import (
     AnthropicWatcher,
     EventWatcher,
     OpenAIWatcher,
     RelayStream,
+    ResponsesWatcher,
     answer_timeouts,
     read_json_answer,
 )
@@ -48,8 +58,17 @@ from gateway.errors import UpstreamTimeoutError, UpstreamUnavailableError
 from gateway.wire.anthropic_answer import usage_as_openai
 from gateway.wire.anthropic_thinking import reconcile_thinking
 from gateway.wire.openai_requests import OPENAI_CHAT_FIELDS
+from gateway.wire.responses import chat_usage
+from gateway.wire.responses_request import reconcile_reasoning
+
+log = logging.getLogger(__name__)
 
 _JSON = {"Content-Type": "application/json"}
+# A native answer's usage in chat completions' shape, by the provider's wire format.
+_NATIVE_USAGE: dict[ProviderWire, Callable[[Any], dict[str, Any] | None]] = {
+    "anthropic": usage_as_openai,
+    "openai": chat_usage,  # the Responses API's
+}
 
 
 class _Direct(NamedTuple):
@@ -84,6 +103,8 @@ class PassThroughBackend:
         self._forwarded = FORWARDED_HEADERS[route.wire]
         self._headers = {**_JSON, **route.headers}
         self._timeouts = answer_timeouts(config)
+        # None once the provider showed it has no Responses API (see _no_such_path).
+        self._responses_url = route.responses_url
 
     def _direct(self, call: UpstreamCall) -> _Direct | None:
         """The direct call to make; None: litellm's."""
@@ -99,6 +120,11 @@ class PassThroughBackend:
             body, notes = reconcile_thinking(call.client_body)
             body = {**body, "model": route.model}
             return _Direct(route.chat_url, orjson.dumps(body), headers, True, notes)
+        own, responses_url = call.client_body, self._responses_url
+        if responses_url and call.wire_format == "openai.responses" and own is not None:
+            body, notes = reconcile_reasoning(own)
+            body = {**body, "model": route.model}
+            return _Direct(responses_url, orjson.dumps(body), headers, True, notes)
         if call.endpoint == "chat.completions" and route.chat_url:
             url = route.chat_url
             if call.wire_format == "openai.chat":
@@ -116,7 +142,10 @@ class PassThroughBackend:
             body["stream_options"] = opts
         return _Direct(url, orjson.dumps(body), headers, False, {})
 
-    async def _post(self, url: str, payload: bytes, headers: dict[str, str], stream: bool) -> Any:
+    async def _post(self, direct: _Direct, stream: bool) -> Any:
+        """The provider's 200 answer; an UpstreamError for any other (``_NoResponsesApi`` when
+        the call is one to the Responses API and the provider has none there)."""
+        url, payload, headers = direct.url, direct.payload, direct.headers
         try:
             resp = await self._session.post(
                 url, data=payload, headers=headers, timeout=self._timeouts[stream]
@@ -134,24 +163,45 @@ class PassThroughBackend:
                 body = b""
             finally:
                 resp.release()
+            if direct.native and self.route.wire == "openai" and _no_such_path(resp.status, body):
+                raise _NoResponsesApi
             raise upstream_status_error(
                 self.name, resp.status, body, resp.headers.get("Retry-After")
             )
         return resp
 
+    def _without_responses(self) -> None:
+        """The provider has no Responses API: the Responses door's calls go translated."""
+        if self._responses_url is None:  # another call found it out first
+            return
+        log.warning(
+            "%s: %s answered that it has no such path: the Responses door is translated to chat "
+            "completions for this target from now on (set responses_api: false to skip the try)",
+            self.name,
+            self._responses_url,
+        )
+        self._responses_url = None
+
     async def complete(self, call: UpstreamCall) -> UpstreamResult:
         direct = self._direct(call)
         if direct is None:
             return await self._fallback.complete(call)
-        url, payload, headers, native, notes = direct
-        resp = await self._post(url, payload, headers, stream=False)
+        try:
+            resp = await self._post(direct, stream=False)
+        except _NoResponsesApi:
+            self._without_responses()
+            return await self.complete(call)
+        native, notes = direct.native, direct.notes
         body, parsed = await read_json_answer(resp, self.name, self.route.provider)
-        asked, served = _asked_model(call) if native else None, parsed.get("model")
+        asked = _asked_model(call) if native and self.route.wire == "anthropic" else None
+        served = parsed.get("model")
         if asked is not None and isinstance(served, str) and served != asked:  # renamed
             parsed["model"] = asked
             body = orjson.dumps(parsed)
         raw_usage = parsed.get("usage")
-        usage = Usage.from_openai(usage_as_openai(raw_usage) if native else raw_usage)
+        if native:
+            raw_usage = _NATIVE_USAGE[self.route.wire](raw_usage)
+        usage = Usage.from_openai(raw_usage)
         return UpstreamResult(
             body, parsed, usage, self.config.model, None, native=native, notes=notes
         )
@@ -160,13 +210,19 @@ class PassThroughBackend:
         direct = self._direct(call)
         if direct is None:
             return await self._fallback.open_stream(call)
-        url, payload, headers, native, notes = direct
-        resp = await self._post(url, payload, headers, stream=True)
-        watcher: EventWatcher = (
-            AnthropicWatcher(_asked_model(call))
-            if native
-            else OpenAIWatcher(strip_usage=not call.client_wants_usage)
-        )
+        try:
+            resp = await self._post(direct, stream=True)
+        except _NoResponsesApi:
+            self._without_responses()
+            return await self.open_stream(call)
+        native, notes = direct.native, direct.notes
+        watcher: EventWatcher
+        if not native:
+            watcher = OpenAIWatcher(strip_usage=not call.client_wants_usage)
+        elif self.route.wire == "anthropic":
+            watcher = AnthropicWatcher(_asked_model(call))
+        else:
+            watcher = ResponsesWatcher()
         return await RelayStream.open(
             resp,
             watcher,
@@ -179,6 +235,26 @@ class PassThroughBackend:
 
     async def aclose(self) -> None:
         return None
+
+
+class _NoResponsesApi(Exception):
+    """The provider answered a Responses API call as a path it does not have."""
+
+
+def _no_such_path(status: int, body: bytes) -> bool:
+    """Whether an error answer says the path does not exist (an OpenAI-compatible server without
+    the Responses API: vLLM before it, Ollama, a proxy) rather than refusing the model, as
+    OpenAI's own 404 ``model_not_found`` does."""
+    if status not in (404, 405, 501):
+        return False
+    try:
+        error = orjson.loads(body).get("error")
+    except (orjson.JSONDecodeError, AttributeError):
+        return True
+    return not (
+        isinstance(error, dict)
+        and (error.get("code") == "model_not_found" or error.get("param") == "model")
+    )
 
 
 def _asked_model(call: UpstreamCall) -> str | None:

@@ -1,7 +1,8 @@
 """Where a frontier back-end can be called directly, in the wire format the gateway already speaks.
 
-A ``kind: litellm`` back-end names ``provider/model``. When the provider speaks one of the two
-formats our doors speak (OpenAI chat completions, Anthropic Messages), the gateway posts the body
+A ``kind: litellm`` back-end names ``provider/model``. When the provider speaks one of the
+formats our doors speak (OpenAI chat completions and Responses, Anthropic Messages), the gateway
+posts the body
 itself over its own HTTP session: a :class:`ProviderRoute` says where and with which headers. Any
 other provider (Bedrock, Vertex, Gemini, Cohere, ...) has no route here and is called through
 litellm's ``acompletion``, which translates it.
@@ -68,6 +69,11 @@ _OPENAI_COMPATIBLE: dict[str, str | None] = {
     "cerebras": "https://api.cerebras.ai/v1",
 }
 _ANTHROPIC_BASE = "https://api.anthropic.com"
+# Providers that serve OpenAI's Responses API (``POST {base}/responses``) as OpenAI defines it,
+# unless the config says (``responses_api``): the Responses door passes its client's body to
+# them. The other OpenAI-compatible providers serve chat completions only, or a subset of that
+# API of their own: translated to chat.
+_RESPONSES_PROVIDERS = frozenset({"openai"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +86,7 @@ class ProviderRoute:
     chat_url: str  # OpenAI: .../chat/completions; Anthropic: .../v1/messages
     completions_url: str | None  # OpenAI text-completion models only
     headers: dict[str, str] = field(default_factory=dict)
+    responses_url: str | None = None  # the providers serving OpenAI's Responses API
 
 
 def openai_like_registry() -> dict[str, str]:
@@ -144,4 +151,9 @@ def resolve_route(
         headers["Authorization"] = f"Bearer {api_key}"
     if provider == "text-completion-openai":
         return ProviderRoute("openai", provider, model, "", base + "/completions", headers)
-    return ProviderRoute("openai", provider, model, base + "/chat/completions", None, headers)
+    serves_responses = config.responses_api
+    if serves_responses is None:
+        serves_responses = provider in _RESPONSES_PROVIDERS
+    responses = base + "/responses" if serves_responses else None
+    chat = base + "/chat/completions"
+    return ProviderRoute("openai", provider, model, chat, None, headers, responses)

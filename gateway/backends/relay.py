@@ -12,6 +12,8 @@ wire format looks only at the events that matter and fills the :class:`StreamOut
   carry the usage and are parsed (``message_start``'s ``model`` renamed to the one the client
   asked for); ``message_stop`` completes it; an ``error`` event ends the stream as an upstream
   failure (the pipeline tells the client in its door's shape).
+- OpenAI Responses (named events too): ``response.completed`` / ``response.incomplete`` carry
+  the usage and complete it; ``response.failed`` or ``error`` ends it as an upstream failure.
 
 An error event that opens the stream (no event before it, no byte sent to the client) is the
 upstream's refusal rather than a broken stream: :meth:`RelayStream.open` raises it
@@ -37,6 +39,7 @@ from gateway.config import BackendConfig
 from gateway.errors import UpstreamError, UpstreamTimeoutError, upstream_error_for_status
 from gateway.wire.anthropic_answer import usage_as_openai
 from gateway.wire.anthropic_render import ERROR_STATUS as ANTHROPIC_ERROR_STATUS
+from gateway.wire.responses import chat_usage
 from gateway.wire.sse import (
     DONE_EVENT,
     EVENT_SEP,
@@ -110,7 +113,33 @@ class AnthropicWatcher:
             # What came before the error event still goes out; the error event is the
             # pipeline's to send, in the door's shape, after the stream raised.
             return block[:at]
-        if _STOP_EVENTS.named_in(block):
+        if _STOP_EVENTS.named_in(block) and _STOP_EVENTS.first_at(block) >= 0:
+            outcome.completed = True
+        return block
+
+
+class ResponsesWatcher:
+    """OpenAI's Responses stream: ``response.completed`` or ``response.incomplete`` completes
+    it (its ``response`` carries the usage); ``response.failed`` or an ``error`` event ends it
+    as an upstream failure, cut out of what is forwarded: the pipeline ends the stream in the
+    door's shape (:func:`gateway.wire.responses_stream.failure_events`)."""
+
+    __slots__ = ()
+
+    def watch(self, block: bytes, outcome: StreamOutcome) -> bytes:
+        at = _RESPONSE_FAILURES.first_at(block) if _RESPONSE_FAILURES.named_in(block) else -1
+        if at >= 0:
+            for data in _RESPONSE_FAILURES(block):
+                failed = data.get("response")
+                error = failed.get("error") if isinstance(failed, dict) else data
+                _note_error(outcome, {"error": error})
+            outcome.error = outcome.error or "upstream stream error"
+            return block[:at]
+        if _RESPONSE_ENDS.named_in(block) and _RESPONSE_ENDS.first_at(block) >= 0:
+            for data in _RESPONSE_ENDS(block):
+                response = data.get("response")
+                if isinstance(response, dict):
+                    outcome.usage = Usage.from_openai(chat_usage(response.get("usage")))
             outcome.completed = True
         return block
 
@@ -167,9 +196,16 @@ class _NamedEvents:
         return any(s in block for s in self._spellings)
 
     def first_at(self, block: bytes) -> int:
-        """Where the first such event's name line starts in ``block``; -1 when none does."""
-        found = [at for at in map(block.find, self._spellings) if at >= 0]
-        return min(found) if found else -1
+        """Where the first such event's name line starts in ``block``; -1 when none does. Only
+        a line's start counts: a text that quotes one (``"text":"event: error"``) is no event."""
+        first = -1
+        for spelling in self._spellings:
+            at = block.find(spelling)
+            while at > 0 and block[at - 1] != 0x0A:
+                at = block.find(spelling, at + 1)
+            if at >= 0 and (first < 0 or at < first):
+                first = at
+        return first
 
     def __call__(self, block: bytes) -> list[dict[str, Any]]:
         found = [
@@ -199,6 +235,8 @@ class _NamedEvents:
 _USAGE_EVENTS = _NamedEvents(b"message_start", b"message_delta")
 _ERROR_EVENTS = _NamedEvents(b"error")
 _STOP_EVENTS = _NamedEvents(b"message_stop")
+_RESPONSE_ENDS = _NamedEvents(b"response.completed", b"response.incomplete")
+_RESPONSE_FAILURES = _NamedEvents(b"response.failed", b"error")
 
 
 class RelayStream:

@@ -280,7 +280,9 @@ def _field(value: Any, key: str) -> Any:
     return value.get(key) if isinstance(value, dict) else None
 
 
-def _back_usage(usage: Any) -> dict[str, Any] | None:
+def chat_usage(usage: Any) -> dict[str, Any] | None:
+    """A Responses ``usage`` object in chat completions' shape (cached input tokens under
+    ``prompt_tokens_details``, as OpenAI bills them)."""
     if not isinstance(usage, dict):
         return None
     prompt = token_count(usage.get("input_tokens")) or 0
@@ -338,5 +340,5 @@ def completion_of_response(response: dict[str, Any]) -> dict[str, Any]:
         "object": "chat.completion",
         "model": response.get("model"),
         "choices": [{"index": 0, "message": message, "finish_reason": finish, "logprobs": None}],
-        "usage": _back_usage(response.get("usage")),
+        "usage": chat_usage(response.get("usage")),
     }

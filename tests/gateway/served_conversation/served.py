@@ -1,6 +1,6 @@
 """A served model on loopback for the served-conversation tests: it keeps every body it was sent
 and answers with a scripted answer, in OpenAI's chat or completions format or natively in
-Anthropic's, whole or streamed.
+Anthropic's or OpenAI's Responses format, whole or streamed.
 
 An :class:`Answer` is what the model "says" (reasoning, text pieces, tool calls whose arguments
 arrive in fragments); :meth:`Answer.turn` is the answer a trainer must see, built from the script
@@ -172,6 +172,66 @@ def anthropic_events(a: Answer) -> list[bytes]:
     return events
 
 
+def responses_response(a: Answer) -> dict[str, Any]:
+    """The answer as OpenAI's Responses API gives it (a call named ``<namespace>__<name>`` as a
+    namespaced call, as OpenAI answers a namespace tool)."""
+    output: list[dict[str, Any]] = []
+    if a.reasoning:
+        text = [{"type": "reasoning_text", "text": a.reasoning}]
+        output.append(
+            {"id": "rs_served", "type": "reasoning", "summary": [], "content": text,
+             "encrypted_content": "b3BhcXVl"}
+        )  # fmt: skip
+    if a.text:
+        part = {"type": "output_text", "text": "".join(a.text), "annotations": []}
+        output.append(
+            {"id": "msg_served", "type": "message", "status": "completed", "role": "assistant",
+             "content": [part]}
+        )  # fmt: skip
+    for c in a.calls:
+        namespace, _, name = c.name.rpartition("__")
+        call = {"id": f"fc_{c.id}", "type": "function_call", "status": "completed",
+                "call_id": c.id, "name": name, "arguments": c.arguments}  # fmt: skip
+        output.append({**call, "namespace": namespace} if namespace else call)
+    usage = {"input_tokens": 321, "input_tokens_details": {"cached_tokens": 0},
+             "output_tokens": 12, "output_tokens_details": {"reasoning_tokens": 0},
+             "total_tokens": 333}  # fmt: skip
+    return {"id": "resp_served", "object": "response", "created_at": 1, "status": "completed",
+            "model": "served-model", "output": output, "usage": usage}  # fmt: skip
+
+
+def responses_events(a: Answer) -> list[bytes]:
+    whole = responses_response(a)
+    snapshot = {**whole, "status": "in_progress", "output": [], "usage": None}
+    steps: list[tuple[str, dict[str, Any]]] = [
+        ("response.created", {"response": snapshot}),
+        ("response.in_progress", {"response": snapshot}),
+    ]
+    for i, item in enumerate(whole["output"]):
+        where = {"output_index": i, "item_id": item["id"]}
+        if item["type"] == "message":
+            steps.append(("response.output_item.added", {**where, "item": {**item, "content": []}}))
+            steps += [
+                ("response.output_text.delta", {**where, "content_index": 0, "delta": t})
+                for t in a.text
+            ]
+        elif item["type"] == "function_call":
+            call = next(c for c in a.calls if c.id == item["call_id"])
+            steps.append(
+                ("response.output_item.added", {**where, "item": {**item, "arguments": ""}})
+            )
+            steps += [("response.function_call_arguments.delta", {**where, "delta": f})
+                      for f in call.fragments]  # fmt: skip
+        else:
+            steps.append(("response.output_item.added", {**where, "item": item}))
+        steps.append(("response.output_item.done", {"output_index": i, "item": item}))
+    steps.append(("response.completed", {"response": whole}))
+    return [
+        _event(kind, {"type": kind, "sequence_number": n, **data})
+        for n, (kind, data) in enumerate(steps)
+    ]
+
+
 def _sse(chunks: list[dict[str, Any]]) -> list[bytes]:
     return [b"data: " + orjson.dumps(c) + b"\n\n" for c in chunks] + [b"data: [DONE]\n\n"]
 
@@ -191,6 +251,8 @@ class ServedModel:
         path, a = request.path, self.answer
         if path.endswith("/messages"):
             whole, events = anthropic_message(a), anthropic_events(a)
+        elif path.endswith("/responses"):
+            whole, events = responses_response(a), responses_events(a)
         elif path.endswith("/chat/completions"):
             whole, events = chat_completion(a), _sse(chat_chunks(a))
         else:
@@ -204,7 +266,7 @@ class ServedModel:
 
     def start(self) -> ServedModel:
         app = web.Application(client_max_size=64 << 20)
-        for path in ("/v1/messages", "/v1/chat/completions", "/v1/completions"):
+        for path in ("/v1/messages", "/v1/chat/completions", "/v1/completions", "/v1/responses"):
             app.router.add_post(path, self._serve)
         app.router.add_get("/health", self._ok)
         app.router.add_get("/metrics", self._ok)
