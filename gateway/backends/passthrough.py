@@ -182,16 +182,22 @@ class PassThroughBackend:
         )
         self._responses_url = None
 
-    async def complete(self, call: UpstreamCall) -> UpstreamResult:
+    async def _call(self, call: UpstreamCall, stream: bool) -> tuple[_Direct, Any] | None:
+        """The direct call made and the provider's 200 answer; None: litellm's call to make."""
         direct = self._direct(call)
         if direct is None:
-            return await self._fallback.complete(call)
+            return None
         try:
-            resp = await self._post(direct, stream=False)
+            return direct, await self._post(direct, stream)
         except _NoResponsesApi:
             self._without_responses()
-            return await self.complete(call)
-        native, notes = direct.native, direct.notes
+            return await self._call(call, stream)  # translated now
+
+    async def complete(self, call: UpstreamCall) -> UpstreamResult:
+        made = await self._call(call, stream=False)
+        if made is None:
+            return await self._fallback.complete(call)
+        (_, _, _, native, notes), resp = made
         body, parsed = await read_json_answer(resp, self.name, self.route.provider)
         asked = _asked_model(call) if native and self.route.wire == "anthropic" else None
         served = parsed.get("model")
@@ -207,15 +213,10 @@ class PassThroughBackend:
         )
 
     async def open_stream(self, call: UpstreamCall) -> UpstreamStream:
-        direct = self._direct(call)
-        if direct is None:
+        made = await self._call(call, stream=True)
+        if made is None:
             return await self._fallback.open_stream(call)
-        try:
-            resp = await self._post(direct, stream=True)
-        except _NoResponsesApi:
-            self._without_responses()
-            return await self.open_stream(call)
-        native, notes = direct.native, direct.notes
+        (_, _, _, native, notes), resp = made
         watcher: EventWatcher
         if not native:
             watcher = OpenAIWatcher(strip_usage=not call.client_wants_usage)

@@ -1,13 +1,16 @@
-"""Fixtures shared by the gateway tests: a traffic store on SQLite and on PostgreSQL."""
+"""Fixtures shared by the gateway tests: a traffic store on SQLite and on PostgreSQL; the scripted
+provider on loopback of the pass-through tests."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
 import pytest
 
 from tests.fixtures.gateway_fixture import GatewayThread, gateway_config
+from tests.fixtures.loopback_provider import Upstream
 from tests.fixtures.postgres_fixture import pg_dsn
 
 
@@ -44,3 +47,11 @@ def store_gateway(sim_url: str, url: str, spool: Path, **overrides: object) -> G
         **overrides,
     )
     return GatewayThread(cfg, use_store=True)
+
+
+@pytest.fixture(scope="module")
+def upstream() -> Iterator[Upstream]:
+    """A provider on loopback answering fixed bytes (tests.fixtures.loopback_provider)."""
+    up = Upstream().start()
+    yield up
+    up.stop()

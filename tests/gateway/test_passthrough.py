@@ -28,13 +28,6 @@ from tests.fixtures.loopback_provider import (
 
 
 @pytest.fixture(scope="module")
-def upstream() -> Iterator[Upstream]:
-    up = Upstream().start()
-    yield up
-    up.stop()
-
-
-@pytest.fixture(scope="module")
 def gateway(upstream: Upstream) -> Iterator[GatewayThread]:
     mp = pytest.MonkeyPatch()
     mp.setenv(ANTHROPIC_KEY_ENV, "sk-ant-provider")

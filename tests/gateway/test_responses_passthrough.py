@@ -33,13 +33,6 @@ from tests.fixtures.loopback_server import LoopbackServer, answer
 
 
 @pytest.fixture(scope="module")
-def upstream() -> Iterator[Upstream]:
-    up = Upstream().start()
-    yield up
-    up.stop()
-
-
-@pytest.fixture(scope="module")
 def gateway(upstream: Upstream) -> Iterator[GatewayThread]:
     mp = pytest.MonkeyPatch()
     mp.setenv(OPENAI_KEY_ENV, "sk-openai-provider")
