@@ -10,6 +10,9 @@ endpoint's: the request is read into a :class:`RequestView`:
 - ``tools`` of type ``function`` are offered (others are accepted and ignored);
 - ``tool_choice`` ``auto`` / ``none`` / ``required`` / ``{"type": "function", "name"}``;
 - ``max_output_tokens`` caps the answer (status ``incomplete``, reason ``max_output_tokens``);
+- ``reasoning`` puts a ``reasoning`` item first, with ``encrypted_content`` when ``include`` asks
+  for it; reasoning items sent back in ``input`` are checked as OpenAI checks them
+  (``reasoning.py``);
 - the prompt is cached automatically, as OpenAI does (see ``prompt_cache.py``):
   ``usage.input_tokens_details.cached_tokens`` says how many input tokens were read from it.
 
@@ -45,6 +48,12 @@ from loadtests.frontier_sim.prompt_cache import (
     CacheablePrompt,
     CacheUse,
 )
+from loadtests.frontier_sim.reasoning import (
+    check_input_items,
+    encrypted_requested,
+    reasoning_item,
+    reasoning_requested,
+)
 from loadtests.frontier_sim.transcript import StepCollector
 
 _TEXT_PARTS = ("input_text", "output_text", "text")
@@ -61,6 +70,8 @@ class ParsedResponses:
     echo: dict[str, Any]
     cacheable: CacheablePrompt | None = None
     cache: CacheUse = NO_CACHE
+    reasoning: bool = False  # a reasoning item goes first (see reasoning.py)
+    encrypted: bool = False  # ... with its encrypted_content
 
     def with_cache(self, cache: CacheUse) -> ParsedResponses:
         return replace(self, cache=cache)
@@ -116,6 +127,7 @@ def parse_responses_request(body: Any) -> ParsedResponses:
         items = [{"role": "user", "content": items}]
     if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
         raise BadRequest("input must be a string or an array of items", "input")
+    check_input_items(items)
     texts = [_text(body.get("instructions"), "instructions")]
     user_texts: list[str] = []
     steps = StepCollector()
@@ -166,7 +178,10 @@ def parse_responses_request(body: Any) -> ParsedResponses:
     }
     # The provider's prompt puts the tool definitions first.
     cacheable = AutomaticPrefix(model, tools_text + prompt_text)
-    return ParsedResponses(view, bool(body.get("stream")), echo, cacheable)
+    reasoning = reasoning_requested(body)
+    encrypted = reasoning and encrypted_requested(body)
+    stream = bool(body.get("stream"))
+    return ParsedResponses(view, stream, echo, cacheable, reasoning=reasoning, encrypted=encrypted)
 
 
 def _id(prefix: str) -> str:
@@ -246,7 +261,12 @@ def response_body(request: ParsedResponses, answers: Sequence[Answer]) -> bytes:
     )
     status, incomplete = _status(answer)
     usage = _usage(request, answer)
-    return orjson.dumps(_response(request, _id("resp_"), status, [item], usage, incomplete))
+    output = [*_reasoning_items(request), item]
+    return orjson.dumps(_response(request, _id("resp_"), status, output, usage, incomplete))
+
+
+def _reasoning_items(request: ParsedResponses) -> list[dict[str, Any]]:
+    return [reasoning_item(_id("rs_"), request.encrypted)] if request.reasoning else []
 
 
 def response_stream(request: ParsedResponses, answers: Sequence[Answer]) -> Iterator[bytes]:
@@ -264,12 +284,18 @@ def response_stream(request: ParsedResponses, answers: Sequence[Answer]) -> Iter
     snapshot = _response(request, response_id, "in_progress", [], None)
     yield event("response.created", response=snapshot)
     yield event("response.in_progress", response=snapshot)
+    before = _reasoning_items(request)
+    for n, thought in enumerate(before):
+        opening = {"id": thought["id"], "type": "reasoning", "summary": []}
+        yield event("response.output_item.added", output_index=n, item=opening)
+        yield event("response.output_item.done", output_index=n, item=thought)
+    index = len(before)
     yield event(
         "response.output_item.added",
-        output_index=0,
+        output_index=index,
         item=_item(answer, item_id, call_id, done=False),
     )
-    where: dict[str, Any] = {"item_id": item_id, "output_index": 0}
+    where: dict[str, Any] = {"item_id": item_id, "output_index": index}
     done = _item(answer, item_id, call_id, done=True)
     if isinstance(answer, ToolCall):
         for fragment in answer.argument_fragments():
@@ -291,7 +317,8 @@ def response_stream(request: ParsedResponses, answers: Sequence[Answer]) -> Iter
             "response.output_text.done", **where, content_index=0, text=answer.text, logprobs=[]
         )
         yield event("response.content_part.done", **where, content_index=0, part=done["content"][0])
-    yield event("response.output_item.done", output_index=0, item=done)
+    yield event("response.output_item.done", output_index=index, item=done)
     status, incomplete = _status(answer)
-    final = _response(request, response_id, status, [done], _usage(request, answer), incomplete)
+    usage = _usage(request, answer)
+    final = _response(request, response_id, status, [*before, done], usage, incomplete)
     yield event(f"response.{status}", response=final)

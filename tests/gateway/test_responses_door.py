@@ -304,3 +304,34 @@ def test_stream_broken_mid_answer_ends_with_response_failed(cut_gateway: Gateway
     assert failed["status"] == "failed" and failed["error"]["code"] == "server_error"
     record = cut_gateway.sink.wait_for(resp.headers["x-request-id"])
     assert record.status == 502 and record.response == failed
+
+
+def test_openai_reasoning_survives_the_round_trip_and_another_targets_is_left_out(
+    client: openai.OpenAI, gateway: GatewayThread
+) -> None:
+    """The simulator seals reasoning and checks it comes back unchanged, as OpenAI does: the
+    sealed item of turn 1 reaches it again in turn 2, and a reasoning item another target made
+    (no encrypted_content, which OpenAI would refuse) is left out on the way."""
+    asked: Any = {
+        "model": "gpt-4o-mini",
+        "reasoning": {"effort": "low", "summary": "auto"},
+        "include": ["reasoning.encrypted_content"],
+        "store": False,
+    }
+    question: Any = {"role": "user", "content": "Explain the cache"}
+    first = client.responses.create(**asked, input=[question])
+    thought = first.output[0].model_dump(exclude_none=True)
+    assert thought["type"] == "reasoning" and thought["encrypted_content"]
+    local: Any = {
+        "type": "reasoning",
+        "id": "rs_local0",
+        "summary": [],
+        "content": [{"type": "reasoning_text", "text": "thought by the local model"}],
+    }
+    follow_up: Any = {"role": "user", "content": "And the eviction?"}
+    raw = client.responses.with_raw_response.create(
+        **asked, input=[question, local, thought, follow_up]
+    )
+    assert raw.parse().status == "completed"
+    record = gateway.sink.wait_for(raw.headers["x-request-id"])
+    assert "1 reasoning item" in record.tags["note.reasoning_items_dropped"]

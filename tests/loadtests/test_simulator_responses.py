@@ -136,3 +136,46 @@ def test_errors_use_the_openai_shape(oai: openai.OpenAI, frontier_sim: Any) -> N
     resp = httpx.post(frontier_sim.base_url + "/v1/responses", json={"input": "x"})
     assert resp.status_code == 400
     assert resp.json()["error"]["param"] == "model"
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_reasoning_comes_first_and_sealed_when_asked(oai: openai.OpenAI, stream: bool) -> None:
+    asked: Any = {
+        "model": "gpt-5-codex",
+        "input": "Explain the cache",
+        "reasoning": {"effort": "low", "summary": "auto"},
+        "include": ["reasoning.encrypted_content"],
+        "store": False,
+    }
+    if stream:
+        with oai.responses.stream(**asked) as events:
+            response = events.get_final_response()
+    else:
+        response = oai.responses.create(**asked)
+    thought, answer = response.output
+    assert thought.type == "reasoning" and thought.summary and thought.encrypted_content
+    assert answer.type == "message"
+    plain = oai.responses.create(**{**asked, "include": []})
+    assert plain.output[0].type == "reasoning" and plain.output[0].encrypted_content is None
+    unasked = oai.responses.create(model="gpt-5-codex", input="Explain the cache")
+    assert [item.type for item in unasked.output] == ["message"]
+
+
+def test_reasoning_sent_back_must_be_as_the_provider_sealed_it(oai: openai.OpenAI) -> None:
+    first = oai.responses.create(
+        model="gpt-5-codex",
+        input="Explain the cache",
+        reasoning={"effort": "low"},
+        include=["reasoning.encrypted_content"],
+        store=False,
+    )
+    thought: Any = first.output[0].model_dump(exclude_none=True)
+    turn: Any = {"role": "user", "content": "Explain the cache"}
+    again: Any = {"role": "user", "content": "And now?"}
+    second = oai.responses.create(model="gpt-5-codex", input=[turn, thought, again], store=False)
+    assert second.status == "completed"
+    tampered: Any = {**thought, "encrypted_content": thought["encrypted_content"][:-4] + "AAA="}
+    unsealed: Any = {k: v for k, v in thought.items() if k != "encrypted_content"}
+    for bad, says in ((tampered, "could not be verified"), (unsealed, "not found")):
+        with pytest.raises(openai.BadRequestError, match=says):
+            oai.responses.create(model="gpt-5-codex", input=[turn, bad, again], store=False)
