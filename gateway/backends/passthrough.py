@@ -197,7 +197,8 @@ class PassThroughBackend:
         made = await self._call(call, stream=False)
         if made is None:
             return await self._fallback.complete(call)
-        (_, _, _, native, notes), resp = made
+        direct, resp = made
+        native, notes = direct.native, direct.notes
         body, parsed = await read_json_answer(resp, self.name, self.route.provider)
         asked = _asked_model(call) if native and self.route.wire == "anthropic" else None
         served = parsed.get("model")
@@ -216,7 +217,8 @@ class PassThroughBackend:
         made = await self._call(call, stream=True)
         if made is None:
             return await self._fallback.open_stream(call)
-        (_, _, _, native, notes), resp = made
+        direct, resp = made
+        native, notes = direct.native, direct.notes
         watcher: EventWatcher
         if not native:
             watcher = OpenAIWatcher(strip_usage=not call.client_wants_usage)

@@ -113,7 +113,7 @@ class AnthropicWatcher:
             # What came before the error event still goes out; the error event is the
             # pipeline's to send, in the door's shape, after the stream raised.
             return block[:at]
-        if _STOP_EVENTS.named_in(block) and _STOP_EVENTS.first_at(block) >= 0:
+        if _STOP_EVENTS.first_at(block) >= 0:
             outcome.completed = True
         return block
 
@@ -127,7 +127,7 @@ class ResponsesWatcher:
     __slots__ = ()
 
     def watch(self, block: bytes, outcome: StreamOutcome) -> bytes:
-        at = _RESPONSE_FAILURES.first_at(block) if _RESPONSE_FAILURES.named_in(block) else -1
+        at = _RESPONSE_FAILURES.first_at(block)
         if at >= 0:
             for data in _RESPONSE_FAILURES(block):
                 failed = data.get("response")
@@ -135,7 +135,7 @@ class ResponsesWatcher:
                 _note_error(outcome, {"error": error})
             outcome.error = outcome.error or "upstream stream error"
             return block[:at]
-        if _RESPONSE_ENDS.named_in(block) and _RESPONSE_ENDS.first_at(block) >= 0:
+        if _RESPONSE_ENDS.first_at(block) >= 0:
             for data in _RESPONSE_ENDS(block):
                 response = data.get("response")
                 if isinstance(response, dict):

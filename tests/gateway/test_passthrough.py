@@ -14,7 +14,6 @@ import httpx
 import orjson
 import pytest
 
-from gateway.config import parse_config
 from tests.fixtures.gateway_fixture import GatewayThread
 from tests.fixtures.loopback_provider import (
     ANTHROPIC_KEY_ENV,
@@ -24,42 +23,29 @@ from tests.fixtures.loopback_provider import (
     Upstream,
     anthropic_stream,
     chat_stream,
+    loopback_gateway,
 )
 
 
 @pytest.fixture(scope="module")
 def gateway(upstream: Upstream) -> Iterator[GatewayThread]:
-    mp = pytest.MonkeyPatch()
-    mp.setenv(ANTHROPIC_KEY_ENV, "sk-ant-provider")
-    mp.setenv(OPENAI_KEY_ENV, "sk-openai-provider")
-    config = parse_config(
-        {
-            "backends": {
-                "anthropic": {
-                    "kind": "litellm",
-                    "model": "anthropic/claude-sonnet-4-5",
-                    "api_base": upstream.url,
-                    "api_key_env": ANTHROPIC_KEY_ENV,
-                },
-                "openai": {
-                    "kind": "litellm",
-                    "model": "openai/gpt-4o-mini",
-                    "api_base": upstream.url + "/v1",
-                    "api_key_env": OPENAI_KEY_ENV,
-                },
-            },
-            "routing": {
-                "default": "openai",
-                "aliases": {"claude-sonnet-4-5": "anthropic", "gpt-4o-mini": "openai"},
-            },
-            "store": {"enabled": False},
-            "auth": {"required": False},
-        }
-    )
-    gw = GatewayThread(config).start()
-    yield gw
-    gw.stop()
-    mp.undo()
+    backends = {
+        "anthropic": {
+            "kind": "litellm",
+            "model": "anthropic/claude-sonnet-4-5",
+            "api_base": upstream.url,
+            "api_key_env": ANTHROPIC_KEY_ENV,
+        },
+        "openai": {
+            "kind": "litellm",
+            "model": "openai/gpt-4o-mini",
+            "api_base": upstream.url + "/v1",
+            "api_key_env": OPENAI_KEY_ENV,
+        },
+    }
+    aliases = {"claude-sonnet-4-5": "anthropic", "gpt-4o-mini": "openai"}
+    with loopback_gateway(backends, {"default": "openai", "aliases": aliases}) as gw:
+        yield gw
 
 
 CLAUDE_CODE_BODY: dict[str, Any] = {

@@ -17,6 +17,7 @@ from aiohttp import web
 
 from gateway.config import ConfigFileError, parse_config
 from tests.fixtures.gateway_fixture import GatewayThread, gateway_config
+from tests.fixtures.loopback_provider import loopback_gateway
 from tests.fixtures.loopback_server import LoopbackServer
 
 PROBE_TIMEOUT_S = 0.2
@@ -62,24 +63,19 @@ class Replica:
 
 
 @pytest.fixture
-def replica_gateway(frontier_sim: Any) -> Iterator[tuple[GatewayThread, Replica]]:
+def replica_gateway() -> Iterator[tuple[GatewayThread, Replica]]:
     replica = Replica()
     replica.server.start()
-    health = {"interval_s": 0.05, "timeout_s": PROBE_TIMEOUT_S, "slow_probes_down": 3}
-    config = gateway_config(
-        frontier_sim.base_url,
-        backends={
-            "local": {
-                "kind": "vllm",
-                "model": "m",
-                "replicas": [replica.server.url],
-                "health": health,
-            }
-        },
-        routing={"default": "local", "aliases": {"m": "local"}},
-    )
+    health = {
+        "interval_s": 0.05,
+        "timeout_s": PROBE_TIMEOUT_S,
+        "slow_probes_down": SLOW_PROBES_DOWN,
+    }
+    local = {"kind": "vllm", "model": "m", "replicas": [replica.server.url], "health": health}
     try:
-        with GatewayThread(config) as gw:
+        with loopback_gateway(
+            {"local": local}, {"default": "local", "aliases": {"m": "local"}}
+        ) as gw:
             yield gw, replica
     finally:
         replica.server.stop()

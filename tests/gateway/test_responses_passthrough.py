@@ -18,7 +18,6 @@ from aiohttp import web
 
 from gateway.backends.base import StreamOutcome
 from gateway.backends.relay import AnthropicWatcher, ResponsesWatcher
-from gateway.config import parse_config
 from gateway.wire.sse import encode_named_event
 from tests.fixtures.gateway_fixture import GatewayThread
 from tests.fixtures.loopback_provider import (
@@ -27,6 +26,7 @@ from tests.fixtures.loopback_provider import (
     RESPONSE,
     Upstream,
     chat_stream,
+    loopback_gateway,
     responses_stream,
 )
 from tests.fixtures.loopback_server import LoopbackServer, answer
@@ -34,8 +34,6 @@ from tests.fixtures.loopback_server import LoopbackServer, answer
 
 @pytest.fixture(scope="module")
 def gateway(upstream: Upstream) -> Iterator[GatewayThread]:
-    mp = pytest.MonkeyPatch()
-    mp.setenv(OPENAI_KEY_ENV, "sk-openai-provider")
     backends = {
         "openai": {
             "kind": "litellm",
@@ -50,20 +48,9 @@ def gateway(upstream: Upstream) -> Iterator[GatewayThread]:
             "api_base": upstream.url + "/v1",
         },
     }
-    config = parse_config(
-        {
-            "backends": backends,
-            "routing": {
-                "default": "openai",
-                "aliases": {"gpt-5-codex": "openai", "deepseek-chat": "deepseek"},
-            },
-            "store": {"enabled": False},
-            "auth": {"required": False},
-        }
-    )
-    with GatewayThread(config) as gw:
+    aliases = {"gpt-5-codex": "openai", "deepseek-chat": "deepseek"}
+    with loopback_gateway(backends, {"default": "openai", "aliases": aliases}) as gw:
         yield gw
-    mp.undo()
 
 
 REASONING_ITEM = {
@@ -256,16 +243,9 @@ def test_an_openai_target_without_the_responses_api_is_translated_from_its_first
     app.router.add_post("/v1/chat/completions", chat)
     server = LoopbackServer(app, "no-responses-api").start()
     target = {"kind": "litellm", "model": "openai/m", "api_base": server.url + "/v1"}
-    config = parse_config(
-        {
-            "backends": {"openai": target},
-            "routing": {"default": "openai", "aliases": {"m": "openai"}},
-            "store": {"enabled": False},
-            "auth": {"required": False},
-        }
-    )
+    routing = {"default": "openai", "aliases": {"m": "openai"}}
     try:
-        with GatewayThread(config) as gw:
+        with loopback_gateway({"openai": target}, routing) as gw:
             refused = httpx.post(gw.base_url + "/v1/responses", json={"model": "m", "input": "hi"})
             assert refused.status_code == 502 and "does not exist" in refused.text
             missing_model = False

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import httpx
@@ -60,6 +60,22 @@ TARGETS = {
     "/v1/messages": ("local", "openai", "anthropic"),
 }
 Conversation = tuple[list[Message], list[dict[str, Any]], AssistantTurn | None]
+
+
+@dataclasses.dataclass(frozen=True)
+class Native:
+    """A door passed through natively: what the provider is sent of the client's body (and the
+    notes on it), and the translation the local model would be sent instead."""
+
+    reconcile: Callable[[dict[str, Any]], tuple[dict[str, Any], dict[str, str]]]
+    translate: Callable[[dict[str, Any]], dict[str, Any]]
+
+
+# By the path the served model was called on.
+NATIVE = {
+    "/v1/messages": Native(reconcile_thinking, lambda body: translate_messages(body).body),
+    "/v1/responses": Native(reconcile_reasoning, lambda body: translate_request(body).body),
+}
 
 
 @pytest.fixture(scope="module")
@@ -119,12 +135,8 @@ def _serve(
 
 def _what_was_served(path: str, got: dict[str, Any], answer: Answer) -> Conversation:
     """The conversation the served model saw, read from what it got and what it said."""
-    # A native pass-through: the provider got the client's own body; the local model would get
-    # its translation.
-    if path == "/v1/messages":
-        got = translate_messages(got).body
-    elif path == "/v1/responses":
-        got = translate_request(got).body
+    if path in NATIVE:  # the provider got the client's own body; the local model would get this
+        got = NATIVE[path].translate(got)
     if path.endswith("/v1/completions"):
         return completion_messages(got), [], answer.turn()
     return chat_messages(got), chat_tools(got), answer.turn(native=path == "/v1/messages")
@@ -172,21 +184,13 @@ def _check_canonical_fields(
         return
     canonical = record.canonical_request
     assert canonical is not None and record.canonical_response is not None
-    if path == "/v1/messages":
-        # As sent, but for thinking Anthropic would refuse (noted in the record's tags).
+    if path in NATIVE:
+        # As sent, but for what the provider would refuse (noted in the record's tags).
         assert isinstance(record.request, dict)
-        sent, notes = reconcile_thinking(record.request)
+        sent, notes = NATIVE[path].reconcile(record.request)
         assert got == {**sent, "model": got["model"]}
         assert {f"note.{k}": v for k, v in notes.items()}.items() <= record.tags.items()
-        assert canonical == translate_messages(record.request).body
-        return
-    if path == "/v1/responses":
-        # As sent, but for reasoning items OpenAI could not resolve (noted likewise).
-        assert isinstance(record.request, dict)
-        sent, notes = reconcile_reasoning(record.request)
-        assert got == {**sent, "model": got["model"]}
-        assert {f"note.{k}": v for k, v in notes.items()}.items() <= record.tags.items()
-        assert canonical == translate_request(record.request).body
+        assert canonical == NATIVE[path].translate(record.request)
         return
     assert isinstance(canonical, dict)
     assert canonical["messages"] == got["messages"]
