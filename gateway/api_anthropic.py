@@ -104,7 +104,7 @@ async def count_tokens(request: Request) -> Response:
     try:
         await state.admit(request.headers, limit=False)
         limits = routing.config.gateway.limits
-        raw = await read_body(request, limits.max_body_bytes)
+        raw = await read_body(request, limits.max_body_bytes.messages)
         body = await off_loop_if_large(len(raw), limits, parse_checked, raw, limits)
         try:
             tr = translate_messages(body, count_only=True)

@@ -31,6 +31,47 @@ class ListenConfig(BaseModel):
     port: int = Field(default=8080, ge=0, le=65535)
 
 
+# Providers' own body limits, which the doors' defaults must not undercut (a body the provider
+# behind a door accepts is never refused by the gateway first):
+# Anthropic: 32 MB on Messages and Token Counting (docs.anthropic.com/en/api/overview, "Request
+# size limits"); OpenAI: up to 50 MB of payload per request (platform.openai.com/docs/guides/
+# images-vision, "Image input requirements").
+MESSAGES_BODY_BYTES = 32 * 1024 * 1024
+OPENAI_BODY_BYTES = 64 * 1024 * 1024
+
+
+class BodyLimits(BaseModel):
+    """The largest request body each door reads (413 above it). A single number in the YAML
+    (``max_body_bytes: 8388608``) sets every door."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    chat: int = Field(
+        default=OPENAI_BODY_BYTES, gt=0, description="/v1/chat/completions and /v1/completions."
+    )
+    responses: int = Field(default=OPENAI_BODY_BYTES, gt=0, description="/v1/responses.")
+    messages: int = Field(
+        default=MESSAGES_BODY_BYTES,
+        gt=0,
+        description="/v1/messages and /v1/messages/count_tokens.",
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _one_for_all(cls, value: Any) -> Any:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return {"chat": value, "responses": value, "messages": value}
+        return value
+
+    def for_endpoint(self, endpoint: str) -> int:
+        """The limit of the door serving ``endpoint`` (a :data:`router.features.Endpoint`)."""
+        if endpoint == "messages":
+            return self.messages
+        if endpoint == "responses":
+            return self.responses
+        return self.chat
+
+
 class LimitsConfig(BaseModel):
     """Bounds on what one request may be and cost; a request over a bound gets a 400 (413 for
     the body size) in its door's shape, naming the parameter, before any upstream work.
@@ -43,7 +84,9 @@ class LimitsConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    max_body_bytes: int = Field(default=8 * 1024 * 1024, gt=0, description="413 above this.")
+    max_body_bytes: BodyLimits = Field(
+        default_factory=BodyLimits, description="413 above this, per door (see BodyLimits)."
+    )
     request_timeout_s: float = Field(
         default=600.0,
         gt=0,
@@ -66,7 +109,10 @@ class LimitsConfig(BaseModel):
         default=32, ge=2, description="Nesting depth of one tool definition, its schema included."
     )
     max_string_chars: int = Field(
-        default=4 * 1024 * 1024, ge=1024, description="Characters of any one string in the body."
+        default=32 * 1024 * 1024,
+        ge=1024,
+        description="Characters of any one string in the body (32 Mi: one base64 image at the "
+        "largest size a provider takes, OpenAI's 20 MB, is 26.7 M characters).",
     )
     offload_body_bytes: int = Field(
         default=64 * 1024,

@@ -219,7 +219,7 @@ async def serve_door(request: Request, door: FrontDoor, translate: Translate) ->
         try:
             ex.principal = await state.admit(request.headers)
             limits = routing.config.gateway.limits
-            raw = await read_body(request, limits.max_body_bytes)
+            raw = await read_body(request, limits.max_body_bytes.for_endpoint(door.endpoint))
             translated = await off_loop_if_large(
                 len(raw), limits, _prepare, ex, raw, translate, request, limits
             )

@@ -42,6 +42,7 @@ from loadtests.hostile_case import (
     BAD_AUTH,
     CONTENT_TYPES,
     DEEP_SPOTS,
+    DOOR_BODY_LIMIT,
     ENCODINGS,
     ID_MARKER,
     INFERENCE_DOORS,
@@ -166,7 +167,7 @@ def fam_deep_nesting(rng: random.Random, t: Targets) -> HostileCase:
 
 
 def fam_huge_string(rng: random.Random, t: Targets) -> HostileCase:
-    """3 MB fields (under the body limit) and 9 MB bodies (over it)."""
+    """3 MB fields (under the body limit) and bodies 1 MiB over their door's limit."""
     door = pick_door(rng, ("chat", "chat", "completions", "responses", "messages", "feedback"))
     body = valid_body(door, rng, t)
     if door == "feedback":
@@ -174,8 +175,9 @@ def fam_huge_string(rng: random.Random, t: Targets) -> HostileCase:
         body.update(kind="comment", payload={"text": "y" * size})
         expect: Expect = "not5xx" if size < MB else "4xx"
         return body_case(door, f"huge_string.payload_{size // 1024}kb", dump(body), expect)
-    variant = rng.choice(("user_3mb", "content_3mb", "body_9mb"))
-    blob = rng.choice("abcxyz") * (9 * MB if variant == "body_9mb" else 3 * MB)
+    variant = rng.choice(("user_3mb", "content_3mb", "body_over_limit"))
+    over = DOOR_BODY_LIMIT[door] + MB
+    blob = rng.choice("abcxyz") * (over if variant == "body_over_limit" else 3 * MB)
     if variant == "user_3mb":
         if door in ANTHROPIC_DOORS:
             body["metadata"] = {"user_id": blob}
@@ -189,7 +191,7 @@ def fam_huge_string(rng: random.Random, t: Targets) -> HostileCase:
         body["input"] = blob
     else:
         body["messages"][0]["content"] = blob
-    expect = "4xx" if variant == "body_9mb" else "not5xx"
+    expect = "4xx" if variant == "body_over_limit" else "not5xx"
     return body_case(door, f"huge_string.{variant}", dump(body), expect)
 
 

@@ -49,6 +49,15 @@ REQUIRED: Final[dict[Door, frozenset[str]]] = {
     "admin": frozenset({"name"}),
 }
 MB: Final = 1024 * 1024
+# The gateway's default body limit per door (gateway.config.BodyLimits: at least what the
+# providers behind each door accept); restated, as loadtests reaches the gateway over HTTP only.
+DOOR_BODY_LIMIT: Final[dict[str, int]] = {
+    "chat": 64 * MB,
+    "completions": 64 * MB,
+    "responses": 64 * MB,
+    "messages": 32 * MB,
+    "count_tokens": 32 * MB,
+}
 
 
 @dataclass(frozen=True, slots=True)

@@ -244,6 +244,12 @@ def shape_problem(door: str, body: bytes) -> str | None:
     return None
 
 
+def _throttled_admin(o: Outcome) -> bool:
+    """A valid admin request refused because its address gave wrong admin tokens (the corpus's
+    bad-token cases come from the same address): the gateway's login throttle, by design."""
+    return o.case.door == "admin" and o.status == 429 and b"admin_login_throttled" in o.head
+
+
 def judge(o: Outcome, timeout_s: float = DEFAULT_TIMEOUT_S) -> list[Finding]:
     """Every way this outcome misses the targets (module docstring); empty when it meets them."""
     case, status = o.case, o.status
@@ -259,7 +265,7 @@ def judge(o: Outcome, timeout_s: float = DEFAULT_TIMEOUT_S) -> list[Finding]:
         found.append(Finding("5xx", o, o.head[:300].decode(errors="replace")))
     elif o.expect == "4xx" and status < 400:
         found.append(Finding("accepted_bad_input", o, f"{status}, expected a 4xx"))
-    elif o.expect == "2xx" and status >= 300:
+    elif o.expect == "2xx" and status >= 300 and not _throttled_admin(o):
         found.append(Finding("refused_valid", o, o.head[:300].decode(errors="replace")))
     if status >= 400:
         problem = shape_problem(case.door, o.head)

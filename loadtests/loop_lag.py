@@ -2,7 +2,7 @@
 
     python -m loadtests.loop_lag [--out DIR]        (make bench-loop-lag)
 
-Starts the frontier simulator (accepting bodies up to 16 MiB, so the largest request the
+Starts the frontier simulator (accepting bodies up to 72 MiB, so the largest request the
 gateway allows reaches it) and a gateway process (SQLite store, default limits), then sends each
 maximal request shape through each door, one at a time, while a probe thread asks ``/health``
 every 10 ms on its own connection. A request's *lag* is the probe's slowest answer while that
@@ -12,7 +12,8 @@ request in flight, measured in the same run. Target (issue "Hostile input"): und
 Shapes, at the defaults of ``gateway.config.LimitsConfig``:
 - ``messages``: ``max_messages`` - 1 turns filling the body to just under ``max_body_bytes``;
 - ``tools``: ``max_tools`` tools whose schemas nest to ``max_tool_schema_depth`` - 2;
-- ``string``: one user turn of ``max_string_chars`` - 1,024 characters.
+- ``string``: one user turn of ``max_string_chars`` - 1,024 characters (less where the door's
+  body limit is smaller).
 Doors: chat completions to the OpenAI-format frontier (litellm), the Responses door, the
 Messages door to the Anthropic-format frontier, and chat completions to the local target (here
 the simulator stands in for the vLLM replica: the gateway's pass-through path is what is timed).
@@ -43,12 +44,18 @@ PROBE_EVERY_S = 0.01
 TARGET_LAG_MS = 100.0
 # The gateway's defaults (gateway.config.LimitsConfig): loadtests reaches the gateway over HTTP
 # only, so they are restated here and checked against its 400s (a shape over a bound is refused).
-MAX_BODY_BYTES = 8 * 1024 * 1024
+OPENAI_DOOR_BODY_BYTES = 64 * 1024 * 1024  # limits.max_body_bytes.chat / .responses
+MESSAGES_DOOR_BODY_BYTES = 32 * 1024 * 1024  # limits.max_body_bytes.messages
 MAX_MESSAGES = 10_000
 MAX_TOOLS = 512
 MAX_TOOL_SCHEMA_DEPTH = 32
-MAX_STRING_CHARS = 4 * 1024 * 1024
-SIM_MAX_BODY = 16 * 1024 * 1024
+MAX_STRING_CHARS = 32 * 1024 * 1024
+SIM_MAX_BODY = 72 * 1024 * 1024  # above every door's, so the largest request reaches it
+
+
+def max_body_bytes(door: str) -> int:
+    """The gateway's default body limit of ``door``."""
+    return MESSAGES_DOOR_BODY_BYTES if door == "messages" else OPENAI_DOOR_BODY_BYTES
 
 
 class Probe:
@@ -101,13 +108,14 @@ def shapes() -> dict[str, Callable[[str], tuple[str, dict[str, Any]]]]:
 
     def messages(door: str) -> tuple[str, dict[str, Any]]:
         # As many characters per turn as keep the whole body just under max_body_bytes.
-        per_turn = MAX_BODY_BYTES // n
+        limit = max_body_bytes(door)
+        per_turn = limit // n
         while True:
             path, body = _body(door, _turns(n, per_turn), [])
             size = len(json.dumps(body))
-            if size <= MAX_BODY_BYTES - 64 * 1024:
+            if size <= limit - 64 * 1024:
                 return path, body
-            per_turn -= max(1, (size - MAX_BODY_BYTES + 64 * 1024) // n + 1)
+            per_turn -= max(1, (size - limit + 64 * 1024) // n + 1)
 
     def tools(door: str) -> tuple[str, dict[str, Any]]:
         return _body(
@@ -115,7 +123,8 @@ def shapes() -> dict[str, Callable[[str], tuple[str, dict[str, Any]]]]:
         )
 
     def string(door: str) -> tuple[str, dict[str, Any]]:
-        return _body(door, _turns(1, MAX_STRING_CHARS - 1024), [])
+        chars = min(MAX_STRING_CHARS, max_body_bytes(door) - 64 * 1024) - 1024
+        return _body(door, _turns(1, chars), [])
 
     return {"messages": messages, "tools": tools, "string": string}
 
@@ -210,7 +219,9 @@ def main(argv: list[str] | None = None) -> int:
                 "loadtests.frontier_sim",
                 "--port",
                 str(sim_port),
-                "--max-body-bytes",
+                "--openai-max-body-bytes",
+                str(SIM_MAX_BODY),
+                "--anthropic-max-body-bytes",
                 str(SIM_MAX_BODY),
             ],
             sim_port,

@@ -40,20 +40,9 @@ from typing import Any
 
 from loadtests.agent.tasks import AgentTask, FileEdit, apply_edit
 from loadtests.frontier_sim.config import SimulatorConfig
-from loadtests.frontier_sim.transcript import ToolStep
+from loadtests.frontier_sim.transcript import PlannedCall, ToolStep
 
 EDIT_TOOLS = ("edit", "apply_patch")
-
-
-@dataclass(frozen=True, slots=True)
-class PlannedCall:
-    """One tool call of the plan."""
-
-    name: str
-    arguments: dict[str, Any]
-
-    def matches(self, step: ToolStep) -> bool:
-        return step.name == self.name and step.parsed_arguments() == self.arguments
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,9 +26,9 @@ from loadtests.frontier_sim.answers import (
     RequestView,
     ToolCall,
     ToolMode,
-    ToolSpec,
     estimate_tokens,
 )
+from loadtests.frontier_sim.instructions import user_words
 from loadtests.frontier_sim.prompt_cache import (
     NO_CACHE,
     CacheablePrompt,
@@ -36,6 +36,7 @@ from loadtests.frontier_sim.prompt_cache import (
     MarkedBlocks,
     PromptBlock,
 )
+from loadtests.frontier_sim.tool_use import ToolSpec
 from loadtests.frontier_sim.transcript import StepCollector
 
 _STOP_REASONS = {"natural": "end_turn", "length": "max_tokens", "stop": "stop_sequence"}
@@ -143,7 +144,11 @@ def parse_messages_request(body: Any) -> ParsedMessages:
     thinking.check_replayed(messages, thinks)
     system = _blocks_text(body.get("system") or "")
     steps = StepCollector()
-    for m in messages:
+    instruction = ""
+    for m, text in zip(messages, texts, strict=True):
+        if m["role"] == "user" and text and user_words(text):
+            instruction = text
+            steps.turn()
         for block in m.get("content") if isinstance(m.get("content"), list) else ():
             if not isinstance(block, dict):
                 continue
@@ -163,6 +168,9 @@ def parse_messages_request(body: Any) -> ParsedMessages:
         max_tokens=max_tokens,
         stop=tuple(stop),
         tool_steps=steps.steps(),
+        instruction_text=instruction,
+        turn_steps=steps.turn_steps(),
+        context=(system, *texts),
     )
     return ParsedMessages(
         view,

@@ -63,11 +63,19 @@ class SimulatorConfig(BaseModel):
         description="Answer 404 for models not in `models` (by default any name is served).",
     )
 
-    max_body_bytes: int = Field(
-        default=1024 * 1024,
+    # Body limits as the providers document them: a larger body gets 413 in the endpoint's
+    # error shape. Anthropic: 32 MB on Messages (docs.anthropic.com/en/api/overview, "Request
+    # size limits"); OpenAI: 50 MB of payload per request (its images guide).
+    anthropic_max_body_bytes: int = Field(
+        default=32 * 1024 * 1024,
         ge=1024,
-        description="Larger request bodies get 413, as providers refuse them (1 MiB: aiohttp's "
-        "default; the loop-lag benchmark raises it to accept the gateway's largest request).",
+        description="Largest /v1/messages body accepted (Anthropic's 32 MB); larger gets 413.",
+    )
+    openai_max_body_bytes: int = Field(
+        default=50 * 1024 * 1024,
+        ge=1024,
+        description="Largest body accepted on the OpenAI endpoints (OpenAI's 50 MB per request); "
+        "larger gets 413.",
     )
 
     prompt_cache_size: int = Field(
@@ -95,6 +103,13 @@ class SimulatorConfig(BaseModel):
         le=1,
         description="Probability that the oracle gives the task's reference answer (else a "
         "plausible wrong one).",
+    )
+
+    max_tool_rounds: int = Field(
+        default=8,
+        ge=1,
+        description="Tool calls the model makes in one user turn at most; then it answers in "
+        "text (a provider's model does not call tools without end).",
     )
 
     # The scripted agent for agent tasks (see agent_policy.py)
@@ -159,6 +174,8 @@ PER_REQUEST_KNOBS: frozenset[str] = frozenset(
         "input_usd_per_mtok",
         "output_usd_per_mtok",
         "oracle_accuracy",
+        "openai_max_body_bytes",
+        "anthropic_max_body_bytes",
     }
 )
 

@@ -26,15 +26,16 @@ from loadtests.frontier_sim.answers import (
     RequestView,
     ToolCall,
     ToolMode,
-    ToolSpec,
     estimate_tokens,
 )
+from loadtests.frontier_sim.instructions import user_words
 from loadtests.frontier_sim.prompt_cache import (
     NO_CACHE,
     AutomaticPrefix,
     CacheablePrompt,
     CacheUse,
 )
+from loadtests.frontier_sim.tool_use import ToolSpec
 from loadtests.frontier_sim.transcript import StepCollector
 
 DONE_EVENT = b"data: [DONE]\n\n"
@@ -158,7 +159,11 @@ def parse_chat_request(body: Any) -> ParsedRequest:
     tools_text = orjson.dumps(body["tools"]).decode() if tools else ""
     prompt_text = " ".join(texts)
     steps = StepCollector()
+    instruction = ""
     for message, text in zip(messages, texts, strict=True):
+        if message.get("role") == "user" and text and user_words(text):
+            instruction = text
+            steps.turn()
         for call in message.get("tool_calls") or () if message.get("role") == "assistant" else ():
             function = call.get("function") if isinstance(call, dict) else None
             if isinstance(function, dict):
@@ -180,6 +185,9 @@ def parse_chat_request(body: Any) -> ParsedRequest:
         stop=_stop_param(body),
         seed=seed if isinstance(seed, int) else None,
         tool_steps=steps.steps(),
+        instruction_text=instruction,
+        turn_steps=steps.turn_steps(),
+        context=tuple(texts),
     )
     stream, include_usage = _stream_params(body)
     views = tuple(replace(view, choice_index=i) for i in range(n))

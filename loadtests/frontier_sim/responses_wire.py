@@ -39,9 +39,9 @@ from loadtests.frontier_sim.answers import (
     RequestView,
     ToolCall,
     ToolMode,
-    ToolSpec,
     estimate_tokens,
 )
+from loadtests.frontier_sim.instructions import user_words
 from loadtests.frontier_sim.prompt_cache import (
     NO_CACHE,
     AutomaticPrefix,
@@ -54,6 +54,7 @@ from loadtests.frontier_sim.reasoning import (
     reasoning_item,
     reasoning_requested,
 )
+from loadtests.frontier_sim.tool_use import ToolSpec
 from loadtests.frontier_sim.transcript import StepCollector
 
 _TEXT_PARTS = ("input_text", "output_text", "text")
@@ -131,6 +132,7 @@ def parse_responses_request(body: Any) -> ParsedResponses:
     texts = [_text(body.get("instructions"), "instructions")]
     user_texts: list[str] = []
     steps = StepCollector()
+    instruction = ""
     for i, item in enumerate(items):
         kind = item.get("type", "message")
         if kind == "message":
@@ -138,6 +140,9 @@ def parse_responses_request(body: Any) -> ParsedResponses:
             texts.append(text)
             if item.get("role") == "user":
                 user_texts.append(text)
+                if text and user_words(text):
+                    instruction = text
+                    steps.turn()
         elif kind == "function_call":
             texts.append(str(item.get("arguments") or ""))
             steps.call(item.get("call_id"), item.get("name"), item.get("arguments"))
@@ -166,6 +171,9 @@ def parse_responses_request(body: Any) -> ParsedResponses:
         forced_tool=forced,
         max_tokens=max_tokens,
         tool_steps=steps.steps(),
+        instruction_text=instruction,
+        turn_steps=steps.turn_steps(),
+        context=tuple(texts),
     )
     echo = {
         "instructions": body.get("instructions"),

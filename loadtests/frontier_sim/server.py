@@ -97,6 +97,7 @@ class _Wire(Generic[P]):
     """How one endpoint parses, answers and fails, in its own wire format."""
 
     endpoint: str
+    body_limit: Callable[[SimulatorConfig], int]
     parse: Callable[[Any], P]
     body: Callable[[P, Sequence[Answer]], bytes]
     stream: Callable[[P, Sequence[Answer]], Iterator[bytes]]
@@ -117,6 +118,7 @@ def _anthropic_error(status: int, message: str, _param: str | None) -> bytes:
 
 _CHAT = _Wire(
     "chat_completions",
+    lambda c: c.openai_max_body_bytes,
     openai_wire.parse_chat_request,
     openai_wire.chat_completion,
     openai_wire.chat_stream,
@@ -124,6 +126,7 @@ _CHAT = _Wire(
 )
 _COMPLETIONS = _Wire(
     "completions",
+    lambda c: c.openai_max_body_bytes,
     openai_wire.parse_completion_request,
     openai_wire.text_completion,
     openai_wire.text_completion_stream,
@@ -131,6 +134,7 @@ _COMPLETIONS = _Wire(
 )
 _RESPONSES = _Wire(
     "responses",
+    lambda c: c.openai_max_body_bytes,
     responses_wire.parse_responses_request,
     responses_wire.response_body,
     responses_wire.response_stream,
@@ -138,6 +142,7 @@ _RESPONSES = _Wire(
 )
 _MESSAGES = _Wire(
     "messages",
+    lambda c: c.anthropic_max_body_bytes,
     anthropic_wire.parse_messages_request,
     lambda parsed, answers: anthropic_wire.message(parsed, answers[0]),
     lambda parsed, answers: anthropic_wire.message_stream(parsed, answers[0]),
@@ -178,8 +183,11 @@ async def _serve(request: web.Request, wire: _Wire[Any]) -> web.StreamResponse:
     state.stats.requests[wire.endpoint] += 1
     try:
         knobs = apply_header_overrides(state.config, request.headers)
+        raw = await request.read()
+        if len(raw) > wire.body_limit(knobs):
+            raise _Failure(413, "Request exceeds the maximum allowed number of bytes.")
         try:
-            payload = orjson.loads(await request.read())
+            payload = orjson.loads(raw)
         except orjson.JSONDecodeError as exc:
             raise BadRequest(f"malformed JSON body: {exc}") from exc
         parsed = wire.parse(payload)
@@ -324,7 +332,10 @@ def build_app(config: SimulatorConfig | None = None) -> web.Application:
     :func:`_oracle`).
     """
     config = config or SimulatorConfig()
-    app = web.Application(client_max_size=config.max_body_bytes)
+    # aiohttp refuses beyond client_max_size in its own words; each endpoint's own limit is
+    # checked in _serve, answered in the endpoint's error shape.
+    limit = max(config.openai_max_body_bytes, config.anthropic_max_body_bytes)
+    app = web.Application(client_max_size=limit)
     app[STATE] = SimulatorState(
         config=config,
         rng=random.Random(config.seed),

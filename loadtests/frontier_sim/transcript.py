@@ -37,6 +37,11 @@ class StepCollector:
     def __init__(self) -> None:
         self._steps: list[ToolStep] = []
         self._by_id: dict[str, int] = {}
+        self._turn_start = 0
+
+    def turn(self) -> None:
+        """A user message with words of its own: a new turn starts after the calls so far."""
+        self._turn_start = len(self._steps)
 
     def call(self, call_id: Any, name: Any, arguments: Any) -> None:
         text = arguments if isinstance(arguments, str) else json.dumps(arguments or {})
@@ -55,3 +60,29 @@ class StepCollector:
 
     def steps(self) -> tuple[ToolStep, ...]:
         return tuple(self._steps)
+
+    def turn_steps(self) -> tuple[ToolStep, ...]:
+        """The calls made since the last :meth:`turn`."""
+        return tuple(self._steps[self._turn_start :])
+
+
+@dataclass(frozen=True, slots=True)
+class PlannedCall:
+    """A tool call a scripted model makes: the tool and its arguments."""
+
+    name: str
+    arguments: dict[str, Any]
+
+    def matches(self, step: ToolStep) -> bool:
+        """Whether ``step`` is exactly this call (arguments as made, nothing added)."""
+        return step.name == self.name and step.parsed_arguments() == self.arguments
+
+    def made_in(self, step: ToolStep) -> bool:
+        """Whether ``step`` is this call as a client sends it back: clients add the defaults of
+        optional arguments (Claude Code's ``replace_all: false``) and reorder keys."""
+        made = step.parsed_arguments()
+        return (
+            step.name == self.name
+            and isinstance(made, dict)
+            and all(made.get(k) == v for k, v in self.arguments.items())
+        )

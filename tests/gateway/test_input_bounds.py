@@ -15,7 +15,10 @@ from gateway.config import LimitsConfig
 from gateway.errors import InvalidRequestError
 from gateway.resilience import BreakerState
 from gateway.wire.bounds import check_bounds
-from tests.fixtures.gateway_fixture import GatewayThread
+from loadtests.bench.sim_gateway import simulator_backends
+from loadtests.frontier_sim import SimulatorConfig, ThreadedSimulator
+from loadtests.hostile_case import DOOR_BODY_LIMIT
+from tests.fixtures.gateway_fixture import GatewayThread, gateway_config
 from tests.gateway.conftest import store_gateway
 from traffic.store import InferenceFilter, InferenceRecord, StoreConfig, open_store
 
@@ -197,19 +200,38 @@ def test_input_a_provider_cannot_translate_is_a_400_not_an_outage(gateway: Gatew
 
 
 def test_an_upstream_4xx_passes_through_and_is_not_a_breaker_failure(
-    gateway: GatewayThread,
+    frontier_sim: ThreadedSimulator,
 ) -> None:
-    """The simulator refuses bodies over 1 MB with 413, as providers do."""
+    """A provider that takes bodies up to 1 MiB refuses a larger one with 413 (the simulator
+    told so per request, as a provider with a smaller limit); the gateway's own limit is higher."""
+    backends = simulator_backends(frontier_sim.base_url)
+    backends["frontier-openai"]["extra_headers"] = {"x-sim-openai-max-body-bytes": "1048576"}
     body = {
         "model": "gpt-4o-mini",
         "messages": [{"role": "user", "content": "hi"}],
         "user": "u" * 3_000_000,
     }
-    for _ in range(8):
-        r = httpx.post(gateway.base_url + "/v1/chat/completions", json=body, timeout=30)
-        assert r.status_code == 413, r.text
-        assert r.json()["error"]["type"] == "invalid_request_error"
-    assert _breakers_closed(gateway)
+    with GatewayThread(gateway_config(frontier_sim.base_url, backends=backends)) as gateway:
+        for _ in range(8):
+            r = httpx.post(gateway.base_url + "/v1/chat/completions", json=body, timeout=30)
+            assert r.status_code == 413, r.text
+            assert r.json()["error"]["type"] == "invalid_request_error"
+        assert _breakers_closed(gateway)
+
+
+def test_the_doors_take_what_the_providers_behind_them_take() -> None:
+    """Each door's default body limit is at least its providers' own (the simulator's defaults
+    are the providers' documented limits): a body a provider accepts is never refused first."""
+    sim = SimulatorConfig()
+    assert LIMITS.max_body_bytes.messages >= sim.anthropic_max_body_bytes
+    for door in ("chat.completions", "completions", "responses"):
+        assert LIMITS.max_body_bytes.for_endpoint(door) >= sim.openai_max_body_bytes
+    # The hostile corpus's over-limit bodies are sized from the same defaults.
+    for door, limit in DOOR_BODY_LIMIT.items():
+        endpoint = {"chat": "chat.completions", "count_tokens": "messages"}.get(door, door)
+        assert limit == LIMITS.max_body_bytes.for_endpoint(endpoint)
+    # One number in the YAML still sets every door.
+    assert LimitsConfig.model_validate({"max_body_bytes": 4096}).max_body_bytes.messages == 4096
 
 
 def test_a_namespace_tool_without_a_tool_list_is_a_400(gateway: GatewayThread) -> None:

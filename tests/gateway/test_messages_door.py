@@ -145,7 +145,7 @@ def test_tool_use_round_trip(claude: anthropic.Anthropic, model: str, stream: bo
     assert first.stop_reason == "tool_use"
     use = first.content[-1]
     assert use.type == "tool_use"
-    assert use.name == "read_file" and use.input == {"path": "sim-path"}
+    assert use.name == "read_file" and use.input == {"path": "setup.py"}
     second = claude.messages.create(
         model=model,
         max_tokens=200,

@@ -170,7 +170,7 @@ def test_tool_call_round_trip(client: openai.OpenAI, model: str, stream: bool) -
         )
     call = first.output[0]
     assert call.type == "function_call"
-    assert call.name == "read_file" and json.loads(call.arguments) == {"path": "sim-path"}
+    assert call.name == "read_file" and json.loads(call.arguments) == {"path": "setup.py"}
     assert call.call_id
     second = client.responses.create(
         model=model,

@@ -17,7 +17,8 @@ from typing import Any
 
 from loadtests.agent.tasks import AgentTask
 from loadtests.agent.tools import FLAVOUR_TOOLS, Flavour
-from loadtests.frontier_sim.agent_policy import PlannedCall, plan
+from loadtests.frontier_sim.agent_policy import plan
+from loadtests.frontier_sim.transcript import PlannedCall
 from rl_loop.agent.episode import ToolCall
 from rl_loop.agent.runner import AssistantMessage
 

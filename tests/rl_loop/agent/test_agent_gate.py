@@ -11,7 +11,7 @@ import pytest
 from loadtests.agent.rl_environment import SandboxEnvironment
 from loadtests.agent.sandbox import SandboxRunner
 from loadtests.agent.tasks import AgentTask, make_agent_task
-from loadtests.frontier_sim.agent_policy import PlannedCall
+from loadtests.frontier_sim.transcript import PlannedCall
 from loadtests.tasks.task import HELDOUT_SEED_START
 from rl_loop.agent.audits import asks_user, audit_episode, claims_success
 from rl_loop.agent.config import AgentGateConfig
