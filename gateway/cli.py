@@ -1,13 +1,14 @@
 """`switchyard` command line: run the gateway, read the traffic record, export datasets.
 
     switchyard serve --config switchyard.yaml
-    switchyard traffic summary --store sqlite:///.cache/demo/traffic.db --by route_target,day
+    switchyard traffic summary --config .cache/demo/switchyard.yaml --by route_target,day
     switchyard traffic export --store URL --kind sft --out runs/sft --format jsonl,parquet \\
         --since 2026-11-01T00:00Z --route-target frontier-openai --has-feedback accepted
-    switchyard keys create --store URL --name alice --rpm 600 --budget-usd 20
+    switchyard keys create --config switchyard.yaml --name alice --rpm 600 --budget-usd 20
     switchyard fleet status --gateway http://any-gateway:8080
 
-``--config FILE`` may replace ``--store`` (the store section of the gateway config is used).
+``--config FILE`` may replace ``--store``: the store that gateway config records into
+(:mod:`gateway.store_args`). The summary's table fits the terminal (:mod:`gateway.summary_table`).
 """
 
 from __future__ import annotations
@@ -21,21 +22,12 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
-from rich.table import Table
 
-from gateway.config import load_config
 from gateway.legacy_records import LIVE_TRANSLATOR, backfill_canonical
+from gateway.store_args import add_store_args, store_config
+from gateway.summary_table import print_summary
 from traffic.export import ExportConfig, SplitConfig, export_from_store, summarize
-from traffic.store import InferenceFilter, StoreBackend, StoreConfig, open_store
-
-
-def _store_config(args: argparse.Namespace) -> StoreConfig:
-    if args.store:
-        return StoreConfig(url=args.store)
-    if args.config:
-        section = load_config(args.config).store
-        return StoreConfig(**section.model_dump(exclude={"enabled"}))
-    raise SystemExit("give --store URL or --config FILE")
+from traffic.store import InferenceFilter, StoreBackend, open_store
 
 
 def _query(args: argparse.Namespace) -> InferenceFilter:
@@ -54,18 +46,12 @@ def _query(args: argparse.Namespace) -> InferenceFilter:
 
 
 async def _with_store(args: argparse.Namespace, fn: Any) -> Any:
-    backend: StoreBackend = open_store(_store_config(args))
+    backend: StoreBackend = open_store(store_config(args))
     await backend.connect()
     try:
         return await fn(backend)
     finally:
         await backend.close()
-
-
-def _fmt(value: Any) -> str:
-    if isinstance(value, float):
-        return f"{value:.4g}"
-    return "" if value is None else str(value)
 
 
 def cmd_summary(args: argparse.Namespace) -> int:
@@ -74,13 +60,7 @@ def cmd_summary(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(rows, default=str, indent=2))
         return 0
-    table = Table(title="Switchyard traffic")
-    columns = list(rows[0]) if rows else []
-    for col in columns:
-        table.add_column(col)
-    for row in rows:
-        table.add_row(*(_fmt(row[c]) for c in columns))
-    Console().print(table)
+    print_summary(rows, by, Console())
     return 0
 
 
@@ -112,11 +92,6 @@ def cmd_canonicalize(args: argparse.Namespace) -> int:
     return 0
 
 
-def _add_store_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--store", help="store URL (sqlite:///path or postgresql://...)")
-    p.add_argument("--config", type=Path, help="gateway config whose store to read")
-
-
 def _add_filter_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--since", help="ISO time with zone, inclusive")
     p.add_argument("--until", help="ISO time with zone, exclusive")
@@ -145,14 +120,14 @@ def build_parser() -> argparse.ArgumentParser:
         dest="traffic_command", required=True
     )
     summary = traffic.add_parser("summary", help="counts, cost, latency, acceptance by group")
-    _add_store_args(summary)
+    add_store_args(summary)
     _add_filter_args(summary)
     summary.add_argument(
         "--by", help="comma list of route_target,served_model,api_key_id,endpoint,day"
     )
     summary.add_argument("--json", action="store_true")
     export = traffic.add_parser("export", help="export a training dataset")
-    _add_store_args(export)
+    add_store_args(export)
     _add_filter_args(export)
     export.add_argument(
         "--kind",
@@ -168,7 +143,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="write the canonical conversation into Responses/Messages records from before it "
         "was recorded (migration 3), so every reader trains on what the model was sent",
     )
-    _add_store_args(canonicalize)
+    add_store_args(canonicalize)
     sub.add_parser(
         "keys", help="API keys: create, list, revoke (see `switchyard keys -h`)", add_help=False
     )
@@ -190,10 +165,6 @@ def main(argv: list[str] | None = None) -> int:
         from gateway.auth.cli import main as keys_main
 
         return int(keys_main(argv[1:]) or 0)
-    if argv[:1] == ["traffic"] and argv[1:2] in (["episode"], ["episode-export"]):
-        from gateway.episode_cli import main as episode_main
-
-        return episode_main(argv[1:])
     if argv[:1] == ["fleet"]:
         from gateway.fleet.cli import main as fleet_main
 

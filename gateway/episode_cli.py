@@ -24,11 +24,13 @@ from typing import Any, get_args
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from gateway.api_episodes import route_kinds
-from gateway.cli import _add_filter_args, _add_store_args, _query, _with_store
+from gateway.cli import _add_filter_args, _query, _with_store
 from gateway.config import load_config
 from gateway.legacy_records import LIVE_TRANSLATOR
+from gateway.store_args import add_store_args
 from traffic.export import (
     TRAFFIC_QUERY,
     EpisodeExportConfig,
@@ -41,6 +43,9 @@ from traffic.export import (
 from traffic.export.episode_export import EpisodeKind
 
 _CELL = 60
+_FIELDS = ("#", "target", "model", "status", "ms", "cost $")  # never folded in the wide layout
+_MIN_TEXT = 20  # the least an answer or tool result column gets in the wide layout
+_CELL_EDGES = 3  # a column's padding (2) and its right border (1)
 
 
 def _routes(args: argparse.Namespace) -> RouteKinds:
@@ -67,26 +72,62 @@ def _answer_cell(step: dict[str, Any]) -> str:
     return "\n".join(cells)
 
 
+def _step_cells(step: dict[str, Any]) -> dict[str, str]:
+    cost = step["cost_usd"]
+    return {
+        "#": str(step["index"]),
+        "kind": step["route_kind"],
+        "target": f"{step['route_target']} ({step['route_kind']})",
+        "model": step["served_model"],
+        "status": str(step["status"]) + (f" {step['error']}" if step["error"] else ""),
+        "ms": f"{step['latency_ms']:.1f}",
+        "cost $": "" if cost is None else f"{cost:.6f}",
+        "answer": _answer_cell(step),
+        "tool result": "\n".join(_short(r.get("content")) for r in step["tool_results"]),
+    }
+
+
+def _stacked(cells: dict[str, str]) -> str:
+    """The fields of a step, a line each, for the narrow layout's ``step`` column."""
+    target = cells["target"].removesuffix(f" ({cells['kind']})")
+    status, _, error = cells["status"].partition(" ")
+    cost = f"${cells['cost $']}" if cells["cost $"] else "cost unknown"
+    lines = [target, cells["model"], f"{cells['kind']}, status {status}", error]
+    return "\n".join([*(line for line in lines if line), f"{cells['ms']} ms, {cost}"])
+
+
+def _wide_fits(steps: list[dict[str, str]], width: int) -> bool:
+    """Whether a column per field leaves the two free-text columns ``_MIN_TEXT`` each."""
+    fixed = 0
+    for column in _FIELDS:
+        cells = [column, *(line for s in steps for line in s[column].splitlines())]
+        fixed += max(map(len, cells)) + _CELL_EDGES
+    return width - 1 - fixed - 2 * _CELL_EDGES >= 2 * _MIN_TEXT
+
+
+def episode_table(view: dict[str, Any], width: int) -> Table:
+    """The steps of ``view`` in ``width`` columns: a column per field where that leaves the
+    answer and tool results room, else the fields stacked in one ``step`` column. Only the
+    answer and tool results (free text, already shortened to a line) ever fold."""
+    steps = [_step_cells(s) for s in view["steps"]]
+    table = Table(title=f"episode {view['episode_id']}", show_lines=True)
+    wide = _wide_fits(steps, width)
+    fields = _FIELDS if wide else ("#", "step")
+    for column in fields:
+        table.add_column(column, no_wrap=column in _FIELDS, overflow="fold")
+    for column in ("answer", "tool result"):
+        table.add_column(column, ratio=1, overflow="fold", min_width=_MIN_TEXT // 2)
+    for cells in steps:
+        shown = [cells[c] for c in _FIELDS] if wide else [cells["#"], _stacked(cells)]
+        # Text, not markup: an answer's "[...]" is the model's, not a style.
+        table.add_row(*(Text(c) for c in (*shown, cells["answer"], cells["tool result"])))
+    return table
+
+
 def print_episode(view: dict[str, Any], console: Console) -> None:
     """The episode as a table of steps, with its verdict and figures."""
     summary = view["summary"]
-    table = Table(title=f"episode {view['episode_id']}", show_lines=True)
-    for column in ("#", "target", "model", "status", "ms", "cost $", "answer", "tool result"):
-        table.add_column(column)
-    for step in view["steps"]:
-        results = "\n".join(_short(r.get("content")) for r in step["tool_results"])
-        cost = step["cost_usd"]
-        table.add_row(
-            str(step["index"]),
-            f"{step['route_target']} ({step['route_kind']})",
-            step["served_model"],
-            str(step["status"]) + (f" {step['error']}" if step["error"] else ""),
-            f"{step['latency_ms']:.1f}",
-            "" if cost is None else f"{cost:.6f}",
-            _answer_cell(step),
-            results,
-        )
-    console.print(table)
+    console.print(episode_table(view, console.width))
     verdict = view["verdict"] or "none"
     reason = f": {view['verdict_reason']}" if view["verdict_reason"] else ""
     console.print(f"verdict: {verdict}{reason}")
@@ -155,10 +196,10 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="verb", required=True)
     show = sub.add_parser("episode", help="one episode's whole trajectory")
     show.add_argument("episode_id")
-    _add_store_args(show)
+    add_store_args(show)
     show.add_argument("--json", action="store_true", help="the admin API's JSON")
     export = sub.add_parser("episode-export", help="export episodes as SFT or RL data")
-    _add_store_args(export)
+    add_store_args(export)
     _add_filter_args(export)
     export.add_argument("--kind", required=True, choices=get_args(EpisodeKind))
     export.add_argument("--out", required=True)

@@ -1,6 +1,6 @@
 """Refit the learned routing from the record, once or on a schedule, and tell the gateway.
 
-    python -m rl_loop.refit_cli --store URL --config switchyard.yaml
+    python -m rl_loop.refit_cli --config switchyard.yaml [--store URL]
         [--gateway URL ...] [--every-s 3600] [--rounds N] [--weights-version V] [--labels FILE]
 
 The RL loop refits after every promotion (``rl_loop.loop``); this runs the same refit between
@@ -32,7 +32,7 @@ from rl_loop.config import RefitConfig
 from rl_loop.labels import load_labels, with_labels
 from rl_loop.outcomes import VerdictCache
 from rl_loop.refit import RefitReport, refit_policy, reload_gateway
-from rl_loop.replay import VERDICTS_FILE, load_routing
+from rl_loop.replay import VERDICTS_FILE, config_store_url, load_routing
 from serving.names import ADMIN_TOKEN_ENV
 from traffic.store import StoreConfig, open_store
 
@@ -100,7 +100,9 @@ async def _schedule(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m rl_loop.refit_cli", description=__doc__)
-    parser.add_argument("--store", required=True, help="traffic store URL")
+    parser.add_argument(
+        "--store", default=None, help="traffic store URL (default: the config's store.url)"
+    )
     parser.add_argument("--config", type=Path, required=True, help="the gateway's YAML config")
     parser.add_argument(
         "--gateway",
@@ -112,7 +114,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=0, help="stop after N fits (0: never)")
     parser.add_argument("--weights-version", default=None, help="the served local weights")
     parser.add_argument("--labels", type=Path, default=None, help="client-side labels (JSON)")
-    return asyncio.run(_schedule(parser.parse_args(argv)))
+    args = parser.parse_args(argv)
+    args.store = args.store or config_store_url(args.config)
+    return asyncio.run(_schedule(args))
 
 
 if __name__ == "__main__":

@@ -5,8 +5,12 @@ gone and predicts the outcome (recorded verdicts, shadow verdicts, class means; 
 docstring). Both policies are the gateway config's ``routing`` (rules first, then the learned
 decision), one with the current state file, one with the candidate's.
 
-    python -m rl_loop.replay --store sqlite:///.cache/flywheel/traffic.db \
-        --config .cache/flywheel/switchyard.yaml --state-file candidate.json [--json]
+    python -m rl_loop.replay --config .cache/flywheel/switchyard.yaml \
+        --state-file candidate.json [--store sqlite:///.cache/flywheel/traffic.db] [--json]
+
+``--store`` defaults to the store the config records into (its ``store.url``). The report is a
+table of at most 80 columns: each class's local share, acceptance, $ per 1k requests and p50
+latency, the current policy beside the candidate.
 
 Shadow verdicts come from the shadow rows' ``comparison.verdict`` (written by the RL loop's
 backfill) and from the loop's verdict cache (``--verdicts``, default beside the state file).
@@ -17,6 +21,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 from collections.abc import Sequence
 from dataclasses import asdict
 from datetime import datetime
@@ -34,6 +39,14 @@ from router.replay import Arm, ArmReport, ReplayItem, ReplayReport, replay
 from traffic.store import InferenceFilter, StoreBackend, StoreConfig, open_store
 
 VERDICTS_FILE = "shadow_verdicts.json"
+
+
+def config_store_url(config_path: Path) -> str:
+    """The ``store.url`` of the gateway config at ``config_path`` (its default when unset),
+    ``${VAR}`` expanded as the gateway expands it."""
+    data = yaml.safe_load(config_path.read_text()) or {}
+    url = (data.get("store") or {}).get("url", StoreConfig().url)
+    return os.path.expandvars(str(url))
 
 
 def load_routing(config_path: Path) -> tuple[RoutingConfig, dict[str, Arm]]:
@@ -102,10 +115,33 @@ def report_json(report: ReplayReport) -> dict[str, Any]:
     return asdict(report)
 
 
+_NAME_WIDTH = 18  # a longer class name gets a line of its own above its figures
+_FIGURES_HEADER = f"{'local':>6}{'accept':>7}{'$/1k':>8}{'p50ms':>7}"
+
+
+def _money(usd: float) -> str:
+    if usd < 10:
+        return f"{usd:.3f}"
+    return f"{usd:.1f}" if usd < 1000 else f"{usd:,.0f}"
+
+
+def _figures(report: ArmReport | None) -> str:
+    if report is None:
+        return f"{'-':>{len(_FIGURES_HEADER)}}"
+    return (
+        f"{report.local_share:>6.0%}{report.accept_rate:>7.3f}"
+        f"{_money(report.cost_per_1k_usd):>8}{report.latency_p50_ms:>7.0f}"
+    )
+
+
 def format_reports(current: ReplayReport, candidate: ReplayReport) -> str:
+    """Both reports side by side, per class, in at most 80 columns."""
+    width = len(_FIGURES_HEADER)
     lines = [
-        f"{'':<28}{'current':>30}{'candidate':>30}",
-        f"{'policy':<28}{current.policy_version:>30}{candidate.policy_version:>30}",
+        f"current policy:   {current.policy_version}",
+        f"candidate policy: {candidate.policy_version}",
+        f"{'':<{_NAME_WIDTH}}   {'current':^{width}}   {'candidate':^{width}}",
+        f"{'class':<{_NAME_WIDTH}}   {_FIGURES_HEADER}   {_FIGURES_HEADER}",
     ]
     rows: list[tuple[str, ArmReport | None, ArmReport]] = [
         ("overall", current.overall, candidate.overall)
@@ -113,21 +149,12 @@ def format_reports(current: ReplayReport, candidate: ReplayReport) -> str:
     rows += [
         (c, current.per_class.get(c), candidate.per_class[c]) for c in sorted(candidate.per_class)
     ]
-    lines.append(
-        f"{'class':<28}{'local  accept  $/1k  p50ms':>30}{'local  accept  $/1k  p50ms':>30}"
-    )
     for name, a, b in rows:
-        cells = []
-        for r in (a, b):
-            if r is None:
-                cells.append(f"{'-':>30}")
-            else:
-                cells.append(
-                    f"{r.local_share:>8.0%}{r.accept_rate:>8.3f}{r.cost_per_1k_usd:>7.3f}"
-                    f"{r.latency_p50_ms:>7.0f}"
-                )
-        lines.append(f"{name:<28}{cells[0]:>30}{cells[1]:>30}")
-    return "\n".join(lines)
+        if len(name) > _NAME_WIDTH:
+            lines.append(name)
+            name = ""
+        lines.append(f"{name:<{_NAME_WIDTH}}   {_figures(a)}   {_figures(b)}")
+    return "\n".join(line.rstrip() for line in lines)
 
 
 async def _main(args: argparse.Namespace) -> int:
@@ -137,7 +164,7 @@ async def _main(args: argparse.Namespace) -> int:
     )
     class_tags = list(RefitConfig().class_tags)  # report groups (routing reads no tags)
     verdicts = args.verdicts or args.state_file.parent / VERDICTS_FILE
-    store = open_store(StoreConfig(url=args.store))
+    store = open_store(StoreConfig(url=args.store or config_store_url(args.config)))
     await store.connect()
     try:
         items = await replay_items(store, arms, class_tags, VerdictCache(verdicts), args.since)
@@ -160,7 +187,7 @@ async def _main(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m rl_loop.replay", description=__doc__)
-    parser.add_argument("--store", required=True, help="Traffic store URL.")
+    parser.add_argument("--store", default=None, help="Traffic store URL (default: the config's).")
     parser.add_argument("--state-file", type=Path, required=True, help="Candidate state JSON.")
     parser.add_argument("--config", type=Path, required=True, help="The gateway's YAML config.")
     parser.add_argument("--current-state", type=Path, default=None, help="Default: the config's.")

@@ -1,10 +1,11 @@
-"""Manage API keys from a shell: ``python -m gateway.auth.cli --store URL COMMAND``.
+"""Manage API keys from a shell: ``switchyard keys (--config FILE | --store URL) COMMAND``.
 
     create --name N [--rpm R] [--tpm T] [--budget-usd B]   prints the key once, and its id
     list [--active] [--json]                               every key (no hashes, no keys)
     revoke KEY_ID                                          exit status 1 if unknown/revoked
 
-``--store`` defaults to the traffic store's default URL (:mod:`traffic.store.config`).
+``--config`` is the gateway's YAML file: its traffic store (:mod:`gateway.store_args`) and its
+``auth.key_prefix``. Without either, the traffic store's default URL (:mod:`traffic.store.config`).
 """
 
 from __future__ import annotations
@@ -17,18 +18,22 @@ from collections.abc import Sequence
 
 from gateway.auth.config import DEFAULT_KEY_PREFIX
 from gateway.auth.keys import KeyService, public_view
-from traffic.store import StoreConfig, StoreError, open_store
+from gateway.config import ConfigFileError, load_config
+from gateway.store_args import add_store_args, store_config
+from traffic.store import StoreError, open_store
 from traffic.store.config import DEFAULT_URL
 
 _COLUMNS = ("id", "name", "prefix", "created_at", "revoked_at", "rpm_limit", "tpm_limit")
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="python -m gateway.auth.cli", description=__doc__.split("\n")[0]
+    p = argparse.ArgumentParser(prog="switchyard keys", description=__doc__.split("\n")[0])
+    add_store_args(p)
+    p.add_argument(
+        "--key-prefix",
+        help=f"start of created keys (default: the config's auth.key_prefix, else "
+        f"{DEFAULT_KEY_PREFIX})",
     )
-    p.add_argument("--store", default=DEFAULT_URL, help="sqlite:///path or postgresql://...")
-    p.add_argument("--key-prefix", default=DEFAULT_KEY_PREFIX, help="start of created keys")
     sub = p.add_subparsers(dest="command", required=True)
     c = sub.add_parser("create", help="create a key and print it (shown only this once)")
     c.add_argument("--name", required=True)
@@ -40,14 +45,27 @@ def _parser() -> argparse.ArgumentParser:
     ls.add_argument("--json", action="store_true", help="one JSON object per line")
     r = sub.add_parser("revoke", help="revoke a key")
     r.add_argument("key_id")
+    for command in (c, ls, r):
+        add_store_args(command, subcommand=True)
     return p
 
 
+def _key_prefix(args: argparse.Namespace) -> str:
+    if args.key_prefix:
+        return str(args.key_prefix)
+    if args.config:
+        try:
+            return load_config(args.config).auth.key_prefix
+        except ConfigFileError as exc:
+            raise SystemExit(str(exc)) from exc
+    return DEFAULT_KEY_PREFIX
+
+
 async def _run(args: argparse.Namespace) -> int:
-    store = open_store(StoreConfig(url=args.store))
+    store = open_store(store_config(args, default_url=DEFAULT_URL))
     await store.connect()
     try:
-        keys = KeyService(store, key_prefix=args.key_prefix)
+        keys = KeyService(store, key_prefix=_key_prefix(args))
         if args.command == "create":
             record, plaintext = await keys.create(args.name, args.rpm, args.tpm, args.budget_usd)
             print(f"id:  {record.id}")

@@ -25,7 +25,7 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from rich.console import Console
 from rich.table import Table
@@ -172,50 +172,49 @@ def _mode_label(row: Mapping[str, Any]) -> str:
     return str(row["mode"]) if tokens is None else f"{row['mode']} {tokens}"
 
 
+# The cell table in two parts, each readable in an 80-column terminal: what a client sees, then
+# what it cost the server. Each part repeats the cell's system, mode and concurrency.
+_CLIENT_COLUMNS: Final = (
+    ("req/s", "rps", 0),
+    ("p50 ms", "p50_ms", 1),
+    ("p99 ms", "p99_ms", 1),
+    ("TTFB p50", "ttfb_p50_ms", 1),
+    ("added p50", "added_p50_ms", 1),
+)
+_COST_COLUMNS: Final = (
+    ("CPU ms/req", "server_cpu_ms_per_request", 3),
+    ("sim CPU", "upstream_cpu_ms_per_request", 3),
+    ("events", "events_per_answer", 1),
+    ("other CPU%", "other_cpu_percent", 0),
+    ("errors", "errors", 0),
+)
+
+
 def print_table(console: Console, rows: Sequence[Mapping[str, Any]]) -> None:
-    table = Table(
-        title="Gateway benchmark (latency to last byte; CPU = server process tree; "
-        "+rec = recording on, SQLite; mode and answer tokens)"
+    """Every cell's figures, as two tables (client side, then server cost)."""
+    parts = (
+        ("Gateway benchmark: what clients see (latency to last byte, ms)", _CLIENT_COLUMNS),
+        (
+            "Gateway benchmark: server cost (CPU = server process tree; sim = simulator)",
+            _COST_COLUMNS,
+        ),
     )
-    for name, justify in (
-        ("system", "left"),
-        ("mode", "left"),
-        ("conc", "right"),
-        ("req/s", "right"),
-        ("p50 ms", "right"),
-        ("p99 ms", "right"),
-        ("TTFB p50", "right"),
-        ("added p50", "right"),
-        ("CPU ms/req", "right"),
-        ("sim CPU ms/req", "right"),
-        ("events", "right"),
-        ("other CPU %", "right"),
-        ("errors", "right"),
-    ):
-        table.add_column(name, justify=justify)  # type: ignore[arg-type]
-    for row in rows:
-        label = SYSTEM_LABELS[row["system"]]
-        if row.get("rps") is None:
-            reason = str(row.get("reason"))[:60]
-            table.add_row(label, _mode_label(row), str(row["concurrency"]), f"[red]{reason}[/red]")
-            continue
-        errors = _fmt(row["errors"], 0)
-        table.add_row(
-            label,
-            _mode_label(row),
-            str(row["concurrency"]),
-            _fmt(row["rps"], 0),
-            _fmt(row["p50_ms"]),
-            _fmt(row["p99_ms"]),
-            _fmt(row["ttfb_p50_ms"]),
-            _fmt(row["added_p50_ms"]),
-            _fmt(row["server_cpu_ms_per_request"], 3),
-            _fmt(row["upstream_cpu_ms_per_request"], 3),
-            _fmt(row.get("events_per_answer"), 1),
-            _fmt(row.get("other_cpu_percent"), 0),
-            f"[red]{errors}[/red]" if row["errors"] else errors,
-        )
-    console.print(table)
+    for title, columns in parts:
+        table = Table(title=title + "; +rec = recording on (SQLite)")
+        for name, justify in (("system", "left"), ("mode", "left"), ("conc", "right")):
+            table.add_column(name, justify=justify, overflow="fold")  # type: ignore[arg-type]
+        for header, _, _ in columns:
+            table.add_column(header, justify="right", no_wrap=True)
+        for row in rows:
+            cells = [SYSTEM_LABELS[row["system"]], _mode_label(row), str(row["concurrency"])]
+            if row.get("rps") is None:
+                cells.append(f"[red]{str(row.get('reason'))[:40]}[/red]")
+            else:
+                for _, key, digits in columns:
+                    text = _fmt(row.get(key), digits)
+                    cells.append(f"[red]{text}[/red]" if key == "errors" and row[key] else text)
+            table.add_row(*cells)
+        console.print(table)
 
 
 def print_targets(console: Console, checked: Sequence[Mapping[str, Any]]) -> None:

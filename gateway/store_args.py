@@ -1,0 +1,64 @@
+"""The traffic store a command line names: ``--store URL`` or ``--config FILE``.
+
+Every operator command that reads or writes the store (``switchyard traffic ...``,
+``switchyard keys ...``) takes both. ``--config`` is the gateway's own YAML file (the one
+``switchyard serve`` runs, e.g. the demo's ``.cache/demo/switchyard.yaml``): the command opens the
+store that gateway records into. Only the store's own fields (:class:`traffic.store.StoreConfig`)
+are read from its ``store`` section; the gateway's extras there (``enabled``, ``writer_process``)
+say how the gateway records, not where. ``--store`` wins when both are given.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from gateway.config import ConfigFileError, load_config
+from traffic.store import StoreConfig
+
+
+def add_store_args(parser: argparse.ArgumentParser, *, subcommand: bool = False) -> None:
+    """``--store URL`` and ``--config FILE`` on ``parser`` (both default to None).
+    ``subcommand``: ``parser`` is a subcommand's and its parent has them too, so either place
+    works (no default here, which would overwrite the parent's value)."""
+    default = argparse.SUPPRESS if subcommand else None
+    parser.add_argument(
+        "--store", default=default, help="store URL (sqlite:///path or postgresql://...)"
+    )
+    parser.add_argument(
+        "--config",
+        type=Path,
+        default=default,
+        help="gateway config (YAML) whose traffic store to use",
+    )
+
+
+def config_store(path: Path) -> StoreConfig:
+    """The store the gateway config at ``path`` records into; ``SystemExit`` with the reason
+    when the file cannot be read or validated, or records nothing (``store.enabled: false``)."""
+    try:
+        section = load_config(path).store
+    except ConfigFileError as exc:
+        raise SystemExit(str(exc)) from exc
+    if not section.enabled:
+        raise SystemExit(
+            f"{path}: store.enabled is false (that gateway records nothing); give --store URL"
+        )
+    fields = section.model_dump(include=set(StoreConfig.model_fields))
+    return StoreConfig.model_validate(fields)
+
+
+def store_config(args: argparse.Namespace, default_url: str | None = None) -> StoreConfig:
+    """The store ``args.store`` or ``args.config`` names; else ``default_url`` when given, else
+    ``SystemExit`` asking for one (or naming what is wrong with the URL)."""
+    if args.config and not args.store:
+        return config_store(args.config)
+    url = args.store or default_url
+    if url is None:
+        raise SystemExit("give --store URL or --config FILE")
+    try:
+        return StoreConfig(url=url)
+    except ValidationError as exc:
+        raise SystemExit(f"--store: {exc.errors()[0]['msg']}") from exc
