@@ -2,12 +2,19 @@
 
 The admin credential is read from the env var named by ``gateway.admin_token_env``; when that
 variable is unset the admin API refuses every call (use SIGHUP to reload then).
+
+Wrong credentials are throttled per client address (:mod:`gateway.auth.login_throttle`):
+:func:`throttled` puts every ``/admin/*`` route behind :func:`check_admin_token`, so the sixth
+wrong token within a minute from one address, and any attempt after it (right token or wrong),
+gets 429 ``admin_login_throttled`` with ``Retry-After`` in the gateway's JSON error shape before
+the token is compared. The console's login and bearer header go through the same function.
 """
 
 from __future__ import annotations
 
 import hmac
 import os
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import orjson
@@ -16,9 +23,10 @@ from starlette.applications import Starlette
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import Route
+from starlette.routing import BaseRoute, Route
 
 from gateway.auth.keys import public_view
+from gateway.auth.login_throttle import Surface
 from gateway.config import ConfigFileError
 from gateway.console import changes
 from gateway.console.operations import (
@@ -76,6 +84,64 @@ def token_matches(expected: str | None, presented: str | None) -> bool:
     return hmac.compare_digest(presented.encode(), expected.encode())
 
 
+def client_address(request: Request) -> str:
+    """The address wrong tokens are counted by: the peer the server saw (a trusted proxy's
+    ``X-Forwarded-For`` client when the server is told to trust it)."""
+    return request.client.host if request.client is not None else "unknown"
+
+
+async def check_admin_token(
+    request: Request, state: GatewayState, surface: Surface, presented: str | None
+) -> bool:
+    """Whether ``presented`` is the admin credential, throttled per client address: raises
+    :class:`~gateway.errors.RateLimitedError` while the address is throttled (before comparing,
+    so a right token is refused too) and counts a wrong one. A request that presents nothing is
+    checked against the throttle but counts as no guess. False when admin is off (no throttle)."""
+    expected = admin_token(state)
+    throttle = state.login_throttle
+    if not expected or throttle is None:
+        return token_matches(expected, presented)
+    address = client_address(request)
+    await throttle.check(address, surface)
+    if token_matches(expected, presented):
+        return True
+    if presented:
+        await throttle.record_failure(address, surface)
+    return False
+
+
+def bearer_token(request: Request) -> str:
+    """The ``Authorization: Bearer`` credential ('' when none)."""
+    return request.headers.get("authorization", "").removeprefix("Bearer ").strip()
+
+
+Endpoint = Callable[[Request], Awaitable[Response]]
+
+
+def _throttled_endpoint(endpoint: Endpoint) -> Endpoint:
+    async def guarded(request: Request) -> Response:
+        state: GatewayState = request.app.state.switchyard
+        try:
+            await check_admin_token(request, state, "admin_api", bearer_token(request))
+        except GatewayError as exc:
+            return json_error_response(exc)
+        return await endpoint(request)  # which checks the credential itself (check_admin)
+
+    return guarded
+
+
+def throttled(routes: Sequence[BaseRoute]) -> list[BaseRoute]:
+    """``routes`` (admin routes guarded by :func:`check_admin`) behind the wrong-token
+    throttle: a throttled address gets 429 before the handler runs, a wrong token is counted."""
+    out: list[BaseRoute] = []
+    for route in routes:
+        if not isinstance(route, Route):
+            raise TypeError(f"only plain routes can be throttled, not {route!r}")
+        wrapped = _throttled_endpoint(route.endpoint)
+        out.append(Route(route.path, wrapped, methods=route.methods, name=route.name))
+    return out
+
+
 def check_admin(request: Request) -> GatewayState:
     state: GatewayState = request.app.state.switchyard
     expected = admin_token(state)
@@ -97,8 +163,7 @@ def is_admin(request: Request) -> bool:
 
 
 def _token_matches(request: Request, expected: str) -> bool:
-    auth = request.headers.get("authorization", "")
-    return token_matches(expected, auth.removeprefix("Bearer ").strip())
+    return token_matches(expected, bearer_token(request))
 
 
 async def reload_config(request: Request) -> Response:

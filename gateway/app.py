@@ -32,6 +32,7 @@ from gateway import (
 )
 from gateway.auth.budget import BudgetGuard
 from gateway.auth.keys import Authenticator
+from gateway.auth.login_throttle import LoginThrottle
 from gateway.auth.ratelimit import build_rate_limiter
 from gateway.backends.litellm_loader import LitellmLoader
 from gateway.backends.pricing import PriceBook
@@ -171,6 +172,7 @@ def create_app(
             )
             state.authenticator = Authenticator(handle.backend, config.auth, state.budget)
             state.rate_limiter = build_rate_limiter(config.auth)
+        state.login_throttle = LoginThrottle.from_config(config.auth, metrics)
         metrics.add_live_gauges(_live_gauges(state, handle))
         fleet = await start_fleet(state)  # the state other gateway processes share
         # The tool-call validator for agent steps' fallback, imported off the loop.
@@ -201,6 +203,8 @@ def create_app(
             await _step("back-ends", state.aclose())
             if state.rate_limiter is not None:
                 await _step("rate limiter", state.rate_limiter.close())
+            if state.login_throttle is not None:
+                await _step("login throttle", state.login_throttle.close())
             if state.budget is not None:
                 await _step("budget", state.budget.close())
             if handle is not None:
@@ -239,9 +243,7 @@ def create_app(
         Route("/health", health, methods=["GET"]),
         Route("/ready", ready, methods=["GET"]),
         Route("/metrics", metrics_endpoint, methods=["GET"]),
-        *api_admin.routes(),
-        *api_episodes.routes(),
-        *fleet_admin.routes(),
+        *api_admin.throttled([*api_admin.routes(), *api_episodes.routes(), *fleet_admin.routes()]),
         *api_feedback.routes(),
         *(console.routes() if console is not None else []),
     ]

@@ -98,6 +98,18 @@ class GatewayMetrics:
             registry=r,
         )
         self.in_flight = Gauge("switchyard_in_flight_requests", "Requests in flight.", registry=r)
+        self.admin_auth_failures = Counter(
+            "switchyard_admin_auth_failures",
+            "Wrong admin tokens by where they were given (login, console_bearer, admin_api).",
+            ["surface"],
+            registry=r,
+        )
+        self.admin_auth_throttled = Counter(
+            "switchyard_admin_auth_throttled",
+            "Admin-token attempts refused (429) after too many wrong ones from their address.",
+            ["surface"],
+            registry=r,
+        )
         self._children: dict[tuple[MetricWrapperBase, tuple[str, ...]], MetricWrapperBase] = {}
 
     def child(self, metric: M, *values: str) -> M:

@@ -20,6 +20,7 @@ import aiohttp
 
 from gateway.auth.budget import BudgetGuard
 from gateway.auth.keys import ANONYMOUS, Authenticator, Principal, presented_key
+from gateway.auth.login_throttle import LoginThrottle
 from gateway.auth.ratelimit import RateLimiter
 from gateway.backends.base import Backend
 from gateway.backends.frontier import LitellmBackend
@@ -126,6 +127,7 @@ class GatewayState:
     background: set[asyncio.Task[None]] = field(default_factory=set)
     authenticator: Authenticator | None = None
     rate_limiter: RateLimiter | None = None
+    login_throttle: LoginThrottle | None = None  # wrong admin tokens per address (set at start-up)
     budget: BudgetGuard | None = None
     openai_like: dict[str, str] = field(default_factory=dict)  # litellm's provider registry
     prices: PriceBook = field(default_factory=PriceBook.empty)  # litellm's map, read at start-up

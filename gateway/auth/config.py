@@ -8,7 +8,9 @@ Groups:
   shared by every gateway process using the same Redis), ``redis_*``, ``default_rpm``,
   ``default_tpm``, ``window_s``;
 - budgets: ``budget_flush_interval_s``, ``budget_reservation_ttl_s`` (fleet-wide reservations
-  with ``fleet.backend: redis``: :mod:`gateway.auth.shared_budget`).
+  with ``fleet.backend: redis``: :mod:`gateway.auth.shared_budget`);
+- admin logins: ``admin_login_max_failures``, ``admin_login_window_s`` (wrong admin tokens per
+  client address, counted where the rate limits are: :mod:`gateway.auth.login_throttle`).
 """
 
 from __future__ import annotations
@@ -32,6 +34,8 @@ DEFAULT_REDIS_MAX_CONNECTIONS: Final = 64
 DEFAULT_WINDOW_S: Final = 60.0
 DEFAULT_BUDGET_FLUSH_INTERVAL_S: Final = 0.5
 DEFAULT_BUDGET_RESERVATION_TTL_S: Final = 600.0
+DEFAULT_ADMIN_LOGIN_MAX_FAILURES: Final = 5
+DEFAULT_ADMIN_LOGIN_WINDOW_S: Final = 60.0
 
 RateLimitBackend = Literal["memory", "redis"]
 FailureMode = Literal["open", "closed"]
@@ -154,6 +158,22 @@ class AuthConfig(BaseModel):
         gt=0,
         description="With a Redis fleet, a call holds its key's expected cost until it ends; a "
         "hold its gateway never released (the process died) expires after this long.",
+    )
+
+    # Admin logins.
+    admin_login_max_failures: int = Field(
+        default=DEFAULT_ADMIN_LOGIN_MAX_FAILURES,
+        ge=1,
+        description="Wrong admin tokens one client address may give within admin_login_window_s "
+        "(the console's login form, its bearer header, the admin API's bearer header); its next "
+        "attempt, right token or wrong, gets 429 with Retry-After until the oldest failure has "
+        "drained. Five: a mistyped paste or two, never a search of the token space.",
+    )
+    admin_login_window_s: float = Field(
+        default=DEFAULT_ADMIN_LOGIN_WINDOW_S,
+        gt=0,
+        description="The window of admin_login_max_failures (a minute); sustained, an address "
+        "gets that many guesses per window.",
     )
 
     @field_validator("key_prefix")

@@ -2,10 +2,16 @@
 
 The cookie (:data:`COOKIE`) is ``base64url(payload) "." base64url(HMAC-SHA256(key, payload))``
 with ``key = HMAC-SHA256(admin token, "switchyard-console-session-v1")`` and a JSON payload of
-the operator's name (who made each change), the expiry (unix seconds) and a random CSRF token.
+the operator's name (who made each change), the expiry (unix seconds), a random CSRF token and a
+random session id.
 
-- Stateless: every gateway process holding the same admin token accepts the cookie; rotating the
-  token ends every session (the key changes), and an unset token accepts none.
+- Signed, not stored: every gateway process holding the same admin token accepts the cookie;
+  rotating the token ends every session (the key changes), and an unset token accepts none.
+- Revocable: logging out revokes the session id in the fleet for the session's remaining
+  lifetime (:meth:`~gateway.fleet.base.Fleet.revoke_session`), so a copy of the cookie is refused
+  by every gateway process afterwards; the console's guard asks the fleet on every request
+  (:func:`gateway.console.web.session_of`). A cookie without a session id (issued before ids
+  existed) does not read.
 - The cookie is ``HttpOnly`` (no script reads it), ``SameSite=Strict`` (no page of another site
   sends it), ``Path=/ui``, and ``Secure`` when the console is reached over https.
 - CSRF: every write must carry the session's CSRF token, in the ``X-CSRF-Token`` header (htmx
@@ -36,6 +42,11 @@ class Session:
     operator: str
     expires: float  # unix seconds
     csrf: str
+    sid: str  # what a logout revokes
+
+    def remaining_s(self, now: float) -> float:
+        """How long the cookie would still be accepted (unrevoked)."""
+        return max(0.0, self.expires - now)
 
 
 def _key(admin_token: str) -> bytes:
@@ -52,9 +63,14 @@ def _unb64(text: str) -> bytes:
 
 def issue(admin_token: str, operator: str, ttl_s: float, now: float) -> tuple[Session, str]:
     """A new session for ``operator`` and its cookie value."""
-    session = Session(operator[:MAX_OPERATOR_CHARS], now + ttl_s, secrets.token_urlsafe(24))
+    session = Session(
+        operator[:MAX_OPERATOR_CHARS],
+        now + ttl_s,
+        secrets.token_urlsafe(24),
+        secrets.token_urlsafe(18),
+    )
     payload = json.dumps(
-        {"op": session.operator, "exp": session.expires, "csrf": session.csrf},
+        {"op": session.operator, "exp": session.expires, "csrf": session.csrf, "sid": session.sid},
         separators=(",", ":"),
     ).encode()
     signature = hmac.new(_key(admin_token), payload, hashlib.sha256).digest()
@@ -75,7 +91,7 @@ def read(admin_token: str, cookie: str | None, now: float) -> Session | None:
         return None
     try:
         data = json.loads(payload)
-        session = Session(str(data["op"]), float(data["exp"]), str(data["csrf"]))
+        session = Session(str(data["op"]), float(data["exp"]), str(data["csrf"]), str(data["sid"]))
     except (ValueError, KeyError, TypeError):
         return None
     return session if session.expires > now else None

@@ -5,12 +5,24 @@ A page handler is ``async (Ctx) -> Response``; :func:`guarded` wraps it into a S
 endpoint that answers, before the handler runs:
 
 - no admin token configured: 403, the console is off like the admin API;
-- no valid session cookie and no ``Authorization: Bearer <admin token>``: a browser navigation
-  is redirected (303) to ``/ui/login?next=...``; an htmx request gets 401 with ``HX-Redirect``
-  to the login; a JSON client (``Accept: application/json``) gets 401 in the gateway's error
-  shape. No admin data is rendered without the credential;
+- an ``Authorization: Bearer`` header is the request's credential (a cookie beside it is not
+  read): the admin token lets it in, a wrong one counts against its address and is refused
+  like a missing login; too many wrong ones from one address: 429 with ``Retry-After``
+  (:mod:`gateway.auth.login_throttle`);
+- otherwise the session cookie: valid when its signature (the admin token's key) holds, it has
+  not expired and it was not revoked by a logout anywhere in the fleet
+  (:meth:`~gateway.fleet.base.Fleet.session_revoked`). When the fleet cannot say (Redis
+  unreachable) every cookie session fails closed: 503 "sessions cannot be checked", until Redis
+  answers again; the bearer header keeps working;
+- neither: a browser navigation is redirected (303) to ``/ui/login?next=...``; an htmx request
+  gets 401 with ``HX-Redirect`` to the login; a JSON client (``Accept: application/json``) gets
+  401 in the gateway's error shape. No admin data is rendered without the credential;
 - a write (POST) with a session but without its CSRF token: 403. A bearer-token write needs no
   CSRF token: browsers never attach that header on their own.
+
+Refusals other than a missing login (403, 429, 503) answer a JSON client in the gateway's error
+shape, an htmx request with the error fragment and a browser with the error page, each with the
+error's headers (``Retry-After``).
 
 Errors of the handler: :class:`~gateway.errors.GatewayError` renders its status and message
 (a fragment for htmx, a page otherwise); :class:`~traffic.store.StoreError` is a 503 "store
@@ -23,7 +35,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -35,7 +47,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.templating import Jinja2Templates
 
-from gateway.api_admin import admin_token, token_matches
+from gateway.api_admin import admin_token, bearer_token, check_admin_token
 from gateway.console import session as sessions
 from gateway.console.config import BUCKET_SECONDS, WINDOW_SECONDS, ConsoleConfig
 from gateway.door import read_body
@@ -44,6 +56,7 @@ from gateway.errors import (
     GatewayError,
     InvalidRequestError,
     PermissionDeniedError,
+    ServiceUnavailableError,
     error_body,
 )
 from gateway.recording import RecorderHandle
@@ -160,31 +173,60 @@ class Ctx:
 Handler = Callable[[Ctx], Awaitable[Response]]
 
 
-def session_of(request: Request, state: GatewayState) -> sessions.Session | None:
-    return sessions.read(
+async def session_of(request: Request, state: GatewayState) -> sessions.Session | None:
+    """The request's session: signed with the admin token, unexpired, not revoked in the fleet.
+    ServiceUnavailableError when the fleet cannot say whether it was revoked (fail closed)."""
+    found = sessions.read(
         admin_token(state) or "", request.cookies.get(sessions.COOKIE), time.time()
     )
+    if found is None:
+        return None
+    try:
+        revoked = await state.fleet.session_revoked(found.sid)
+    except ServiceUnavailableError as exc:
+        # Not logged here: the fleet logs an outage once, this would log every request.
+        raise ServiceUnavailableError(
+            "Console sessions cannot be checked right now: the fleet's shared state (Redis) is "
+            "unreachable, so no session is accepted until it is back. Scripts may use the admin "
+            "token as a bearer header meanwhile.",
+            code="sessions_unavailable",
+        ) from exc
+    return None if revoked else found
 
 
-def _who(request: Request, state: GatewayState) -> tuple[str, sessions.Session | None]:
+async def _who(request: Request, state: GatewayState) -> tuple[str, sessions.Session | None]:
     """The operator and their session; raises when neither a session nor the token is here."""
-    expected = admin_token(state)
-    if not expected:
+    if not admin_token(state):
         raise PermissionDeniedError(
             f"console disabled: set {state.config.gateway.admin_token_env}", code="admin_disabled"
         )
-    found = session_of(request, state)
+    bearer = bearer_token(request)
+    if bearer:
+        if await check_admin_token(request, state, "console_bearer", bearer):
+            return request.headers.get(OPERATOR_HEADER) or BEARER_OPERATOR, None
+        raise AuthenticationError("wrong admin token")
+    found = await session_of(request, state)
     if found is not None:
         return found.operator, found
-    bearer = request.headers.get("authorization", "").removeprefix("Bearer ").strip()
-    if token_matches(expected, bearer):
-        return request.headers.get(OPERATOR_HEADER) or BEARER_OPERATOR, None
     raise AuthenticationError("log in to the console with the admin token")
+
+
+def _wants_json(request: Request) -> bool:
+    return "application/json" in request.headers.get("accept", "")
+
+
+def refusal(templates: Jinja2Templates, request: Request, exc: GatewayError) -> Response:
+    """``exc`` as a JSON client, an htmx request or a browser expects it, with its headers."""
+    if _wants_json(request):
+        body = error_body(exc.message, exc.error_type, exc.param, exc.code)
+        headers = {**SECURITY_HEADERS, **exc.headers()}
+        return Response(orjson.dumps(body), exc.status, headers, "application/json")
+    return error_page(templates, request, exc.status, exc.message, exc.headers())
 
 
 def _login_answer(request: Request, exc: AuthenticationError) -> Response:
     target = f"{PREFIX}/login?next={quote(request.url.path)}"
-    if "application/json" in request.headers.get("accept", ""):
+    if _wants_json(request):
         body = error_body(exc.message, exc.error_type, None, exc.code)
         return Response(orjson.dumps(body), 401, SECURITY_HEADERS, "application/json")
     if request.headers.get("hx-request") == "true" or request.method != "GET":
@@ -193,14 +235,20 @@ def _login_answer(request: Request, exc: AuthenticationError) -> Response:
     return RedirectResponse(target, 303, SECURITY_HEADERS)
 
 
-def error_page(templates: Jinja2Templates, request: Request, status: int, message: str) -> Response:
+def error_page(
+    templates: Jinja2Templates,
+    request: Request,
+    status: int,
+    message: str,
+    headers: Mapping[str, str] | None = None,
+) -> Response:
     name = "fragments/error.html" if request.headers.get("hx-request") == "true" else "error.html"
     return templates.TemplateResponse(
         request,
         name,
         {"status": status, "message": message, "prefix": PREFIX, "operator": "", "csrf": ""},
         status_code=status,
-        headers=SECURITY_HEADERS,
+        headers={**SECURITY_HEADERS, **(headers or {})},
     )
 
 
@@ -218,11 +266,11 @@ def guarded(handler: Handler, *, write: bool = False) -> Callable[[Request], Awa
         state: GatewayState = request.app.state.switchyard
         templates: Jinja2Templates = request.app.state.console.templates
         try:
-            operator, found = _who(request, state)
+            operator, found = await _who(request, state)
         except AuthenticationError as exc:
             return _login_answer(request, exc)
-        except PermissionDeniedError as exc:
-            return error_page(templates, request, 403, exc.message)
+        except GatewayError as exc:  # 403 console off, 429 throttled, 503 sessions unknown
+            return refusal(templates, request, exc)
         try:
             fields: tuple[tuple[str, str], ...] = ()
             if write:

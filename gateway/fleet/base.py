@@ -5,12 +5,17 @@ fleet of one process (``fleet.backend: local``, no Redis), :class:`~gateway.flee
 RedisFleet` the shared one. Both deliver every snapshot to the same ``apply`` callback
 (:class:`~gateway.fleet.apply.FleetApplier`), so one gateway and a fleet of them run one code
 path.
+
+Console sessions ended by a logout are revoked through the fleet too
+(:meth:`Fleet.revoke_session`, :meth:`Fleet.session_revoked`): each revocation is kept for the
+session's remaining lifetime only (past it the cookie has expired anyway).
 """
 
 from __future__ import annotations
 
 import os
 import socket
+import time
 from collections.abc import Awaitable, Callable
 from typing import Protocol
 
@@ -67,6 +72,17 @@ class Fleet(Protocol):
         """The members heard from lately (this one included)."""
         ...
 
+    async def revoke_session(self, session_id: str, ttl_s: float) -> None:
+        """End the console session ``session_id`` for every member, for ``ttl_s`` (its remaining
+        lifetime). Raises :class:`~gateway.errors.ServiceUnavailableError` when the fleet cannot
+        be reached (nothing was revoked)."""
+
+    async def session_revoked(self, session_id: str) -> bool:
+        """Whether ``session_id`` was revoked (and its revocation has not lapsed). Raises
+        :class:`~gateway.errors.ServiceUnavailableError` when the fleet cannot be reached: the
+        caller must not take that for "not revoked"."""
+        ...
+
     def share_routing(self, target: str, selector: ObservingSelector) -> None:
         """Share a local target's cache-aware decisions with the other members."""
 
@@ -82,11 +98,13 @@ class LocalFleet:
 
     shared = False
 
-    def __init__(self) -> None:
+    def __init__(self, *, clock: Callable[[], float] = time.monotonic) -> None:
         self._member_id = new_member_id()
         self._apply: ApplyFn | None = None
         self._snapshot = FleetSnapshot()
         self._acks: dict[str, dict[str, int]] = {}
+        self._clock = clock
+        self._revoked: dict[str, float] = {}  # session id -> until when (clock)
 
     @property
     def member_id(self) -> str:
@@ -115,6 +133,16 @@ class LocalFleet:
 
     async def lead(self, role: str, ttl_s: float) -> bool:
         return True  # the only member
+
+    async def revoke_session(self, session_id: str, ttl_s: float) -> None:
+        now = self._clock()
+        for lapsed in [sid for sid, until in self._revoked.items() if until <= now]:
+            del self._revoked[lapsed]
+        self._revoked[session_id] = now + ttl_s
+
+    async def session_revoked(self, session_id: str) -> bool:
+        until = self._revoked.get(session_id)
+        return until is not None and until > self._clock()
 
     def share_routing(self, target: str, selector: ObservingSelector) -> None:
         return None

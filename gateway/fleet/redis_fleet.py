@@ -10,6 +10,7 @@ Keys (``N`` = ``fleet.name``):
     N:member:<id>    hash: host, pid, applied ("<epoch>:<revision>" it serves, written after
                      each apply); expires with the member
     N:drain:<id>     hash: member id -> requests still in flight on that drain (expires)
+    N:session-revoked:<sid>  a console session ended by a logout; expires with the session
 
 A change is one Lua script (bump ``rev``, write the parts, publish): atomic, so a reader's
 ``HGETALL`` sees a whole revision. Each member applies a revision when the notification arrives,
@@ -22,7 +23,8 @@ finds it so, with its own state under a new epoch.
 Redis unreachable: the member keeps serving its last applied snapshot, sets ``stale`` (the
 ``switchyard_fleet_state_stale`` gauge) and logs once per outage; it reconnects every
 ``retry_s`` and applies whatever changed meanwhile. Publishing answers 503 meanwhile (a change
-that would reach one process only is refused, not half-made).
+that would reach one process only is refused, not half-made), and so do a logout's revocation
+and the check of a console session (the console then refuses cookie sessions: fail closed).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import os
 import socket
 import time
@@ -424,6 +427,26 @@ class RedisFleet:
         except (RedisError, OSError) as exc:
             log.debug("fleet lease %s: Redis unreachable (%s); leading meanwhile", role, exc)
             return True
+
+    async def revoke_session(self, session_id: str, ttl_s: float) -> None:
+        key = f"{self._ns}:session-revoked:{session_id}"
+        try:
+            await self._redis.set(key, b"1", ex=max(1, math.ceil(ttl_s)))
+        except (RedisError, OSError) as exc:
+            raise self._unreachable(exc, "the session was not revoked") from exc
+
+    async def session_revoked(self, session_id: str) -> bool:
+        try:
+            return bool(await self._redis.exists(f"{self._ns}:session-revoked:{session_id}"))
+        except (RedisError, OSError) as exc:
+            raise self._unreachable(exc, "whether the session was revoked is unknown") from exc
+
+    def _unreachable(self, exc: BaseException, what: str) -> ServiceUnavailableError:
+        self._went_stale(exc)
+        return ServiceUnavailableError(
+            f"The fleet's shared state (Redis) cannot be reached: {what}.",
+            code="fleet_unavailable",
+        )
 
     def share_routing(self, target: str, selector: ObservingSelector) -> None:
         self.routed.attach(target, selector)

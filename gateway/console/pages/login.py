@@ -1,8 +1,15 @@
 """Login and logout: the admin token, given once, is exchanged for a signed session cookie.
 
 See :mod:`gateway.console.session` for the cookie and CSRF rules. A failed login answers 401
-with the form again (nothing about why beyond "wrong token"); ``next`` only ever points inside
-the console.
+with the form again (nothing about why beyond "wrong token"); too many wrong tokens from one
+address answer 429 with the form, a ``Retry-After`` header and how long to wait, right token or
+wrong (:mod:`gateway.auth.login_throttle`); ``next`` only ever points inside the console.
+
+Logout deletes the cookie and revokes its session id in the fleet for the session's remaining
+lifetime, so a copy of the cookie opens no page of any gateway process afterwards. When the
+fleet cannot be reached (Redis down) the cookie is still deleted in this browser and the answer
+is a 503 page saying that the session was not revoked on the server (a copy would be accepted
+again once Redis is back, until it expires or the admin token is rotated).
 """
 
 from __future__ import annotations
@@ -15,11 +22,11 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.templating import Jinja2Templates
 
-from gateway.api_admin import admin_token, token_matches
+from gateway.api_admin import admin_token, check_admin_token, client_address
 from gateway.console import session as sessions
 from gateway.console.web import FORM_LIMIT, PREFIX, SECURITY_HEADERS, Ctx, error_page
 from gateway.door import read_body
-from gateway.errors import GatewayError
+from gateway.errors import GatewayError, RateLimitedError, ServiceUnavailableError
 from gateway.state import GatewayState
 
 log = logging.getLogger(__name__)
@@ -37,7 +44,13 @@ def _next(value: str | None) -> str:
     return f"{PREFIX}/overview"
 
 
-def _form(request: Request, templates: Jinja2Templates, status: int, **values: str) -> Response:
+def _form(
+    request: Request,
+    templates: Jinja2Templates,
+    status: int,
+    headers: dict[str, str] | None = None,
+    **values: str,
+) -> Response:
     state: GatewayState = request.app.state.switchyard
     context = {
         "prefix": PREFIX,
@@ -50,7 +63,11 @@ def _form(request: Request, templates: Jinja2Templates, status: int, **values: s
         "page": "login",
     }
     return templates.TemplateResponse(
-        request, "login.html", context, status_code=status, headers=SECURITY_HEADERS
+        request,
+        "login.html",
+        context,
+        status_code=status,
+        headers={**SECURITY_HEADERS, **(headers or {})},
     )
 
 
@@ -77,8 +94,14 @@ async def login(request: Request) -> Response:
     fields = dict(parse_qsl(raw.decode(errors="replace")))
     name = fields.get("operator", "").strip()
     target = _next(fields.get("next"))
-    if not name or not token_matches(expected, fields.get("token")):
-        log.warning("console: failed login from %s", request.client.host if request.client else "?")
+    try:
+        right = await check_admin_token(request, state, "login", fields.get("token"))
+    except RateLimitedError as exc:
+        return _form(
+            request, templates, 429, exc.headers(), next=target, name=name, error=exc.message
+        )
+    if not name or not right:
+        log.warning("console: failed login from %s", client_address(request))
         return _form(
             request, templates, 401, next=target, name=name, error="Wrong admin token or no name."
         )
@@ -99,6 +122,22 @@ async def login(request: Request) -> Response:
 
 
 async def logout(ctx: Ctx) -> Response:
-    response = RedirectResponse(f"{PREFIX}/login", 303, SECURITY_HEADERS)
+    response: Response = RedirectResponse(f"{PREFIX}/login", 303, SECURITY_HEADERS)
+    session = ctx.session
+    if session is not None:  # None: the bearer token, no session to end
+        try:
+            await ctx.state.fleet.revoke_session(session.sid, session.remaining_s(time.time()))
+            log.info("console: %s logged out", session.operator)
+        except ServiceUnavailableError as exc:
+            until = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(session.expires))
+            log.warning("console: logout of %s not revoked: %s", session.operator, exc.message)
+            response = error_page(
+                ctx.templates,
+                ctx.request,
+                503,
+                "Logged out in this browser, but the session could not be revoked on the server: "
+                f"{exc.message} A copy of this session's cookie would be accepted again once "
+                f"Redis is back, until {until}; rotate the admin token to end every session.",
+            )
     response.delete_cookie(sessions.COOKIE, path=PREFIX, httponly=True, samesite="strict")
     return response

@@ -12,6 +12,11 @@ successful exchanges (:mod:`gateway.console.replay_preview`) and answers the com
 and a per-class table, with the form that applies the very candidate it showed as a canary
 (``POST /ui/routing/canary``); ``/promote`` and ``/rollback`` end the canary. Each is the admin
 API's own operation (:mod:`gateway.console.operations`), recorded with the operator's name.
+
+A promotion changes what the gateways serve, not the YAML file: the next restart or SIGHUP
+reload re-reads the file and serves its routing again. The page says so beside the button, and
+after a promotion (``/ui/routing?promoted=<version>``) shows the promoted ``routing:`` section as
+YAML, to be written into the file to keep it.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import math
 import re
 from dataclasses import asdict
 from typing import Any
+from urllib.parse import quote
 
 import yaml
 from pydantic import ValidationError
@@ -124,8 +130,13 @@ async def routing_page(ctx: Ctx) -> Response:
         history = await changes(ctx.store, action_prefix="routing.", limit=15)
         by_policy = await group_figures(ctx.store, window, "policy_version", ctx.local_targets())
     canary = ctx.state.canary
+    promoted = ctx.param("promoted")
     return ctx.render(
         "routing.html",
+        promoted=promoted if promoted == ctx.state.routing.policy.version else None,
+        live_yaml=yaml.safe_dump({"routing": live.model_dump(mode="json")}, sort_keys=False),
+        config_path=str(ctx.state.config_path) if ctx.state.config_path else None,
+        fleet_shared=ctx.state.fleet.shared,
         page="routing",
         live=live,
         live_view=_live_view(ctx),
@@ -206,8 +217,10 @@ async def canary(ctx: Ctx) -> Response:
 
 
 async def promote(ctx: Ctx) -> Response:
-    await operations.promote(ctx.request, ctx.operator)
-    return _back()
+    version = await operations.promote(ctx.request, ctx.operator)
+    return RedirectResponse(
+        f"{PREFIX}/routing?promoted={quote(version, safe='')}", 303, SECURITY_HEADERS
+    )
 
 
 async def rollback(ctx: Ctx) -> Response:

@@ -120,11 +120,15 @@ def test_a_routing_change_is_previewed_then_canaried_then_promoted_or_rolled_bac
     assert canary is not None and canary.share == 0.25 and canary.routing.version == "v1-c1"
     assert "25.0%" in page.inner_text("#canary")
     page.screenshot(path=str(shots / "routing.png"), full_page=True)
+    assert "SIGHUP" in page.inner_text("#promote-lifetime")
     page.click("#promote")
-    page.wait_for_url("**/ui/routing")
+    page.wait_for_url("**/ui/routing?promoted=*")
     assert site.gw.state.canary is None
     promoted = site.gw.state.routing.policy.version
     assert promoted != live and promoted.startswith("v1-c1+")
+    notice = page.inner_text("#promoted")  # what lasts, and the YAML that keeps it
+    assert promoted in notice and "next restart or SIGHUP reload" in notice
+    assert "version: v1-c1" in page.inner_text("#promoted-yaml")
     learned = site.gw.state.config.routing.learned
     assert learned is not None and learned.quality_target == 0.5
     # a second change, canaried then rolled back: the promoted policy stays live
