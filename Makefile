@@ -9,9 +9,9 @@ export SWITCHYARD_CACHE := $(CURDIR)/.cache
 .PHONY: setup demo test test-fast check lint typecheck bench-gateway bench-kv bench-serving bench-hostile bench-routing bench-loop-lag bench-fleet bench-train bench-console fuzz train-base flywheel clean-cache
 
 # Idempotent: re-installs only when pyproject.toml changed since the last install; compiles
-# the record writer's hot modules when their sources changed (gateway/accel.py).
+# the record writer's hot modules when their sources changed (gateway/recording/accel.py).
 setup: $(STAMP)
-	$(PY) -m gateway.accel build --if-stale
+	$(PY) -m gateway.recording.accel build --if-stale
 
 $(STAMP): pyproject.toml
 	# Debian's chromium drives the console's browser tests (Playwright, no browser download).
@@ -35,49 +35,49 @@ test-fast: setup
 	$(PY) -m pytest -q -rs -m "not slow"
 
 lint: setup
-	$(VENV)/bin/ruff check gateway router traffic serving rl_loop loadtests tests scripts
-	$(VENV)/bin/ruff format --check gateway router traffic serving rl_loop loadtests tests scripts
+	$(VENV)/bin/ruff check gateway router traffic serving tasks rl_loop loadtests tests scripts
+	$(VENV)/bin/ruff format --check gateway router traffic serving tasks rl_loop loadtests tests scripts
 
 typecheck: setup
-	$(VENV)/bin/mypy gateway router traffic serving rl_loop loadtests scripts
+	$(VENV)/bin/mypy gateway router traffic serving tasks rl_loop loadtests scripts
 	$(VENV)/bin/mypy tests  # apart: scripts/ are top-level modules there, a package here
 
 check: lint typecheck test
 
 bench-gateway: setup
-	$(PY) -m loadtests.bench_gateway
+	$(PY) -m loadtests.bench.gateway
 
 bench-kv: setup
-	$(PY) -m loadtests.bench_kv
+	$(PY) -m loadtests.bench.kv
 
 bench-serving: setup
-	$(PY) -m serving.bench
+	$(PY) -m loadtests.bench.serving
 
 # 3,000 seeded hostile requests over every door (HOSTILE_VLLM=1 adds a real vLLM replica;
 # HOSTILE_PG=1 records to PostgreSQL, a fresh schema of the local test database, not SQLite).
 bench-hostile: setup
-	$(PY) -m loadtests.hostile_run --requests 3000 --seed 1 $(if $(HOSTILE_VLLM),--with-vllm) \
+	$(PY) -m loadtests.bench.hostile --requests 3000 --seed 1 $(if $(HOSTILE_VLLM),--with-vllm) \
 		$(if $(HOSTILE_PG),--postgres postgresql://postgres@127.0.0.1:5432/test)
 
 # Learned routing against the baselines on a flywheel run's record (FLYWHEEL_QUICK=1 make flywheel first).
 bench-routing: setup
-	$(PY) -m loadtests.bench_routing
+	$(PY) -m loadtests.bench.routing
 
 # Event-loop lag (/health) while one maximal allowed request is served, per door.
 bench-loop-lag: setup
-	$(PY) -m loadtests.loop_lag
+	$(PY) -m loadtests.bench.loop_lag
 
 # --workers 2 vs 1, and 3 gateways vs 1 on one KV trace (Redis-shared fleet state).
 bench-fleet: setup
-	$(PY) -m loadtests.bench_fleet
+	$(PY) -m loadtests.bench.fleet
 
 # The previous training loop vs the TRL + accelerate stack on the same data; 1 vs 2 processes.
 bench-train: setup
-	$(PY) -m rl_loop.bench_train
+	$(PY) -m loadtests.bench.train
 
 # Console page timings on a PostgreSQL store of 1M synthetic inferences (reused while fresh).
 bench-console: setup
-	$(PY) -m gateway.console.bench_pages --dsn postgresql://postgres@127.0.0.1:5432/test --rows 1000000
+	$(PY) -m loadtests.bench.console --dsn postgresql://postgres@127.0.0.1:5432/test --rows 1000000
 
 fuzz: setup
 	$(PY) -m pytest -q -rs tests/gateway/test_hostile_input.py

@@ -2,7 +2,7 @@
 
 It sends what a real client sends and nothing more: the gateway never learns which task family
 or task a request is. For each task of ``sample_tasks(n, seed, split)`` (the fixed mix in
-``loadtests/tasks/mix.py``):
+``tasks/ide/mix.py``):
 1. with ``oracle_url`` set, registers the task with the frontier simulator directly,
    ``POST {oracle_url}/sim/oracle`` with ``{"prompt_hash", "task_id"}`` (the oracle channel the
    gateway never sees; ``loadtests/frontier_sim/oracle.py``);
@@ -38,9 +38,9 @@ from typing import Any, NamedTuple
 
 import aiohttp
 
-from loadtests.tasks import CLIENT_TYPES, Task, Verdict, sample_tasks, verify_reply
-from loadtests.tasks.clients import ClientType, client_profile, prompt_hash
-from loadtests.tasks.task import Split
+from tasks.ide import CLIENT_TYPES, Task, Verdict, sample_tasks, verify_reply
+from tasks.ide.clients import ClientType, client_profile, prompt_hash
+from tasks.ide.task import Split
 
 TARGET_HEADER = "x-switchyard-target"
 REQUEST_ID_HEADER = "x-request-id"
@@ -53,7 +53,7 @@ class IdeClientConfig:
     """One run of the simulated IDE. Each field is also a CLI flag (``--field-name``).
 
     ``client`` is the real client imitated (``ide_chat`` or ``agent``: its one system prompt and
-    tool list, ``loadtests/tasks/clients.py``); ``oracle_url`` is the frontier simulator each
+    tool list, ``tasks/ide/clients.py``); ``oracle_url`` is the frontier simulator each
     task is registered with before it is sent (None: no registration, so the simulator gives its
     default answers).
     """

@@ -4,7 +4,7 @@ agent workload's turns out of the chat loop's data.
 :class:`AgentGateRound` plays the same held-out agent tasks with the served checkpoint and the
 candidate (``rl_loop.agent.checkpoint_policy``: transformers ``generate`` on the checkpoint's
 chat template) in an injected environment (the driver passes the sandbox,
-``loadtests.agent.rl_environment``) and decides with :func:`rl_loop.agent.gate.agent_gate`.
+``rl_loop.agent.sandbox_environment``) and decides with :func:`rl_loop.agent.gate.agent_gate`.
 Greedy decoding on fixed tasks makes a checkpoint's figures a function of its weights, so each
 version is played once and remembered (the served model of round r+1 is often round r's
 candidate).

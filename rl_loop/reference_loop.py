@@ -1,5 +1,5 @@
 """The previous hand-written training loops (one process, plain torch), kept as the baseline of
-``rl_loop.bench_train`` and nowhere else: the loop trains on TRL + accelerate
+``loadtests.bench.train`` and nowhere else: the loop trains on TRL + accelerate
 (``rl_loop.trainers``).
 
 They compute the same losses as the trainers (``rl_loop.losses`` through ``rl_loop.scoring``),

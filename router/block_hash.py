@@ -25,11 +25,12 @@ How vLLM (v1, ``vllm/v1/core/kv_cache_utils.py``) names a cached KV block:
   integer; prefix indexes store only it (8 bytes of entropy is plenty to tell cached prefixes
   apart, and a 64-bit int is a third of the memory of the 32-byte digest).
 
-Hashing costs about 4-7 us per block in CPython. Conversations and shared repository contexts
-repeat blocks, so :class:`BlockHasher` memoises ``prefix -> (key, hash)`` in a bounded
-two-generation table, and finds a prompt's memoised blocks without a Python step per block (the
-prompt is packed and split into blocks by ``struct``, each prefix named by a keyed 64-bit print,
-looked up by ``map``): only new blocks pay for SHA-256. Given a session, it also remembers the
+SHA-256 over every block of every prompt would dominate a decision's cost (docs/kv_routing.md,
+"What a decision costs"). Conversations and shared repository contexts repeat blocks, so
+:class:`BlockHasher` memoises ``prefix -> (key, hash)`` in a bounded two-generation table, and
+finds a prompt's memoised blocks without a Python step per block (the prompt is packed and split
+into blocks by ``struct``, each prefix named by a keyed 64-bit print, looked up by ``map``):
+only new blocks pay for SHA-256. Given a session, it also remembers the
 session's last prompt (its keys and a keyed 64-bit hash of its packed bytes): a next turn that
 starts with it reuses its keys after hashing those bytes once, not block by block.
 """

@@ -1,117 +1,42 @@
 """KV-cache-aware replica choice: send a request where its prompt prefix is already cached, unless
 that replica is busier than the saving is worth, and never let one replica run away.
 
-Inputs per request: the prompt's token ids (``RequestFeatures.prompt_token_ids``, tokenized by
-the gateway exactly as vLLM will), hashed into vLLM's chained block hashes
-(``router/block_hash.py``). Inputs per replica: the gateway's in-flight count (``ReplicaView``)
-and what the replica's ``/metrics`` last said (:class:`ReplicaLoad`: running and waiting
-requests, KV cache usage, KV capacity in blocks).
-
-The prefix index (``router/prefix_index.py``) maps block key -> bit mask of replicas holding it,
-and keeps one LRU of block keys per replica, bounded by that replica's capacity
-``min(max_index_blocks, capacity_fraction * num_gpu_blocks)``; memory is therefore bounded by
-construction (once full, about 340 bytes per indexed block in precise mode's event-fed index,
-about 150 in approximate mode's prompt tree, up to ~420 when every prompt branches off the
-previous one a block apart). A block can only be reused if all
-blocks before it are (chained hashes), so every replica's longest cached prefix is found in one
-pass over the prompt's blocks, or, on an index fed whole prompts (below), by bisection.
-
-- approximate mode: when a request is routed, its prompt blocks are recorded on the chosen
-  replica, deepest block first, so the first blocks are the most recent and the LRU evicts a
-  prefix from its tail as vLLM does (it frees a request's blocks tail first). This index only
-  ever receives whole prompts, so it is a :class:`~router.prefix_index.PromptIndex` (the same
-  LRU kept as a tree: recording a prompt costs its new blocks, not all of them); KV events are
-  not applied in this mode.
-- precise mode: the index holds what vLLM reports in its KV cache events (blocks stored and
-  removed, cache cleared; ``router/kv_events.py``). Routed prefixes are also recorded in a small
-  *pending* index whose entries expire after ``pending_ttl_s``: they cover the time between
-  routing and vLLM's event, so a burst of requests for one new prefix lands together. Event
-  batches lost for good (a sequence gap vLLM's replay socket could not fill,
-  ``gateway/kv_event_subscriber.py``) make the replica's event-fed index untrustworthy: it is
-  dropped (:meth:`CacheAwareSelector.kv_events_lost`) and refilled by the next events.
+Inputs: the prompt's token ids (``RequestFeatures.prompt_token_ids``, tokenized as vLLM will) as
+vLLM's chained block hashes (``router/block_hash.py``); per replica, the gateway's in-flight count
+(``ReplicaView``) and its last ``/metrics`` (:class:`ReplicaLoad`). The prefix index
+(``router/prefix_index.py``) maps block key -> replicas holding it, one LRU per replica of
+``min(max_index_blocks, capacity_fraction * num_gpu_blocks)`` blocks (bounded memory); hashes
+chain, so a replica's longest cached prefix is one pass over the prompt's blocks.
+- approximate mode: a routed prompt is recorded on its replica deepest block first, so the LRU
+  evicts a prefix from its tail as vLLM does (:class:`~router.prefix_index.PromptIndex`).
+- precise mode: the index holds vLLM's KV cache events (``router/kv_events.py``); routed prefixes
+  wait in a *pending* index for ``pending_ttl_s``, until their event; a replica whose events are
+  lost for good has its index dropped and refilled (:meth:`CacheAwareSelector.kv_events_lost`).
 
 The decision, for the healthy replicas ``R``:
+1. ``load = max(in_flight, running + waiting)``; a reading past ``load.stale_after_s`` is ignored.
+2. Guards, each skipped when it would remove every replica: *imbalance* (``load > m +
+   balance_abs_threshold`` and ``load > m * balance_rel_threshold``, ``m`` the least load);
+   *share* (over ``max_share_ratio`` x the mean share of the last ``share_window_per_replica *
+   |R|`` requests and over the mean plus ``share_noise_sd`` sd of a fair split, unless less
+   loaded than every replica within its share); *memory* (KV usage over ``kv_usage_limit``).
+3. Minimise ``cost(r) = uncached_tokens(r) + load_cost_tokens * load(r) - home_bonus_tokens *
+   [r is home]``; equal costs prefer a known match, then home.
+4. Home: where the last request of the *home key* went (:func:`home_key`: the ``episode_id``,
+   else the block at the largest power-of-two depth <= half the prompt). An unseen key gets no
+   bonus; its ties go to the fewest recent requests, then to the key's rendezvous winner.
+5. Every decision goes to ``on_routed``; the fleet's other gateways apply it (``apply_routed``).
 
-1. ``load(r) = max(in_flight(r), running(r) + waiting(r))``; the scraped term counts only while
-   fresher than ``load.stale_after_s`` (it also sees other gateways' traffic).
-2. Guards, in order; each removes replicas, and is skipped when it would remove them all:
-   - imbalance: with ``m = min load``, a replica is *overloaded* when ``load > m +
-     balance_abs_threshold`` **and** ``load > m * balance_rel_threshold``;
-   - share: a replica that received more than ``max_share_ratio`` times the mean share of the
-     last ``share_window_per_replica * |R|`` requests (exponentially decayed counts) *and* more
-     than the mean plus ``share_noise_sd`` standard deviations of a fair random split of that
-     window (with few requests counted, as after a start or a reload, counting noise alone
-     exceeds 20% and used to push sessions off their cached replica), unless it is less loaded
-     than every replica within its share (then it is faster, not hogging a hot prefix, and the
-     guard would only queue requests on a slower replica);
-   - memory: KV usage above ``kv_usage_limit`` (running requests hold nearly every block: a new
-     one would wait or preempt).
-   These are what stop the "every miss goes to the emptiest cache" and "hot prefix owns one
-   replica" spirals: a hot prefix spills to a second replica, which then caches it too.
-3. Among the remaining replicas, minimise ``cost(r) = uncached_tokens(r) + load_cost_tokens *
-   load(r) - home_bonus_tokens * [r is the request's remembered home]``: a replica must save
-   ``load_cost_tokens`` prefill tokens per extra request it holds. Equal costs prefer a known
-   match, then the home.
-4. The *home key* (:func:`home_key`) is the request's session (``episode_id``) if it names one,
-   else the block at the largest power-of-two depth at most half the prompt (past a shared
-   system prompt; the same for a conversation's turns until its prompt doubles). Its *home* is
-   the replica its last request went to (remembered per key, two generations of at most 65,536
-   keys). When the index knows nothing useful about a known key (the approximate index has
-   evicted what vLLM may still hold) the request goes home unless home is more than
-   ``home_bonus_tokens / load_cost_tokens`` requests busier: a session stays on one replica like
-   session affinity, and a replica set change moves only the sessions of the replicas that
-   left. A key not seen lately gets no bonus: its first request goes where the cost is lowest,
-   which for a prompt nothing holds is the least loaded replica; ties go to the replica that
-   received the fewest recent requests (the share guard's counts), then to the rendezvous
-   (highest-random-weight) winner for the key. Sessions then spread evenly, and so do their
-   contexts, which share the replicas' KV capacity.
-5. A fleet of gateways shares one picture: every decision is handed to ``on_routed`` (a
-   :class:`~router.replicas.RoutedPrompt`) and the other gateways apply it with
-   :meth:`CacheAwareSelector.apply_routed` (index blocks, home, share count), as if they had
-   routed it; so a session's next turn finds its home and its prefix through any gateway.
-
-Why the defaults (``router/selector_config.py``; swept with ``loadtests/replica_sim.py``):
-
-- ``load_cost_tokens = 128``. The greedy TTFT-optimal weight is a request's mean service time in
-  prefill-token units (~1000 in the simulator); a miss also adds its whole prefill to the queue
-  of every request behind it, which the greedy weight ignores. Below ~256 the hit rate holds up
-  near saturation (at 8-10x load, p90 2-3x better than with 512-1024); elsewhere within 10%.
-- ``balance_abs_threshold = 16``, ``balance_rel_threshold = 1.5``: SGLang uses 64 / 1.5 for GPU
-  batch sizes; 16 is a CPU replica's batch. Smaller gaps are the cost term's business.
-- ``max_share_ratio = 1.2`` over ``share_window_per_replica = 128`` requests: bounds max/mean
-  requests per replica near 1.25 for a few points of hit rate; once the window is full,
-  counting noise (1/sqrt(128), 9%) is well inside the 20% margin. ``share_noise_sd = 1.5``
-  covers the windows that are not full yet: the guard then allows ``1 + 1.5 / sqrt(mean)``
-  times the mean, which stays within 1.25 once a replica's share of the window holds 36
-  requests. At 2 (an earlier default) it needed 64, more than a 64-replica fleet's window held
-  in the simulation (~52 requests per replica): max/mean requests reached 1.26-1.30 there,
-  1.19-1.20 at 1.5, for 0.7-0.9 points of hit rate (72.1-72.4% against 72.8-73.2%; session
-  affinity 70.1%); at 8 replicas 1.09-1.20 (was 1.20-1.25), two replicas unchanged.
-- ``home_bonus_tokens = 256``: two requests of load at ``load_cost_tokens``; a session keeps its
-  replica through the small load differences of a moderately loaded fleet, while a replica
-  that is really busier still sheds new work. (On the real bench without it, 20 of 113
-  continuing turns changed replica, most with nothing left in the index and one to a few
-  requests of load difference, while vLLM still held part of their context.) A new key has no
-  context anywhere to keep: with the bonus it queued behind one or two requests at its
-  rendezvous home while other replicas were idle. In the 64-replica simulation at its lightest
-  load, where a quarter of the requests are cold misses no routing avoids and set TTFT p90,
-  placing new keys by load (then fewest recent requests) cut the slowest tenth's queued
-  requests from 149 to 73 and the avoidable cold misses from 155 to 37 (session affinity: 128
-  and 82); TTFT p90 178 ms against session affinity's 182 ms (164 ms with no queueing at all).
-- ``kv_usage_limit = 0.98``: vLLM's usage counts blocks held by running requests only (cached
-  free blocks do not count), so near 1.0 a new request waits for memory.
-- ``capacity_fraction = 0.9``: some blocks always belong to running requests' fresh tokens.
+Defaults (``router/selector_config.py``), each for a reason:
+- ``load_cost_tokens = 128``: under ~256 hits hold up near saturation (a miss delays its queue).
+- ``balance_abs_threshold = 16``, ``balance_rel_threshold = 1.5``: SGLang's 64 / 1.5, CPU batch.
+- ``max_share_ratio = 1.2`` over ``share_window_per_replica = 128``: max/mean requests ~1.25.
+- ``share_noise_sd = 1.5``: a window not yet full trips the share guard on skew, not on noise.
+- ``home_bonus_tokens = 256``: two requests of load; a session outlasts small load differences.
+- ``kv_usage_limit = 0.98``: vLLM counts running requests' blocks only; near 1.0 a request waits.
+- ``capacity_fraction = 0.9``: running requests' fresh tokens always hold some blocks.
 - ``pending_ttl_s = 10``: longer than a prefill waits in a saturated replica's queue.
-
-Cost per request at 64 replicas on this project's 2-core box with nothing else running
-(``make bench-kv --skip-real``: ``sim_decision_us`` on the simulation's own prompts,
-``selector_cost`` on synthetic ones): the choice 42-50 us at p50 and 104-130 us at p99 (a few
-list passes over the replicas, a bisecting prefix match, and only the new blocks recorded, as
-one run; the p99 is a prompt the chosen replica holds none of: ~110 blocks recorded and as many
-evicted, ~0.25 us each in the owner masks); hashing ~80-90 us per ~115-block prompt at p50,
-of which ~3-7 us per new block (SHA-256) and the rest reading the prompt's tokens once: a
-session's previous prompt is recognised by one keyed hash of its bytes and not hashed again
-(``router/block_hash.py``).
+Sweeps, cost per decision, memory per block: docs/kv_routing.md, "Why the defaults: the sweeps".
 """
 
 from __future__ import annotations

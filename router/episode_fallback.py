@@ -8,21 +8,19 @@ Definitions
 - Memory (:class:`EpisodeMemory`, kept by the gateway per episode, shared by the fleet): which
   steps were sent to a local target (the last :data:`KEPT_LOCAL_STEPS`), and the fallback in
   force (the step it began at and why).
-- A local step failed when the next request's history shows it (the client sends back the
-  assistant's tool calls and the results of running them, whatever door or stream mode served
-  the answer):
+- A local step failed when the next request's history shows it (the client sends back its tool
+  calls and their results, whatever door or stream mode served the answer):
   * ``invalid_tool_call``: a call of that step names a tool the request does not offer, or its
-    arguments are not a JSON object, or they break the tool's JSON schema (the gateway checks the
-    calls: ``traffic.tool_calls.check_call``, the one check of a call's validity);
+    arguments are not a JSON object or break the tool's JSON schema (the gateway checks the calls
+    with ``traffic.tool_calls.check_call``, the one check of a call's validity);
   * ``error_streak``: the conversation's last ``episodes.error_streak`` tool results are errors
     (``router.chat_text.is_error_result``; ``RequestText.tool_error_streak``), the last of them
     answering that step.
 - Fallback: from the step after the failure, ``episodes.sticky_turns`` turns (null: the rest of
   the episode) go to the fallback target (``episodes.fallback_target``, else the learned
   policy's frontier target, else the first non-local target of the decision's chain) with its
-  fallback chain, when the policy chose a local target and the client did not pin it (a pinned
-  alias or a target named as the model is the client's choice: ``alias:*`` and ``target``
-  reasons are kept). The turn after the fallback ends is decided by the policy again.
+  fallback chain, when the policy chose a local target the client did not pin (``alias:*`` and
+  ``target`` reasons are the client's choice, kept). Then the policy decides again.
 - Reason recorded: ``episode_fallback:<kind> failed_step=<i> problem=<what> turn=<k>/<n>``
   (``n`` is ``rest`` for the rest of the episode).
 - Whole loops (``episodes.whole_loops``): a step that goes on an agent loop (its last message
@@ -33,17 +31,12 @@ Definitions
   * it was not: neither an exploration draw nor a score sends it local, reason
     ``episode_loop:frontier <the policy's reason>``.
   So a loop's model is chosen at its first step (a new user turn: the request says the task),
-  by score or exploration, and a loop runs there until it ends or fails. Why: explored steps
-  scattered across loops put a local step in about a fifth of a quick flywheel's episodes (4-5
-  steps each at a 5% share), and one wrong step spoils a whole episode: agent success fell to
-  0.91 of the frontier's. Exploring whole loops instead kept the first rounds at 0.90-1.0 of
-  the frontier's, until a refitted scorer sent steps half-way through loops the frontier had
-  begun local (p_local 0.62 against a threshold of 0.61, fitted mostly on chat): all failed.
-  A whole loop is judged by its own outcome (its credit is one model's, not a mix), and it
-  keeps one replica's KV cache. A chat turn (its last message the user's) is decided by the
-  policy as before.
+  by score or exploration, and runs it until it ends or fails. Why: one wrong step spoils a
+  whole episode, a loop is judged by its own outcome (one model's credit, not a mix) and it
+  keeps one replica's KV cache (docs/routing.md, "Agent episodes: why a loop runs on one
+  model"). A chat turn (its last message the user's) is decided by the policy as before.
 
-Pure: the gateway reads and writes the memory (``gateway.episode_routing``) and checks calls.
+Pure: the gateway reads and writes the memory (``gateway.routing.episodes``) and checks calls.
 """
 
 from __future__ import annotations

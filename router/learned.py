@@ -18,9 +18,9 @@ Definitions
   at their measured acceptance, the rest at the frontier's) keeps at least ``quality_target`` x
   the frontier-only acceptance, and whose marginal request (the lowest-scoring one sent local)
   is not clearly below that share on its own (the upper 95% bound of its isotonic-calibrated
-  acceptance reaches it): a mix-level target alone spent the allowed loss on requests the local
-  model mostly fails (a flywheel run sent 22% of the families beyond the model local), and a
-  point estimate held back a learnable family whose held-out verdicts were only noisily below.
+  acceptance reaches it): a mix-level target alone spends the allowed loss on requests the local
+  model mostly fails, and a point estimate holds back a learnable family whose held-out verdicts
+  are only noisily below (docs/routing.md, "How the scorer learns").
   Fewer than ``min_samples`` held-out verdicts: no threshold (nothing goes local by score).
 Decision for an ``auto`` request (pinned aliases and matching rules keep priority; a rule that
 matches request tags is how ops pin a tagged class to a target, and tags are never required)

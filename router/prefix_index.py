@@ -87,7 +87,7 @@ class PrefixIndex(_SlotIndex):
 
     Every per-key step (insert, refresh, evict, owner-mask update) runs as a C-level ``map`` /
     ``update`` over the request's keys: a decision touches up to a few hundred keys, and a
-    Python loop over them used to be most of its cost.
+    Python loop over them would be most of its cost.
     """
 
     # Blocks arrive from any depth and leave in any order (KV events): not prefix-closed.

@@ -24,34 +24,11 @@ Definitions
   requests are not spent to buy cost for the mix.
 - Shadow sampling: :func:`uncertainty` ``p (1 - p)`` is largest where the scorer is least sure.
 
-Measured on the same data (``tests/router/test_scorer.py``'s synthetic IDE traffic: the 11
-task families, one system prompt, no tags or markers, half with an agent's tool list; local
-accepted with p = 0.9 / 0.8 / 0.7 for the three quick-question families, 0.05 for the eight
-others; 1,500 examples fitted, 500 held out; ``router.scorer_bench.compare_models``; predict =
-featurize + score of the 1,754-char IDE request of :func:`router.scorer_bench.bench_scorer`, one
-process, 2 cores shared with other work; p99 is wall clock over runs of 5,000 calls, its CPU
-time 54-59 us; a run at load average 6 reached 1.7 ms wall, preempted, not working):
-
-| model                    | AUC   | log loss | fit (s) | predict p50 / p99 (us) | JSON (KB) |
-|--------------------------|-------|----------|---------|------------------------|-----------|
-| logreg (chosen)          | 0.855 | 0.419    | 0.11    | 33 / 55-95             | 100       |
-| naive_bayes              | 0.822 | 1.873    | 0.04    | 33 / 55-95 (same path) | 95        |
-| constant (train rate)    | 0.500 | 0.672    | -       | -                      | -         |
-| the true per-family p    | 0.851 | 0.410    | -       | -                      | -         |
-
-The last row is the ceiling: with these rates no ranking of the labels does much better than
-0.85 (a family at 0.7 still holds rejections). With rates 0.97 / 0.93 / 0.9 / 0.03 (ceiling
-0.929): logreg 0.937 / 0.207, naive_bayes 0.928 / 0.886. From 200 examples: logreg 0.860 /
-0.417, naive_bayes 0.837 / 2.331. Ablations (3,000 held out, noise-free AUC): bigrams and the
-last-line features change nothing on this templated traffic (+-0.001); they are kept for real
-prompts, where the ask is one line among pasted code.
-
-Why logistic regression: it ranks as well as the true rates, and its probabilities are
-calibrated (log loss 0.42 against the ceiling's 0.41), which the threshold, the shadow sampler
-(:func:`uncertainty`) and the reasons printed with each decision all read. Naive Bayes counts a
-unigram and the bigrams holding it as independent evidence, so it is overconfident (0.999 for a
-family accepted 70% of the time): its log loss is worse than the constant's. Its fit is 2-3x
-faster, which does not matter at these sizes; both serve through the same code path.
+Why logistic regression (the default): it ranks as well as the true rates and its probabilities
+are calibrated, which the threshold, the shadow sampler and each decision's printed reason read;
+naive Bayes counts a unigram and the bigrams holding it as independent evidence, so it is
+overconfident. Measurements (AUC, log loss, fit and predict time, ablations): docs/routing.md,
+"The scorer's model, measured".
 
 Memory: the weights are a dense float32 vector, ``4 * 2**dim_bits`` bytes (1 MiB at 18 bits;
 :attr:`Scorer.nbytes`); the JSON stores only weights that differ from the default.

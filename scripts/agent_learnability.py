@@ -43,14 +43,6 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field
 from tqdm import tqdm
 
-from loadtests.agent.rl_environment import SandboxEnvironment, heldout_task_ids
-from loadtests.agent.tasks import (
-    AgentKind,
-    AgentTask,
-    make_agent_task,
-    parse_agent_task_id,
-    sample_agent_tasks,
-)
 from loadtests.frontier_sim.agent_policy import decide
 from loadtests.frontier_sim.config import SimulatorConfig
 from loadtests.frontier_sim.transcript import StepCollector, ToolStep
@@ -59,6 +51,7 @@ from rl_loop.agent.distill import distillation_examples, episode_sft_row, train_
 from rl_loop.agent.episode import AgentEpisode, ToolCall
 from rl_loop.agent.gate import AgentEval, evaluate_episodes
 from rl_loop.agent.runner import AssistantMessage, play_episode
+from rl_loop.agent.sandbox_environment import SandboxEnvironment
 from rl_loop.config import SftConfig
 from rl_loop.datasets import SftExample
 from rl_loop.modeling import Policy, load_policy
@@ -66,6 +59,14 @@ from serving.base_checkpoints import base_training_config, ensure_trained
 from serving.build import ensure_model
 from serving.copy_curriculum import COPY_RECIPE, CopySpec, copy_windows, ordinary_ids
 from serving.model_config import PresetName
+from tasks.agent.tasks import (
+    AgentKind,
+    AgentTask,
+    heldout_task_ids,
+    make_agent_task,
+    parse_agent_task_id,
+    sample_agent_tasks,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 COPY_REPLAY_POOL = 4096  # copy windows drawn once; each step takes copy_replay of them

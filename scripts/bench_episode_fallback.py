@@ -24,10 +24,10 @@ from typing import Any
 import aiohttp
 
 from loadtests.agent.client import AgentClientConfig, register_task, run_agent_client
-from loadtests.agent.tasks import sample_agent_tasks
 from loadtests.bench.sim_gateway import simulator_backends
 from loadtests.frontier_sim import SimulatorConfig, run_in_thread
 from serving.processes import ProcessFleet
+from tasks.agent.tasks import sample_agent_tasks
 
 SIM_SEED = 1
 READY_TIMEOUT_S = 120.0

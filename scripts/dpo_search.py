@@ -1,6 +1,6 @@
 """DPO recipe search (issue 17): which exported pairs and which preference loss move the gate.
 
-    candidate  bench-train's SFT candidate (``rl_loop.bench_train``: the flywheel's base model,
+    candidate  bench-train's SFT candidate (``loadtests.bench.train``: the flywheel's base model,
                RL then SFT on the same data; its cached run is reused)
     items      held-out tasks of the families with pairs, ``--heldout`` per family, answered
                greedily before and after DPO (the same items: paired, McNemar + 95% CI)
@@ -28,8 +28,7 @@ from typing import Any
 
 import torch
 
-from loadtests.tasks import sample_tasks
-from rl_loop.bench_train import (
+from loadtests.bench.train import (
     BenchSettings,
     PairSource,
     base_model,
@@ -47,6 +46,7 @@ from rl_loop.feedback_pairs import export_pairs
 from rl_loop.modeling import load_policy
 from rl_loop.paired_eval import paired_changes
 from rl_loop.train import PhaseData, train_candidate
+from tasks.ide import sample_tasks
 
 REPO = Path(__file__).resolve().parents[1]
 GATE = GateConfig(max_new_tokens=64)

@@ -26,7 +26,7 @@ weights (``rl_loop.agent_evidence``), so the scorer learns where agent steps may
 does the agent distillation when ``loop.agent_distill`` is on (``rl_loop.agent_data``).
 
 Presets: full (default), `FLYWHEEL_QUICK=1` (about 20 minutes on 2 cores), `FLYWHEEL_SMOKE=1`
-(one round on minimal settings, for the test). The task verifier (loadtests.tasks) is injected
+(one round on minimal settings, for the test). The task verifier (tasks.ide) is injected
 into the RL loop as a plain callable: the RL loop never imports the task families. SIGTERM or
 SIGINT, at any point, stops every process the run started (`serving.processes.ProcessFleet`).
 """
@@ -50,10 +50,8 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field
 from transformers.utils import logging as transformers_logging
 
-from loadtests.agent.rl_environment import SandboxEnvironment, heldout_task_ids
 from loadtests.ide_client import IdeClientConfig, RunStats, run_ide_client
-from loadtests.tasks import FAMILIES, MIX
-from loadtests.tasks.mix import OLD_MIX
+from rl_loop.agent.sandbox_environment import SandboxEnvironment
 from rl_loop.agent_report import (
     agent_targets,
     format_agent_table,
@@ -81,6 +79,9 @@ from serving.names import ADMIN_TOKEN_ENV, LOCAL_MODEL_NAME
 from serving.processes import Child, Interrupted, ProcessFleet
 from serving.replica import VllmReplica, find_free_port
 from serving.vllm_config import VllmLaunchConfig
+from tasks.agent.tasks import heldout_task_ids
+from tasks.ide import FAMILIES, MIX
+from tasks.ide.mix import OLD_MIX
 from traffic.store import InferenceFilter, StoreBackend, StoreConfig, open_store
 
 REPO = Path(__file__).resolve().parents[1]

@@ -6,9 +6,9 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from loadtests.tasks import FAMILIES, task_from_id, verify_reply
-from loadtests.tasks.task import HELDOUT_SEED_START, Task, TaskIdError, extract_answer
 from rl_loop.evaluate import EvalItem
+from tasks.ide import FAMILIES, task_from_id, verify_reply
+from tasks.ide.task import HELDOUT_SEED_START, Task, TaskIdError, extract_answer
 
 
 def _task(task_id: str) -> Task | None:

@@ -1,19 +1,16 @@
-"""A preset for a real Hugging Face Qwen3-MoE checkpoint given as a local path (for example a
-downloaded Qwen3-30B-A3B), made into a versioned checkpoint that serving, fp8 export and
-hot-swap take like one of ours. Nothing is downloaded: config, tokenizer and chat template come
-from the checkpoint directory.
+"""A preset for a real Hugging Face Qwen3-MoE checkpoint given as a local path (e.g. a downloaded
+Qwen3-30B-A3B), made into a versioned checkpoint that serving, fp8 export and hot-swap take like
+one of ours. Nothing is downloaded: config, tokenizer and chat template come from its directory.
 
 How a checkpoint is checked (`inspect_hf_checkpoint`), each failure a `CheckpointPresetError`
 that names the file and what to do:
-
 - `config.json`: `model_type` `qwen3_moe` and `Qwen3MoeForCausalLM` among its `architectures`
   (what transformers and vLLM load as Qwen3-MoE); parsed by transformers' `Qwen3MoeConfig`, so
   both the transformers-4 spelling (`num_experts`, `rope_theta`, `torch_dtype`) and the
   transformers-5 one (`num_local_experts`, `rope_parameters`, `dtype`) are read. Refused: what
-  `ModelSpec` cannot describe (dense layers through `mlp_only_layers` or
-  `decoder_sparse_step` != 1, attention bias, sliding window, rope scaling, an activation other
-  than silu, weights neither bf16 nor fp32) and already quantized checkpoints
-  (`quantization_config`: export from the bf16 release instead).
+  `ModelSpec` cannot describe (dense layers through `mlp_only_layers` or `decoder_sparse_step`
+  != 1, attention bias, sliding window, rope scaling, an activation other than silu, weights
+  neither bf16 nor fp32) and quantized checkpoints (`quantization_config`: adopt the bf16 release).
 - Tokenizer: `tokenizer.json` and `tokenizer_config.json`; a chat template in
   `chat_template.jinja` (transformers 5's layout) or inline in `tokenizer_config.json`
   (Qwen's releases); at most `vocab_size` ids.
@@ -35,9 +32,8 @@ files (`serving.build.checkpoint_digest`: every byte is read once, minutes for a
 adopting the same unchanged source again finds the directory from a signature of its files'
 paths, sizes and mtimes, without hashing.
 
-Serving: `launch_config` completes a `serving/configs` launch preset with the adopted
-directory and caps `max_model_len` at the checkpoint's `max_position_embeddings` (vLLM refuses a
-longer one).
+Serving: `launch_config` completes a `serving/configs` launch preset with the adopted directory
+and caps `max_model_len` at `max_position_embeddings` (vLLM refuses a longer one).
 
 CLI: `python -m serving.checkpoint_preset --checkpoint /models/Qwen3-30B-A3B --out .cache/models
 [--launch-preset gpu-hf-moe]` prints the adopted directory (and the launch command).

@@ -3,11 +3,10 @@
 Why: an agent task is mostly copying. find_definition copies the symbol from the request into
 the search call, then the ``path:line`` from the tool result into the answer. The mechanism that
 copies is the induction head (a head that finds the earlier occurrence of the current token and
-predicts the token that followed it). On the CPU budget of this project (~1.2 M tokens of
-stdlib code) it does not form from code alone: the tiny base predicted a repeated span no better
-than the first time (docs/agent_learnability.md). Windows that only copying can predict make it
-form: measured on the tiny shape, ~500 steps for a copy at a fixed offset, longer for one at a
-varying offset (docs/agent_learnability.md has the curves).
+predicts the token that followed it). On a CPU training budget of stdlib code it does not form
+from code alone; windows that only copying can predict make it form, sooner for a copy at a
+fixed offset than at a varying one (docs/agent_learnability.md, "A base that copies: the copy
+curriculum", has the runs and curves).
 
 A copy window (``copy_windows``) is ``seq_len + 1`` token ids: the first half uniformly random
 ids from the tokenizer's ordinary vocabulary (specials never drawn), the second half filled with
@@ -87,10 +86,9 @@ class CopySpec(BaseModel):
 
 
 #: The recipe the flywheel's base is trained with (``scripts/flywheel.py``): 2,000 warm-up steps
-#: (the copy formed after ~1,300 of them in one measured run, and the escape time varies from
-#: run to run), then a quarter of each code batch. No extension yet: the one measured without
-#: code beside it wrecked the base, the one with code was measured only from this base, not
-#: as part of a recipe run (docs/agent_learnability.md).
+#: (a margin over the copy's escape time, which varies from run to run), then a quarter of each
+#: code batch. No extension yet: with code beside it, it has not been run as part of a recipe
+#: (docs/agent_learnability.md, "A base that copies: the copy curriculum").
 COPY_RECIPE = CopySpec(fraction=0.25, warmup_steps=2000)
 
 
@@ -151,14 +149,12 @@ def extend_phase(spec: CopySpec) -> CopyPhase:
     """After the code: ``extend_steps`` steps at each of ``extend_windows`` lengths,
     ``extend_tokens`` tokens a step.
 
-    Why growing lengths: a copy learned in 128-token windows fades with distance (measured on
-    the tiny base: repeat top-1 0.71 at 120 tokens, 0.25 at 280, 0.04 at 580, 0.01 at 1,080),
-    and an agent's prompt is ~1,000 tokens. Windows of 1,024 tokens straight away erased the copy
-    (top-1 at 280 tokens fell to 0 within 25 steps); lengths grown step by step extend it. Why
-    code beside them: 800 steps of copy windows alone took the base's held-out code loss from
-    5.35 to 8.84 (it forgot code) and taught a copy from ~1,000 tokens back only (top-1 0.75
-    there, 0.16 at 80 tokens); with as many code windows of the same length in each step the
-    code loss held (docs/agent_learnability.md)."""
+    Why growing lengths: a copy learned in 128-token windows fades with distance, and an
+    agent's prompt is ~1,000 tokens; long windows straight away erase the copy, lengths grown
+    step by step extend it. Why code beside them: copy windows alone make the base forget code
+    and keep only the longest copies; with as many code windows of the same length in each
+    step the code loss holds (docs/agent_learnability.md, "A base that copies: the copy
+    curriculum")."""
     schedule = [
         (length, max(1, spec.extend_tokens // length))
         for length in spec.extend_windows

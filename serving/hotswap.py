@@ -4,40 +4,35 @@ traffic, with a logprob check and automatic rollback.
 The protocol, per replica, in the order given (`publish_weights`):
 
 1. Drain. `POST {gateway}/admin/replicas/drain {"target", "replica", "timeout_s"}` (admin token
-   as Bearer): every gateway of the fleet stops routing new requests to the replica, and the
-   answer comes once the requests the fleet has in flight there are done. The admin calls go to
-   the first of the given gateways that can be reached (any one reaches the whole fleet). Not
-   drained in time: the replica is put back and the publish stops (nothing was changed on it).
+   as Bearer; to the first reachable gateway given: any one reaches the fleet) answers once the
+   fleet routes nothing new to the replica and its requests in flight are done. Not drained in
+   time: the replica is put back and the publish stops (nothing was changed on it).
 2. Reload. `POST {replica}/collective_rpc {"method": "switchyard_reload", "args": [dir]}` runs
    `ReloadWorkerExtension.switchyard_reload` inside vLLM's worker: vLLM's own in-place
-   `reload_weights(weights_path=dir)`, then, on CPU, the MoE weight prepack that vLLM 0.32
-   skips on reload (without it the experts compute with unpacked weights: logprobs off by up to
-   9 nats; the probe below caught it; vLLM issue #42821 is the GPU side of the same gap).
-   The replica must run with `dev_mode=True` and
-   `worker_extension_cls=RELOAD_WORKER_EXTENSION`, and see `dir` on its own filesystem.
+   `reload_weights(weights_path=dir)`, then, on CPU, the MoE weight prepack vLLM skips on reload
+   (docs/deploy.md, "Weight hot-swap"). The replica runs with `dev_mode=True` and
+   `worker_extension_cls=RELOAD_WORKER_EXTENSION`, and sees `dir` on its own filesystem.
 3. Version. `POST /update_weight_version {"new_version": id}`; `GET /weight_info` must echo it.
-4. Prefix cache. `POST /reset_prefix_cache` until it reports success: KV blocks computed with
-   the old weights must never serve a request of the new ones.
+4. Prefix cache. `POST /reset_prefix_cache` until it succeeds: no KV block of the old weights
+   may serve the new ones.
 5. Probe. `POST /v1/completions` with the checkpoint's probe prompt (token ids),
    `max_tokens=1`, `prompt_logprobs=0`: the served logprob of every prompt token is compared
-   with the trainer's own (`CheckpointVersion.probe`, float32 math on the saved weights). The
-   replica computes in bf16, so small differences are expected (about 0.005 mean, 0.02 max on
-   the tiny model); the probe fails when the mean absolute difference exceeds
-   `tolerance.mean_abs` or any single one exceeds `tolerance.max_abs`.
+   with the trainer's own (`CheckpointVersion.probe`, float32 math on the saved weights). It
+   fails when the mean absolute difference exceeds `tolerance.mean_abs` or one exceeds
+   `tolerance.max_abs`: loose enough for bf16 serving, tight enough for wrong weights.
 6. Undrain. `POST {gateway}/admin/replicas/undrain {"target", "replica", "weights_version"}`:
    the gateway routes to it again and tags its responses with the new version.
 
-Rollback. When step 2, 3, 4 or 5 fails on a replica, that replica and every replica already
-swapped go back to `previous_dir` (steps 2-5 with the previous checkpoint's probe, then undrain
-with the previous version), one at a time, so the fleet never serves two versions for longer
-than one swap. The report says `rolled_back=True`; `HotSwapError` is raised only if the rollback
-itself fails (that replica is left drained: it serves nothing rather than unknown weights).
+Rollback. When step 2, 3, 4 or 5 fails on a replica, it and every replica already swapped go
+back to `previous_dir` (steps 2-5 with the previous probe, then undrain with the previous
+version), one at a time: the fleet never serves two versions for longer than one swap. The
+report says `rolled_back=True`; `HotSwapError` only if the rollback itself fails (that replica
+is left drained: it serves nothing rather than unknown weights).
 
 Preflight, before anything is drained: the new checkpoint has the same architecture (`spec`)
 and byte-identical tokenizer files as the previous one (an in-place reload changes neither), its
 weights match its version id (optional digest check), and every replica answers the reload
-extension (and serves one probe request, which warms up vLLM's prompt-logprobs path: its first
-use takes seconds that would otherwise be spent drained).
+extension and serves one probe request (warming vLLM's prompt-logprobs path, slow on first use).
 
 CLI: `python -m serving.hotswap --checkpoint NEW --previous OLD --gateway URL [--gateway URL ...]
 --replica URL ...` (admin token from `$SWITCHYARD_ADMIN_TOKEN`).

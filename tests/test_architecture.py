@@ -1,16 +1,25 @@
 """The import direction of the README's "Architecture" section, enforced on the source tree.
 
-router   -> (nothing of the project)
+Each package imports itself and what its line names, nothing else of ours:
+
+router   -> (nothing of the project): pure decisions
 serving  -> (nothing of the project)
 traffic  -> (nothing of the project): the record's store and its dataset exporters
+tasks    -> (nothing of the project): task families, verifiers, the agent sandbox
 gateway  -> router, traffic (it writes the record, serves exports over its admin API and CLI)
-rl_loop  -> traffic (reads the record, builds its datasets in process), serving, router
-loadtests-> router (its pure selectors and scorer, driven by simulations) and
-            serving.processes (starting and stopping child processes only); the gateway, serving
-            and the store are reached over HTTP or a command line
+rl_loop  -> traffic (reads the record, builds its datasets in process), serving, router, tasks
+loadtests-> router (its pure selectors and scorer, driven by simulations), tasks (what the
+            simulated clients send and the simulator's oracle answers) and serving.processes
+            (starting and stopping child processes only); the gateway, serving and the store
+            are reached over HTTP or a command line
 
 Every package may also import ``serving.names``: the strings processes agree on (the local
 model's name, the admin token's environment variable), which imports nothing itself.
+
+Rooms: a folder inside a package with a rule of its own, which replaces its package's rule for
+every module under it. ``loadtests/bench`` is the benchmark room: a benchmark is an orchestrator
+(it starts and measures the production code itself, in process or as children), so like
+``scripts/`` (not a package, not checked) it may import every package. No module is exempt.
 """
 
 from __future__ import annotations
@@ -21,16 +30,23 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("gateway", "router", "serving", "traffic", "rl_loop", "loadtests")
+PACKAGES = ("gateway", "router", "serving", "traffic", "tasks", "rl_loop", "loadtests")
 
 SHARED_NAMES = "serving.names"
+# What each package may import besides itself.
 ALLOWED: dict[str, tuple[str, ...]] = {
-    "router": ("router", SHARED_NAMES),
-    "serving": ("serving",),
-    "traffic": ("traffic", SHARED_NAMES),
-    "gateway": ("gateway", "router", "traffic", SHARED_NAMES),
-    "rl_loop": ("rl_loop", "traffic", "serving", "router"),
-    "loadtests": ("loadtests", "router", "serving.processes", SHARED_NAMES),
+    "router": (SHARED_NAMES,),
+    "serving": (),
+    "traffic": (SHARED_NAMES,),
+    "tasks": (SHARED_NAMES,),
+    "gateway": ("router", "traffic", SHARED_NAMES),
+    "rl_loop": ("traffic", "serving", "router", "tasks"),
+    "loadtests": ("router", "tasks", "serving.processes", SHARED_NAMES),
+}
+# Rooms with a rule of their own (a folder, relative to the repository root): what they may
+# import besides their own package.
+ROOMS: dict[str, tuple[str, ...]] = {
+    "loadtests/bench": PACKAGES,  # orchestrators: every benchmark measures the real code
 }
 
 
@@ -45,38 +61,45 @@ def _project_imports(path: Path) -> list[tuple[int, str]]:
     return [(n, m) for n, m in found if m.split(".")[0] in PACKAGES]
 
 
-# Orchestrators: they start every part of the system (like scripts/demo.py) and are exempt.
-ORCHESTRATORS = {
-    "loadtests/bench_kv.py",
-    "loadtests/hostile_run.py",  # --with-vllm boots a real replica
-    "loadtests/bench_routing.py",  # the RL loop's outcome type; the store is read in routing_items
-    "loadtests/routing_items.py",  # bench_routing's reader of the store and the RL loop's verdicts
-    "rl_loop/bench_train.py",  # `make bench-train`: the task families' data and verifier
-    "loadtests/agent/rl_environment.py",  # the agent sandbox behind rl_loop.agent's protocol
-}
-
-
 def _allowed(module: str, rules: tuple[str, ...]) -> bool:
     return any(module == r or module.startswith(r + ".") for r in rules)
+
+
+def rules_for(path: Path) -> tuple[str, ...]:
+    """What the module at ``path`` may import: its package, plus its room's rule (the deepest
+    room holding it) or else its package's."""
+    relative = path.relative_to(ROOT)
+    package = relative.parts[0]
+    rooms = [room for room in ROOMS if relative.is_relative_to(room)]
+    extra = ROOMS[max(rooms, key=len)] if rooms else ALLOWED[package]
+    return (package, *extra)
 
 
 @pytest.mark.parametrize("package", PACKAGES)
 def test_package_imports_only_what_the_architecture_allows(package: str) -> None:
     violations = []
     for path in sorted((ROOT / package).rglob("*.py")):
-        if str(path.relative_to(ROOT)) in ORCHESTRATORS:
-            continue
+        rules = rules_for(path)
         for lineno, module in _project_imports(path):
-            if not _allowed(module, ALLOWED[package]):
+            if not _allowed(module, rules):
                 violations.append(f"{path.relative_to(ROOT)}:{lineno} imports {module}")
     assert not violations, "\n".join(violations)
+
+
+def test_every_room_is_a_folder_of_a_package() -> None:
+    for room in ROOMS:
+        assert (ROOT / room).is_dir(), room
+        assert Path(room).parts[0] in PACKAGES, room
 
 
 def test_the_rule_catches_a_violation(tmp_path: Path) -> None:
     bad = tmp_path / "bad.py"
     bad.write_text("from gateway.app import create_app\nimport router.policy\n")
     modules = [m for _, m in _project_imports(bad)]
-    assert not all(_allowed(m, ALLOWED["router"]) for m in modules)
+    assert not all(_allowed(m, rules_for(ROOT / "router" / "bad.py")) for m in modules)
+    # a room's rule holds under it only: the benchmark room may, the rest of loadtests may not
+    assert _allowed("rl_loop.train", rules_for(ROOT / "loadtests" / "bench" / "kv" / "run.py"))
+    assert not _allowed("rl_loop.train", rules_for(ROOT / "loadtests" / "kv" / "workload.py"))
 
 
 def test_the_shared_names_import_nothing_of_the_project() -> None:

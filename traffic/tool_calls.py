@@ -1,6 +1,6 @@
 """Whether a tool call is valid: it names an offered tool and its arguments are a JSON object
 matching the tool's schema. The one check of what a broken call is, for the episode export
-(``traffic.export.episodes``), the gateway's per-step routing (``gateway.episode_routing``), the
+(``traffic.export.episodes``), the gateway's per-step routing (``gateway.routing.episodes``), the
 agent gate, its audits and routing evidence, and the agent trainers' rewards, hints and
 distillation rows (``rl_loop.agent``); a module of its own so that the gateway's start path does
 not import the export package (pyarrow and the dataset builders).
@@ -10,8 +10,8 @@ and :func:`first_problem` judge several against ``tools`` in any shape a caller 
 Completions' ``{"type": "function", "function": {...}}`` or the flat ``{"type": "function",
 "name": ...}``), read once by :func:`offered_functions`.
 
-``jsonschema`` (~70 ms to import) is imported on the first check; the gateway warms it in a
-thread at start-up (:func:`warm`).
+``jsonschema``, slow to import (docs/recording.md, "Figures behind traffic/'s choices"), is
+imported on the first check; the gateway warms it in a thread at start-up (:func:`warm`).
 
 A tool's schema is the client's: one the validator cannot read (not a schema, a ``$ref`` it
 cannot resolve, a self-referencing one) judges nothing rather than raising.

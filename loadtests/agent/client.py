@@ -34,13 +34,13 @@ from typing import Any, Literal
 import aiohttp
 from pydantic import BaseModel, ConfigDict, Field
 
-from loadtests.agent.sandbox import OutcomeStatus, SandboxConfig, SandboxRunner, Workspace
-from loadtests.agent.tasks import AGENT_KINDS, AgentKind, AgentTask, sample_agent_tasks
-from loadtests.agent.tools import FLAVOUR_TOOLS, Flavour
-from loadtests.agent.verifier import AgentVerdict, verify_episode
 from loadtests.agent.wire import Conversation, ModelTurn, WireError, start_conversation
-from loadtests.tasks.clients import prompt_hash
-from loadtests.tasks.task import Split
+from tasks.agent.sandbox import OutcomeStatus, SandboxConfig, SandboxRunner, Workspace
+from tasks.agent.tasks import AGENT_KINDS, AgentKind, AgentTask, sample_agent_tasks
+from tasks.agent.tools import FLAVOUR_TOOLS, Flavour
+from tasks.agent.verifier import AgentVerdict, verify_episode
+from tasks.ide.clients import prompt_hash
+from tasks.ide.task import Split
 
 StreamMode = Literal["on", "off", "mixed"]
 TARGET_HEADER = "x-switchyard-target"

@@ -24,7 +24,7 @@ from typing import Any, Protocol
 
 import aiohttp
 
-from loadtests.agent.tools import AGENT_LOOP_SYSTEM_PROMPT, Flavour, chat_tools, responses_tools
+from tasks.agent.tools import AGENT_LOOP_SYSTEM_PROMPT, Flavour, chat_tools, responses_tools
 
 EPISODE_HEADER = "x-switchyard-episode"
 

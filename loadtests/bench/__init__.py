@@ -1,16 +1,24 @@
-"""Pieces of the gateway benchmark (:mod:`loadtests.bench_gateway` is the entry point).
+"""The benchmark room: one module or package per ``make bench-*`` target, named after it.
 
-- :mod:`~loadtests.bench.settings`: what one run measures (full or quick), its systems and
-  modes, each default once;
-- :mod:`~loadtests.bench.systems`: the servers' configs, their timed start-up, memory after load;
-- :mod:`~loadtests.bench.cells`: what each cell asks of the load generator, and the cell loop;
-- :mod:`~loadtests.bench.loadgen`: the load generator (OpenAI and Anthropic wire formats), run
-  as its own process per cell;
-- :mod:`~loadtests.bench.servers`: servers as subprocesses (free ports, readiness, teardown);
-- :mod:`~loadtests.bench.litellm_proxy`: the LiteLLM proxy's own venv and config;
-- :mod:`~loadtests.bench.store_throughput`: records/s of the traffic store's writer;
-- :mod:`~loadtests.bench.figures`: the headline figures and their targets;
-- :mod:`~loadtests.bench.report`: the cells as rows, the tables, CSV/JSON;
-- :mod:`~loadtests.bench.chart`: ``chart.png``;
-- :mod:`~loadtests.bench.profile`: py-spy on a gateway under load, and its hot spots.
+=====================  =====================================  ==================================
+make target            module (``python -m ...``)             measures
+=====================  =====================================  ==================================
+``bench-gateway``      ``loadtests.bench.gateway``            overhead vs the simulator, LiteLLM
+``bench-kv``           ``loadtests.bench.kv``                 KV-cache-aware replica choice
+``bench-fleet``        ``loadtests.bench.fleet``              workers, propagation, KV per fleet
+``bench-routing``      ``loadtests.bench.routing``            learned routing vs baselines
+``bench-loop-lag``     ``loadtests.bench.loop_lag``           event-loop lag under a big request
+``bench-hostile``      ``loadtests.bench.hostile``            hostile corpus against a gateway
+``bench-serving``      ``loadtests.bench.serving``            tokens/s, TTFT, hot swap, fp8 drift
+``bench-train``        ``loadtests.bench.train``              the training stacks, 1 vs 2 procs
+``bench-console``      ``loadtests.bench.console``            console pages on 1M inferences
+=====================  =====================================  ==================================
+
+Shared by them: :mod:`~loadtests.bench.servers` (servers as subprocesses, certain teardown),
+:mod:`~loadtests.bench.sim_gateway` (a gateway config on the frontier simulator) and
+:mod:`~loadtests.bench.store` (the traffic store's write throughput, part of ``bench-gateway``).
+
+A benchmark is an orchestrator, like ``scripts/``: it may import any package of ours (the
+production code it measures, started in process or as children); ``tests/test_architecture.py``
+states that as a rule of this room. Measured figures live in ``docs/``, not in the modules.
 """

@@ -5,7 +5,7 @@ that offers tools, the simulator answers one step of the episode, reading the co
 real agent would:
 
 1. the plan: the tool calls a competent agent makes for the task's kind, from the task's
-   reference solution (``loadtests/agent/tasks.py``) and the tools offered (an ``edit`` call, or a
+   reference solution (``tasks/agent/tasks.py``) and the tools offered (an ``edit`` call, or a
    unified diff for ``apply_patch`` when that is the edit tool offered)::
 
        find_definition  search "def f("                 -> answer path:line read from the result
@@ -38,9 +38,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from loadtests.agent.tasks import AgentTask, FileEdit, apply_edit
 from loadtests.frontier_sim.config import SimulatorConfig
 from loadtests.frontier_sim.transcript import PlannedCall, ToolStep
+from tasks.agent.tasks import AgentTask, FileEdit, apply_edit
 
 EDIT_TOOLS = ("edit", "apply_patch")
 

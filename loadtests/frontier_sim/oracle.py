@@ -1,9 +1,9 @@
-"""The oracle: answers IDE task prompts (``loadtests.tasks``) like a frontier model would.
+"""The oracle: answers IDE task prompts (``tasks.ide``) like a frontier model would.
 
 Prompts carry nothing that names their task (no marker, no tag: the gateway must not learn the
 family from them). The oracle knows a task only through a channel the gateway never sees: the
 IDE client registers each task with the simulator directly (``POST /sim/oracle`` with
-``{"prompt_hash", "task_id"}``, :func:`loadtests.tasks.prompt_hash` of the user message's text)
+``{"prompt_hash", "task_id"}``, :func:`tasks.ide.prompt_hash` of the user message's text)
 before sending it through the gateway. The simulator keeps the registrations in an
 :class:`OracleBook`, bounded to ``SimulatorConfig.oracle_capacity`` (oldest forgotten first).
 
@@ -29,16 +29,16 @@ import re
 from collections import OrderedDict
 from collections.abc import Iterable
 
-from loadtests.agent.tasks import (
+from loadtests.frontier_sim.config import SimulatorConfig
+from tasks.agent.tasks import (
     AgentTask,
     agent_task_from_id,
     is_agent_task_id,
     parse_agent_task_id,
 )
-from loadtests.frontier_sim.config import SimulatorConfig
-from loadtests.tasks.clients import prompt_hash
-from loadtests.tasks.families import FAMILIES, task_from_id
-from loadtests.tasks.task import Task, TaskIdError, parse_task_id
+from tasks.ide.clients import prompt_hash
+from tasks.ide.families import FAMILIES, task_from_id
+from tasks.ide.task import Task, TaskIdError, parse_task_id
 
 _HASH = re.compile(r"^[0-9a-f]{64}$")
 

@@ -13,7 +13,7 @@ without ``encrypted_content`` names a stored response by id, and this provider s
 (OpenAI answers 404 ``Item with id ... not found``; here a 400 with that message). A gateway that
 rewrites reasoning items, or sends another target's back to this one, fails here.
 
-Written apart from the gateway's own reading (``gateway.wire.responses_request``), as
+Written apart from the gateway's own reading (``gateway.doors.responses.request``), as
 ``thinking.py`` is for Anthropic's signatures: the simulator stands for the provider.
 """
 

@@ -15,7 +15,7 @@ class AgentGateConfig(BaseModel):
         default=40,
         ge=1,
         description="Held-out tasks each model plays (the driver draws them, e.g. "
-        "loadtests.agent.rl_environment.heldout_task_ids; never trained on).",
+        "tasks.agent.tasks.heldout_task_ids; never trained on).",
     )
     max_steps: int = Field(default=12, ge=1, description="Assistant turns per episode at most.")
     success_tolerance: float = Field(

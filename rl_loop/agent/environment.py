@@ -1,9 +1,9 @@
 """The environment an agent policy plays in: a task workspace behind four operations.
 
-The RL loop never imports a sandbox; the driver passes an :class:`AgentEnvironment` in (the agent
-workload's sandbox satisfies it through ``loadtests/agent/rl_environment.py``). A workspace is
-opened per episode and closed after it; its operations never raise for what the model sent (a
-broken call is an ``invalid`` :class:`~rl_loop.agent.episode.ToolResult`).
+The RL loop never imports a sandbox; the driver passes an :class:`AgentEnvironment` in (the task
+library's agent sandbox satisfies it through ``rl_loop/agent/sandbox_environment.py``). A
+workspace is opened per episode and closed after it; its operations never raise for what the
+model sent (a broken call is an ``invalid`` :class:`~rl_loop.agent.episode.ToolResult`).
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ from aiohttp import web
 from loadtests.frontier_sim import SimulatorConfig, run_in_thread
 from loadtests.frontier_sim.runner import ThreadedSimulator
 from loadtests.ide_client import IdeClientConfig, RunStats, build_parser, run_ide_client
-from loadtests.tasks import CLIENT_TYPES, FAMILIES, client_profile, sample_tasks, task_from_id
+from tasks.ide import CLIENT_TYPES, FAMILIES, client_profile, sample_tasks, task_from_id
 from tests.fixtures.gateway_fixture import GatewayThread, gateway_config
 
 ORACLE_ACCURACY = 0.8

@@ -16,7 +16,7 @@ import pytest
 from loadtests.frontier_sim import OracleBook, SimulatorConfig, run_in_thread
 from loadtests.frontier_sim.oracle import oracle_answer
 from loadtests.frontier_sim.runner import ThreadedSimulator
-from loadtests.tasks import Task, client_profile, prompt_hash, sample_tasks
+from tasks.ide import Task, client_profile, prompt_hash, sample_tasks
 
 DEFAULT_PREFIX = "Simulated answer from"
 

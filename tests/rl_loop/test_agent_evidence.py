@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import pytest
 
-from loadtests.agent.rl_environment import SandboxEnvironment
-from loadtests.agent.sandbox import SandboxRunner
-from loadtests.agent.tasks import AgentTask, make_agent_task
-from loadtests.tasks.task import HELDOUT_SEED_START
 from rl_loop.agent.runner import play_episode
+from rl_loop.agent.sandbox_environment import SandboxEnvironment
 from rl_loop.agent_evidence import episode_step_outcomes
 from router.chat_text import request_text
+from tasks.agent.sandbox import SandboxRunner
+from tasks.agent.tasks import AgentTask, make_agent_task
+from tasks.ide.task import HELDOUT_SEED_START
 from tests.rl_loop.agent.scripted import HACKS, Script, ScriptedPolicy, flawed_on, honest
 
 TASK = make_agent_task("fix_bug", HELDOUT_SEED_START + 13)

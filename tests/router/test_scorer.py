@@ -1,24 +1,19 @@
 """The request scorer: learns from what the request says, calibrates, serializes, never raises.
 
-Synthetic traffic: tasks from ``loadtests.tasks`` as a real client sends them (one fixed system
-prompt for every family, no ``# task:`` marker line, half of them with an agent's tool list), so
-only the user's text tells the families apart. "Local accepted" is drawn per family with a seeded
-RNG; the frontier is accepted 97% of the time.
+Synthetic traffic: ``tests/router/scorer_traffic.py`` (IDE tasks as a real client sends them,
+labels drawn per family).
 """
 
 from __future__ import annotations
 
 import json
 import math
-import random
 import time
-from collections.abc import Mapping, Sequence
-from functools import cache
 
 import numpy as np
 import pytest
 
-from loadtests.tasks import Task, sample_tasks
+from loadtests.bench.routing.scorer import bench_request
 from router.errors import PolicyConfigError
 from router.request_text import RequestText
 from router.scorer import (
@@ -31,76 +26,20 @@ from router.scorer import (
     log_loss,
     uncertainty,
 )
-from router.scorer_bench import bench_request, bench_scorer, compare_models
 from router.scorer_features import Featurizer
-
-SYSTEM = (
-    "You are a coding assistant inside the user's IDE. Each request shows the file the user is "
-    "editing and one instruction. Do exactly what the instruction asks."
+from tests.router.scorer_traffic import (
+    P_LOCAL_SHARP,
+    P_OTHER_SHARP,
+    frontier_examples,
+    heldout_examples,
+    synthetic,
+    train_examples,
 )
-AGENT_TOOLS = ("read_file", "list_dir", "search", "apply_patch", "run_tests")
-P_FRONTIER = 0.97
-# the brief's rates: even the true per-family probabilities rank held-out labels at AUC ~0.85
-P_LOCAL: Mapping[str, float] = {"expression_type": 0.9, "return_type": 0.8, "exception_type": 0.7}
-P_OTHER = 0.05
-# rates separated enough for a ranking above 0.9 to exist (true probabilities: ~0.93)
-P_LOCAL_SHARP: Mapping[str, float] = {
-    "expression_type": 0.97,
-    "return_type": 0.93,
-    "exception_type": 0.9,
-}
-P_OTHER_SHARP = 0.03
-
-
-def request_text(task: Task, agent: bool) -> RequestText:
-    """What a gateway fills from the task's chat messages: a fixed system prompt, no marker."""
-    user = str(task.messages()[-1]["content"])
-    if user.startswith("# task: "):
-        user = user.split("\n", 1)[1] if "\n" in user else ""
-    tools = AGENT_TOOLS if agent else ()
-    return RequestText(
-        system=SYSTEM,
-        last_user=user,
-        turns=2,
-        tool_names=tools,
-        prompt_chars=len(SYSTEM) + len(user),
-        has_tools=agent,
-    )
-
-
-@cache
-def _tasks(n: int, seed: int, split: str) -> tuple[tuple[Task, RequestText], ...]:
-    rng = random.Random(f"client:{seed}:{split}")
-    tasks = sample_tasks(n, seed, split)  # type: ignore[arg-type]
-    return tuple((t, request_text(t, rng.random() < 0.5)) for t in tasks)
-
-
-def synthetic(
-    n: int,
-    seed: int,
-    split: str,
-    p_local: Mapping[str, float] = P_LOCAL,
-    p_other: float = P_OTHER,
-) -> tuple[list[Example], list[float]]:
-    """Local-arm examples with labels drawn at each family's rate, and those true rates."""
-    rng = random.Random(f"labels:{seed}:{split}:{sorted(p_local.items())}:{p_other}")
-    examples, rates = [], []
-    for task, text in _tasks(n, seed, split):
-        p = p_local.get(task.family, p_other)
-        examples.append(Example(text, rng.random() < p, "local"))
-        rates.append(p)
-    return examples, rates
-
-
-def frontier_examples(texts: Sequence[RequestText], seed: int) -> list[Example]:
-    rng = random.Random(f"frontier:{seed}")
-    return [Example(t, rng.random() < P_FRONTIER, "frontier") for t in texts]
 
 
 @pytest.fixture(scope="module")
 def train() -> list[Example]:
-    examples, _ = synthetic(1500, 1, "train")
-    return examples + frontier_examples([e.text for e in examples[:300]], 1)
+    return train_examples()
 
 
 @pytest.fixture(scope="module")
@@ -108,16 +47,10 @@ def scorer(train: list[Example]) -> Scorer:
     return fit(train, "v1", seed=0)
 
 
-def _heldout(
-    p_local: Mapping[str, float] = P_LOCAL, p_other: float = P_OTHER
-) -> tuple[list[Example], list[float]]:
-    return synthetic(500, 2, "heldout", p_local, p_other)
-
-
 def test_scorer_ranks_held_out_requests_about_as_well_as_the_true_family_rates(
     scorer: Scorer,
 ) -> None:
-    heldout, rates = _heldout()
+    heldout, rates = heldout_examples()
     labels = [e.accepted for e in heldout]
     scores = [scorer.predict_local(e.text) for e in heldout]
     ceiling = auc(rates, labels)
@@ -126,26 +59,15 @@ def test_scorer_ranks_held_out_requests_about_as_well_as_the_true_family_rates(
 
 def test_scorer_reaches_auc_0_9_on_held_out_requests_when_families_allow_it() -> None:
     train, _ = synthetic(1500, 1, "train", P_LOCAL_SHARP, P_OTHER_SHARP)
-    heldout, rates = _heldout(P_LOCAL_SHARP, P_OTHER_SHARP)
+    heldout, rates = heldout_examples(P_LOCAL_SHARP, P_OTHER_SHARP)
     labels = [e.accepted for e in heldout]
     scorer = fit(train, "sharp", seed=0)
     measured = auc([scorer.predict_local(e.text) for e in heldout], labels)
     assert measured >= 0.9, (measured, auc(rates, labels))
 
 
-def test_scorer_beats_a_constant_predictor_and_naive_bayes_on_log_loss(
-    train: list[Example],
-) -> None:
-    heldout, _ = _heldout()
-    rows = {row["model"]: row for row in compare_models(train, heldout, seed=0)}
-    assert set(rows) == {"logreg", "naive_bayes", "constant"}
-    assert rows["logreg"]["log_loss"] < rows["constant"]["log_loss"] - 0.1
-    assert rows["logreg"]["auc"] > 0.75
-    assert rows["logreg"]["log_loss"] < rows["naive_bayes"]["log_loss"]
-
-
 def test_scorer_learns_from_the_instruction_text_not_the_client(scorer: Scorer) -> None:
-    heldout, rates = _heldout()
+    heldout, rates = heldout_examples()
     quick = [scorer.predict_local(e.text) for e, p in zip(heldout, rates, strict=True) if p > 0.5]
     beyond = [scorer.predict_local(e.text) for e, p in zip(heldout, rates, strict=True) if p < 0.5]
     assert np.mean(quick) > 0.65 > 0.2 > np.mean(beyond)
@@ -303,14 +225,6 @@ def test_metrics_match_their_definitions() -> None:
     assert auc([0.5, 0.5], [True, False]) == 0.5
     assert auc([0.3, 0.7], [True, True]) == 0.5
     assert log_loss([0.5, 0.5], [True, False]) == pytest.approx(math.log(2))
-
-
-def test_bench_scorer_reports_request_path_cost_and_size() -> None:
-    result = bench_scorer(300)
-    assert result["predict_p50_us"] > 0
-    assert result["predict_p99_us"] >= result["predict_p50_us"]
-    assert result["model_bytes"] == 4 * 2**18
-    assert 1400 < result["user_chars"] < 2000
 
 
 def test_the_marginal_request_must_keep_the_quality_target_on_its_own() -> None:

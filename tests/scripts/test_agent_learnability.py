@@ -10,11 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from loadtests.agent.rl_environment import SandboxEnvironment, heldout_task_ids
-from loadtests.agent.tasks import AgentKind, agent_task_from_id, make_agent_task
 from loadtests.frontier_sim.config import SimulatorConfig
 from rl_loop.agent.distill import episode_sft_row, row_examples
 from rl_loop.agent.runner import play_episode
+from rl_loop.agent.sandbox_environment import SandboxEnvironment
 from rl_loop.modeling import load_policy
 from rl_loop.trainers.sft import sft_steps
 from scripts.agent_learnability import (
@@ -30,6 +29,7 @@ from scripts.agent_learnability import (
 )
 from serving.base_checkpoints import base_training_config
 from serving.copy_curriculum import COPY_RECIPE, CopySpec
+from tasks.agent.tasks import AgentKind, agent_task_from_id, heldout_task_ids, make_agent_task
 from tests.fixtures.vllm_fixture import cache_dir
 
 COMPETENT = SimulatorConfig(agent_success_rate=1.0)

@@ -78,7 +78,7 @@ def main() -> int:
 
         return supervisor_main(args)
     if kind == "bench_kv":
-        from loadtests.bench_kv import main as bench_kv_main
+        from loadtests.bench.kv.run import main as bench_kv_main
 
         return bench_kv_main(args)
     if kind == "flywheel":

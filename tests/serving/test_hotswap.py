@@ -183,11 +183,11 @@ async def publish_under_load(
 
 
 def gateway_urls(gateway: GatewayThread) -> list[str]:
-    return list(gateway.state.pools()["local"].replicas)
+    return list(gateway.state.targets.pools()["local"].replicas)
 
 
 def served_versions(gateway: GatewayThread) -> set[str | None]:
-    return {r.weights_version for r in gateway.state.pools()["local"].replicas.values()}
+    return {r.weights_version for r in gateway.state.targets.pools()["local"].replicas.values()}
 
 
 async def test_supervisor_binds_each_replica_to_its_own_core(pool: ReplicaSupervisor) -> None:
@@ -270,7 +270,7 @@ async def test_gateway_stops_routing_to_a_killed_replica(
     assert victim is not None and victim.pid is not None
     os.killpg(victim.pid, signal.SIGKILL)
     await asyncio.sleep(1.5)
-    states = gateway.state.pools()["local"].replicas
+    states = gateway.state.targets.pools()["local"].replicas
     assert not states[pool.urls[1]].healthy and states[pool.urls[0]].healthy
     async with httpx.AsyncClient(base_url=gateway.base_url, timeout=60) as client:
         outcomes = [await stream_once(client, n) for n in range(4)]

@@ -194,7 +194,7 @@ async def test_gateway_stops_routing_to_a_killed_replica_within_a_second(
         victim = supervisor.replica(1)
         assert victim is not None and victim.pid is not None
         os.killpg(victim.pid, signal.SIGKILL)
-        pool = gw.state.pools()["local"]
+        pool = gw.state.targets.pools()["local"]
         dead = supervisor.urls[1]
         await wait_until(lambda: not pool.replicas[dead].healthy, within_s=3)
         async with httpx.AsyncClient(base_url=gw.base_url, timeout=10) as client:

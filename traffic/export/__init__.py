@@ -16,7 +16,8 @@ RL episodes.
 
 Importing a submodule (``traffic.export.turns``, as the gateway does) does not import the rest:
 the names below are loaded on first use (PEP 562), so the gateway's start path does not pay for
-the dataset pipeline (its builders and configs: ~150 ms).
+importing the dataset pipeline (its builders and configs; docs/recording.md, "Figures behind
+traffic/'s choices").
 """
 
 from __future__ import annotations

@@ -12,9 +12,9 @@ Where it comes from: the conversation the served model saw, in the internal form
 (:mod:`traffic.export.wire_formats`): the client's own body for the OpenAI doors, the door's
 translation for the Responses and Messages doors (the record's ``canonical_request`` and
 ``canonical_response``, or, for records older than those, the live translator run again when the
-caller passes it as ``legacy``). So
-Responses and Messages conversations follow the live translators' rules exactly
-(:mod:`gateway.wire.responses_request`, :mod:`gateway.wire.anthropic`): a ``tool_result`` with
+caller passes it as ``legacy``). So Responses and Messages conversations follow the live
+translators' rules exactly (:mod:`gateway.doors.responses.request`,
+:mod:`gateway.doors.anthropic.translate`): a ``tool_result`` with
 ``is_error`` reads ``Error: ...``, an assistant turn's text blocks are joined with nothing
 between them, leading system and developer items become one system message, namespaced tools are
 flattened to ``<namespace>__<name>``, and what the translation left out (thinking blocks,

@@ -1,11 +1,11 @@
 """Episodes rebuilt from the record: an agent's whole trajectory from the turns it sent.
 
 An episode is every inference that carries one ``episode_id`` (the gateway reads it from what
-the client sends: ``gateway.episodes``), in id (time) order; each inference is one *step*. The
-trajectory is not stitched from the steps: a client sends its whole history every turn, so the
-last turn's conversation in the internal format (``conversation.conversation_of``: its prompt,
-as the served model saw it, plus its answer) already holds every message, tool call and tool
-result. Rebuilding (:func:`rebuild_episode`):
+the client sends: ``gateway.routing.episode_id``), in id (time) order; each inference is one
+*step*. The trajectory is not stitched from the steps: a client sends its whole history every
+turn, so the last turn's conversation in the internal format (``conversation.conversation_of``:
+its prompt, as the served model saw it, plus its answer) already holds every message, tool call
+and tool result. Rebuilding (:func:`rebuild_episode`):
 
 1. each row is read as ``(prompt, tools, answer)``; a row that cannot be read is a problem;
 2. the trajectory is the last readable step's prompt plus its answer;

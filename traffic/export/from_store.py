@@ -21,7 +21,8 @@ from pydantic import TypeAdapter
 from traffic.store import InferenceFilter, InferenceRow, StoreBackend
 
 # The dataset pipeline is imported when an export runs: the gateway's start path imports this
-# module (TRAFFIC_QUERY, summarize) and must not pay for the pipeline (~130 ms).
+# module (TRAFFIC_QUERY, summarize) and must not pay for importing the pipeline
+# (docs/recording.md, "Figures behind traffic/'s choices").
 if TYPE_CHECKING:
     from traffic.export.config import DatasetConfig, ExportConfig
     from traffic.export.dataset import Dataset

@@ -34,10 +34,9 @@ digits or ``@``), each replacing the match with a stable placeholder:
     Bare digit runs (``4155550123``) are *not* phones: they are indistinguishable from ids and
     timestamps. Digit groups inside hyphenated tokens (UUIDs, dates, hex colours) never match.
 
-Known limitations: names, postal addresses and other free-form PII are not detected; secrets
-without a known prefix and not assigned to a secret-like name pass through; domestic phone
-formats outside North America need a ``+`` or a keyword; ``a@b.cd`` in code (matrix product
-without spaces) reads as an email.
+Not detected: names, postal addresses, other free-form PII, secrets without a known prefix and
+not assigned to a secret-like name; domestic phones outside North America need a ``+`` or a
+keyword; ``a@b.cd`` in code (matrix product without spaces) reads as an email.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ Responses or Messages wire formats here; a record is read as::
 
 A Responses or Messages record written before migration 3 has neither canonical field. Only the
 live door's own translator may read it again, and the doors are the gateway's: the caller passes
-them as a :class:`LegacyTranslator` (``gateway.legacy_records.LIVE_TRANSLATOR``; the gateway's
+them as a :class:`LegacyTranslator` (``gateway.admin.legacy_records.LIVE_TRANSLATOR``; the gateway's
 CLI and admin API do). Without one, such a record is skipped as ``untranslated_legacy_record``.
 A translator raises :class:`~traffic.export.turns.UnsupportedShape`: ``stateful_conversation``
 for server-side state (``previous_response_id`` and the like), ``malformed_request`` otherwise;

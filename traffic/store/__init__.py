@@ -9,7 +9,7 @@ Public surface (see each module's docstring for its contract):
 - ids: :func:`new_id` (UUIDv7), :func:`id_time`;
 - backends: :class:`StoreBackend` (protocol), :class:`SqliteBackend`,
   ``traffic.store.postgres_backend.PostgresBackend`` (imported where a PostgreSQL URL is opened:
-  psycopg costs ~9 MB), :func:`open_store` from a :class:`StoreConfig`;
+  psycopg is heavy to import), :func:`open_store` from a :class:`StoreConfig`;
 - writing off the request path: :class:`RecordWriter` and its :class:`WriterStats`;
 - errors: :class:`StoreError`, :class:`StoreUnavailable`, :class:`StoreDataError`,
   :class:`StoreConflict`.

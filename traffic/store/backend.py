@@ -103,7 +103,8 @@ def open_store(config: StoreConfig, *, yield_every: int = 0) -> StoreBackend:
             busy_timeout_s=config.sqlite_busy_timeout_s,
             yield_every=yield_every,
         )
-    # Imported here: psycopg costs ~9 MB and ~0.1 s, for gateways that store in SQLite too.
+    # Imported here, so gateways that store in SQLite never pay psycopg's import (memory and
+    # time: docs/recording.md, "Figures behind traffic/'s choices").
     from traffic.store.postgres_backend import PostgresBackend
 
     return PostgresBackend(

@@ -22,7 +22,7 @@ DEFAULT_SPOOL_DIR: Final = ".cache/spool"
 DEFAULT_BATCH_SIZE: Final = 500
 DEFAULT_FLUSH_INTERVAL_S: Final = 0.05
 # The writer process's batches: records arrive there a frame at a time, each safe in the gateway
-# until acknowledged; fewer, larger transactions cost it less (gateway/recorder_child.py).
+# until acknowledged; fewer, larger transactions cost it less (gateway/recording/child.py).
 DEFAULT_PROCESS_FLUSH_INTERVAL_S: Final = 0.2
 DEFAULT_QUEUE_SIZE: Final = 10_000
 # ~10,000 short streamed records or ~650 of 256 tokens (their raw bytes go with them).

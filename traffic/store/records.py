@@ -48,11 +48,11 @@ def utc_now() -> datetime:
 class JsonText(NamedTuple):
     """A JSON document already encoded (strict JSON, UTF-8), written to its column as it is.
 
-    Why: the gateway's record writer process (:mod:`gateway.recorder_process`) gets a client's
-    body as the bytes it came in, not as the parsed object: pickling a 92 KB Claude Code body
-    cost the serving loop ~90 us and the writer ~150 us more (unpickle, encode, free), against
-    ~1 us for the bytes. Only records built in that process hold one; every record read back
-    from the store holds parsed objects (:func:`json_object` reads either)."""
+    Why: the gateway's record writer process (:mod:`gateway.recording.process`) gets a client's
+    body as the bytes it came in, not as the parsed object, which would cost both processes far
+    more (pickle, unpickle, encode, free; docs/recording.md, "Figures behind traffic/'s
+    choices"). Only records built in that process hold one; every record read back from the
+    store holds parsed objects (:func:`json_object` reads either)."""
 
     data: bytes
 

@@ -288,9 +288,9 @@ INDEXES: Final = (
     # The console's traffic search by served model (target, key and episode have theirs above).
     Index("inference_served_model_id", "inference", ("served_model", "id"), since=4),
     # Most exchanges have no key (auth off) or no episode (no agent loop): the recorder writes
-    # a row per exchange, and an index entry for each NULL cost ~4.5 us of the writer's ~60 us
-    # a row (issue 16). A lookup by key or episode (``= ?``) implies NOT NULL, so both
-    # databases use the partial index for it.
+    # a row per exchange, and an index entry for each NULL would be a noticeable share of the
+    # writer's cost a row (issue 16; docs/recording.md, "Figures behind traffic/'s choices"). A
+    # lookup by key or episode (``= ?``) implies NOT NULL, so both databases use the partial index.
     Index(
         "inference_api_key_id_set",
         "inference",

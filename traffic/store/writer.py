@@ -10,47 +10,33 @@ Flow of a record::
                                             fsync'd, on disk)   not encodable   (with reasons)
                                                 │
     replay task: when something was spooled (and at start), ping the database with exponential
-    back-off (retry_initial_s .. retry_max_s, jittered); once it answers, replay every spool
-    segment in batches and delete each segment when all of it is stored
-    (:mod:`traffic.store.writer_replay`); :meth:`RecordWriter.replay_spool` asks for a pass
-    when another process appended to the spool.
+    back-off (retry_initial_s .. retry_max_s, jittered); once it answers, replay every segment in
+    batches, deleting each once all of it is stored (:mod:`traffic.store.writer_replay`);
+    :meth:`RecordWriter.replay_spool` asks for a pass when another process appended to the spool.
 
-Policy, in order of preference: the database; else the spool; else the dead letters with the
-reason; never a silent drop, whatever a record contains.
+Policy: the database, else the spool, else the dead letters with the reason; never a silent drop.
+- ``submit(record)``: synchronous, O(1), never blocks or raises; call it on the loop's thread.
+  A full queue spools the record (``queue_full_total``): memory is saved by disk, never by drops.
+- While the database is unreachable (``StoreUnavailable``) batches go straight to the spool;
+  inserts are idempotent by id, so a batch both stored and spooled (a timed-out insert) lands once.
+- A record the database refuses (``StoreDataError`` or any exception but ``StoreUnavailable``:
+  nesting past the encoder's recursion limit, NaN, lone surrogates) or the spool cannot encode is
+  isolated from its batch and dead-lettered (``rejected_total``; kind, id, time and a bounded
+  sketch when it cannot be kept whole: :mod:`traffic.store.spool`).
+- A spool that cannot be written (disk full) leaves the records in memory, retried with back-off
+  (``spool_errors_total``); only once :meth:`close` gives up on database and disk are they, and
+  dead letters the disk refuses, counted in ``lost_total`` (logged at CRITICAL).
+- Each task is supervised: a bug (an unexpected exception) is counted (``faults_total``), logged,
+  and the task restarts after retry_initial_s doubling to retry_max_s (``restarts_total``); the
+  drain's batch in hand is spooled, a replayed segment stays. :attr:`healthy` (``/ready``) is false
+  unless running, while a task is dead, or while ``FAULT_BURST`` faults fall in ``FAULT_WINDOW_S``.
 
-- ``submit(record)`` is synchronous, O(1), never blocks and never raises; call it on the event
-  loop's thread. A full queue sends the record to the spool (``queue_full_total``); records are
-  never dropped to protect memory, only moved to disk.
-- While the database is unreachable (``StoreUnavailable``), batches go straight to the spool
-  instead of waiting on timeouts; the replay task finds out when it is back.
-- Inserts are idempotent by id, so whatever is replayed twice (a batch both written and spooled
-  when a timeout cut an insert short) is stored once.
-- A record the database refuses (``StoreDataError``, or any exception but ``StoreUnavailable``:
-  nesting past the JSON encoder's recursion limit, NaN, lone surrogates) is isolated from its
-  batch, stored without it, and dead-lettered (``rejected_total``); so is one the spool cannot
-  encode. A dead letter that cannot hold the record faithfully keeps its kind, id and time and a
-  bounded sketch of the rest (:mod:`traffic.store.spool`).
-- If the spool itself cannot be written (disk full), the records stay in memory and the overflow
-  task retries with back-off (``spool_errors_total``); only after :meth:`close` has given up on
-  both database and disk are records counted in ``lost_total`` (and logged at CRITICAL), as are
-  dead letters the disk refuses.
-- Each task runs under a supervisor: an exception nobody expected (a bug) is counted
-  (``faults_total``), logged with its traceback, and the task restarts after a back-off
-  (retry_initial_s doubling to retry_max_s; ``restarts_total``). The drain task's batch in hand
-  goes to the spool; a segment being replayed stays on disk for the next pass. :attr:`healthy`
-  (for ``/ready``; ``WriterStats.healthy`` is it as 0/1) is false unless running, while a task is
-  dead, and while ``FAULT_BURST`` faults fell within ``FAULT_WINDOW_S``.
-
-``close(timeout)`` drains the queue into the database (or the spool), spools the overflow, then
-replays the spool if the database is up and time is left; what remains stays in the spool for the
-next start. The writer does not own the backend: close the backend after the writer.
-
-:meth:`stats` returns a snapshot for metrics (counters are totals since start).
-
-``on_settled`` (optional) is called with the records the writer is done with: stored, spooled,
-dead-lettered or counted lost (not those replayed from the spool: they were settled when
-spooled). A process feeding this writer through a pipe (:mod:`gateway.recorder_process`) uses it
-to acknowledge what it may forget.
+``close(timeout)`` drains the queue (database, else spool), spools the overflow, then replays the
+spool if the database is up and time is left; the rest waits in the spool for the next start.
+The writer does not own the backend: close the backend after it. :meth:`stats`: totals since
+start. ``on_settled`` (optional) gets the records the writer is done with (stored, spooled,
+dead-lettered or lost; not replays: settled when spooled): what a process feeding the writer
+through a pipe (:mod:`gateway.recording.process`) may forget.
 """
 
 from __future__ import annotations
@@ -153,7 +139,7 @@ class RecordWriter:
 
     def replay_spool(self) -> None:
         """Have the replay task look at the spool now: another process sharing it (the gateway
-        feeding this writer, :mod:`gateway.recorder_process`) appended to it."""
+        feeding this writer, :mod:`gateway.recording.process`) appended to it."""
         self._spool_ready.set()
 
     def stats(self) -> WriterStats:

@@ -1,13 +1,11 @@
 """Giving the CPU back between slices of background work: the record writer process.
 
 Why: on a kernel that does not preempt a running task when another wakes (``PREEMPT_NONE``, or
-lazy preemption: the default of many server and VM kernels; here Linux 6.18 at HZ=250), a
-serving process that wakes on the core where the writer computes waits until the writer blocks,
-makes a system call or the next tick comes, whatever the writer's priority (``SCHED_IDLE``
-included). Measured (2026-11-28, docs/recording.md): a gateway serving frontier streams beside a
-writer process fed 2,700 records/s waited 0.8 ms on average each time it found the writer on its
-core, ~20 us a request in all, and served 0.90 of its requests per second alone; with the writer
-yielding every few records, 0.94. ``sched_yield`` costs a system call when nobody waits.
+lazy preemption: the default of many server and VM kernels), a serving process that wakes on the
+core where the writer computes waits until the writer blocks, makes a system call or the next
+tick comes, whatever the writer's priority (``SCHED_IDLE`` included). A writer that yields every
+few records lets it run at once; ``sched_yield`` costs a system call when nobody waits.
+Measurements: docs/recording.md, "The child gives the CPU back every few records".
 """
 
 from __future__ import annotations
@@ -18,7 +16,9 @@ from typing import Final, TypeVar
 
 T = TypeVar("T")
 
-# The writer process's slice: records of its work (~15-30 us each) between two yields.
+# The writer process's slice: records between two yields, so a serving process that wakes on
+# the writer's core waits for a few records' work at most (docs/recording.md, "Figures behind
+# traffic/'s choices").
 WRITER_YIELD_EVERY: Final = 8
 
 _SCHED_YIELD: Final[Callable[[], None] | None] = getattr(os, "sched_yield", None)

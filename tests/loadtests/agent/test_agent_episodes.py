@@ -20,8 +20,8 @@ from typing import Any
 import pytest
 
 from loadtests.agent.client import AgentClientConfig, AgentRunStats, run_agent_client
-from loadtests.agent.tasks import AGENT_KINDS, make_agent_task
 from loadtests.frontier_sim import SimulatorConfig, run_in_thread
+from tasks.agent.tasks import AGENT_KINDS, make_agent_task
 from tests.gateway.conftest import store_gateway
 from traffic.export import EpisodeExportConfig, RouteKinds, export_episodes, rebuild_episode
 from traffic.export.episodes import Episode

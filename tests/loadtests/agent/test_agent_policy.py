@@ -16,10 +16,10 @@ import pytest
 
 from loadtests.agent.client import AgentClientConfig, run_agent_client
 from loadtests.agent.run import main as run_main
-from loadtests.agent.tasks import AGENT_KINDS, make_agent_task
-from loadtests.agent.tools import chat_tools
 from loadtests.frontier_sim import SimulatorConfig, ThreadedSimulator, run_in_thread
-from loadtests.tasks.clients import prompt_hash
+from tasks.agent.tasks import AGENT_KINDS, make_agent_task
+from tasks.agent.tools import chat_tools
+from tasks.ide.clients import prompt_hash
 
 
 @pytest.fixture(scope="module")

@@ -15,12 +15,12 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from loadtests.agent.tasks import AgentTask
-from loadtests.agent.tools import FLAVOUR_TOOLS, Flavour
 from loadtests.frontier_sim.agent_policy import plan
 from loadtests.frontier_sim.transcript import PlannedCall
 from rl_loop.agent.episode import ToolCall
 from rl_loop.agent.runner import AssistantMessage
+from tasks.agent.tasks import AgentTask
+from tasks.agent.tools import FLAVOUR_TOOLS, Flavour
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,16 +8,16 @@ import json
 
 import pytest
 
-from loadtests.agent.rl_environment import SandboxEnvironment
-from loadtests.agent.sandbox import SandboxRunner
-from loadtests.agent.tasks import AgentTask, make_agent_task
 from loadtests.frontier_sim.transcript import PlannedCall
-from loadtests.tasks.task import HELDOUT_SEED_START
 from rl_loop.agent.audits import asks_user, audit_episode, claims_success
 from rl_loop.agent.config import AgentGateConfig
 from rl_loop.agent.episode import FileChange, ToolCall
 from rl_loop.agent.gate import AgentEval, agent_gate, evaluate_episodes, evaluate_policy
 from rl_loop.agent.runner import AssistantMessage, play_episode
+from rl_loop.agent.sandbox_environment import SandboxEnvironment
+from tasks.agent.sandbox import SandboxRunner
+from tasks.agent.tasks import AgentTask, make_agent_task
+from tasks.ide.task import HELDOUT_SEED_START
 from tests.rl_loop.agent.scripted import HACKS, ScriptedPolicy, flawed_on, honest
 
 CONFIG = AgentGateConfig()

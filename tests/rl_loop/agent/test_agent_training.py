@@ -12,10 +12,6 @@ from pathlib import Path
 import pytest
 import torch
 
-from loadtests.agent.rl_environment import SandboxEnvironment
-from loadtests.agent.sandbox import SandboxRunner
-from loadtests.agent.tasks import AgentTask, make_agent_task
-from loadtests.agent.tools import Flavour
 from rl_loop.agent.distill import episode_sft_row, row_examples, train_distill
 from rl_loop.agent.episode import AgentEpisode
 from rl_loop.agent.episode_rl import (
@@ -28,6 +24,7 @@ from rl_loop.agent.episode_rl import (
     train_episode_rl,
 )
 from rl_loop.agent.runner import play_episode
+from rl_loop.agent.sandbox_environment import SandboxEnvironment
 from rl_loop.agent.self_distill import (
     failing_steps,
     hint_gap,
@@ -38,6 +35,9 @@ from rl_loop.agent.self_distill import (
 from rl_loop.config import RlConfig, SftConfig
 from rl_loop.modeling import Policy, load_policy
 from serving.build import ensure_demo_model
+from tasks.agent.sandbox import SandboxRunner
+from tasks.agent.tasks import AgentTask, make_agent_task
+from tasks.agent.tools import Flavour
 from tests.fixtures.vllm_fixture import cache_dir
 from tests.rl_loop.agent.scripted import HACKS, Move, ScriptedPolicy, _calls, flawed_on, honest
 

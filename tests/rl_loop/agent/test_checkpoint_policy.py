@@ -9,15 +9,15 @@ from pathlib import Path
 
 import pytest
 
-from loadtests.agent.rl_environment import SandboxEnvironment
-from loadtests.agent.sandbox import SandboxRunner
-from loadtests.agent.tasks import make_agent_task
-from loadtests.tasks.task import HELDOUT_SEED_START
 from rl_loop.agent.checkpoint_policy import CheckpointPolicy, parse_tool_calls
 from rl_loop.agent.config import AgentGateConfig
 from rl_loop.agent.gate import agent_gate, evaluate_episodes
 from rl_loop.agent.runner import play_episode
+from rl_loop.agent.sandbox_environment import SandboxEnvironment
 from serving.build import ensure_demo_model
+from tasks.agent.sandbox import SandboxRunner
+from tasks.agent.tasks import make_agent_task
+from tasks.ide.task import HELDOUT_SEED_START
 from tests.fixtures.vllm_fixture import cache_dir
 
 

@@ -14,7 +14,7 @@ import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from gateway.legacy_records import LIVE_TRANSLATOR
+from gateway.admin.legacy_records import LIVE_TRANSLATOR
 from traffic.store import FeedbackRecord, InferenceRecord, InferenceRow
 
 LIVE = LIVE_TRANSLATOR
