@@ -22,29 +22,23 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
-from gateway import (
-    api_admin,
-    api_anthropic,
-    api_episodes,
-    api_feedback,
-    api_openai,
-    api_responses,
-)
-from gateway.auth.budget import BudgetGuard
-from gateway.auth.keys import Authenticator
-from gateway.auth.login_throttle import LoginThrottle
-from gateway.auth.ratelimit import build_rate_limiter
-from gateway.backends.litellm_loader import LitellmLoader
+from gateway.admin import api as api_admin
+from gateway.admin import episodes as api_episodes
+from gateway.admin import fleet as fleet_admin
 from gateway.backends.pricing import PriceBook
 from gateway.config import LimitsConfig, SwitchyardConfig
 from gateway.console.routes import Console
-from gateway.fleet import admin as fleet_admin
-from gateway.fleet.wiring import start_fleet
+from gateway.doors import feedback as api_feedback
+from gateway.doors.anthropic import handlers as api_anthropic
+from gateway.doors.openai import handlers as api_openai
+from gateway.doors.responses import handlers as api_responses
 from gateway.memory_trim import trim_periodically
 from gateway.metrics import GatewayMetrics
-from gateway.recorder_process import CLOSE_DEADLINE_S
-from gateway.recording import RecorderHandle, open_recorder
-from gateway.state import GatewayState, RecordSink, new_state
+from gateway.recording.handle import RecorderHandle, open_recorder
+from gateway.recording.process import CLOSE_DEADLINE_S
+from gateway.recording.sink import RecordSink
+from gateway.startup import build_state, join_fleet
+from gateway.state import GatewayState
 from gateway.tracing import TRACES_CLOSE_S, build_tracer, close_tracer
 from traffic.tool_calls import warm as warm_tool_calls
 
@@ -77,7 +71,7 @@ def _live_gauges(
                 {"target": name},
                 float(breaker.state),
             )
-        for target, pool in state.pools().items():
+        for target, pool in state.targets.pools().items():
             for url, rep in pool.replicas.items():
                 labels = {"target": target, "replica": url}
                 yield (
@@ -92,7 +86,7 @@ def _live_gauges(
                     labels,
                     float(rep.in_flight),
                 )
-        for target, replicas in state.kv_event_counters().items():
+        for target, replicas in state.targets.kv_event_counters().items():
             for url, counters in replicas.items():
                 labels = {"target": target, "replica": url}
                 for key, value in counters.items():
@@ -105,8 +99,9 @@ def _live_gauges(
         if recorder is not None:
             for key, value in recorder.stats().items():
                 yield (f"switchyard_store_{key}", f"Traffic store writer: {key}.", {}, value)
-        if state.rate_limiter is not None:
-            for key, value in state.rate_limiter.stats().items():
+        limiter = state.admission.rate_limiter
+        if limiter is not None:
+            for key, value in limiter.stats().items():
                 yield (f"switchyard_ratelimit_{key}", f"Rate limiter: {key}.", {}, value)
 
     return read
@@ -129,14 +124,15 @@ def _as_handle(sink: RecordSink | None) -> RecorderHandle | None:
 
 async def drain(state: GatewayState, timeout_s: float) -> None:
     """Wait for in-flight requests (streams included) to finish; past ``timeout_s`` (counted
-    from :meth:`GatewayState.begin_drain`, which the server calls when shutdown starts) they are
+    from :meth:`InFlightRequests.begin_drain`, which the server calls when shutdown starts) they are
     ended with an error in their door's shape and recorded."""
-    state.begin_drain()
+    requests = state.requests
+    requests.begin_drain(timeout_s)
     deadline = time.monotonic() + timeout_s + ABORT_GRACE_S
-    while state.in_flight > 0 and time.monotonic() < deadline:  # noqa: ASYNC110
+    while requests.count > 0 and time.monotonic() < deadline:  # noqa: ASYNC110
         await asyncio.sleep(0.02)
-    if state.in_flight:
-        log.warning("drain timed out with %d requests in flight", state.in_flight)
+    if requests.count:
+        log.warning("drain timed out with %d requests in flight", requests.count)
 
 
 def create_app(
@@ -151,7 +147,6 @@ def create_app(
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        litellm = LitellmLoader()  # imported in the background once a frontier target needs it
         prices = await asyncio.to_thread(PriceBook.load)  # litellm's price map, read as data
         connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300, enable_cleanup_closed=True)
         # Decompressed as it arrives: providers gzip their JSON answers (and may their streams)
@@ -164,20 +159,13 @@ def create_app(
             handle = await open_recorder(config.store)
             sink = handle
         metrics = GatewayMetrics()
-        state = new_state(config, config_path, session, litellm, sink, metrics, prices)
+        state = build_state(config, config_path, session, sink, metrics, prices, handle)
         state.tracer_provider, state.tracer = build_tracer(config.telemetry, span_exporter)
-        if handle is not None:  # keys live in the store
-            state.budget = BudgetGuard(
-                handle.backend, flush_interval_s=config.auth.budget_flush_interval_s
-            )
-            state.authenticator = Authenticator(handle.backend, config.auth, state.budget)
-            state.rate_limiter = build_rate_limiter(config.auth)
-        state.login_throttle = LoginThrottle.from_config(config.auth, metrics)
         metrics.add_live_gauges(_live_gauges(state, handle))
-        fleet = await start_fleet(state)  # the state other gateway processes share
+        fleet = await join_fleet(state)  # the state other gateway processes share
         # The tool-call validator for agent steps' fallback, imported off the loop.
         warming = asyncio.get_running_loop().run_in_executor(None, warm_tool_calls)
-        metrics.in_flight.set_function(lambda: state.in_flight)  # was declared, never set
+        metrics.in_flight.set_function(lambda: state.requests.count)  # was declared, never set
         app.state.switchyard = state
         app.state.recorder = handle if handle is not None else _as_handle(sink)
         if console is not None:
@@ -200,13 +188,15 @@ def create_app(
             if console is not None:
                 await _step("console", console.aclose())  # a weight swap it started is stopped
             await _step("fleet", fleet.aclose())
-            await _step("back-ends", state.aclose())
-            if state.rate_limiter is not None:
-                await _step("rate limiter", state.rate_limiter.close())
+            await _step("back-ends", state.targets.aclose())
+            await _step("episodes", state.decider.episodes.aclose())
+            admission = state.admission
+            if admission.rate_limiter is not None:
+                await _step("rate limiter", admission.rate_limiter.close())
             if state.login_throttle is not None:
                 await _step("login throttle", state.login_throttle.close())
-            if state.budget is not None:
-                await _step("budget", state.budget.close())
+            if admission.budget is not None:
+                await _step("budget", admission.budget.close())
             if handle is not None:
                 await _step("record writer", handle.aclose())
             if state.tracer_provider is not None:
@@ -218,7 +208,7 @@ def create_app(
 
     async def ready(request: Request) -> Response:
         state: GatewayState = request.app.state.switchyard
-        if state.draining:
+        if state.requests.draining:
             return Response(b'{"status":"draining"}', 503, media_type="application/json")
         handle: RecorderHandle | None = request.app.state.recorder
         if handle is not None and not handle.writer.healthy:

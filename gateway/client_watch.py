@@ -2,8 +2,8 @@
 
 :class:`ClientWatch` cancels the task serving a request when its client disconnects: the
 upstream call is dropped (a local replica stops generating, a provider stops billing) and the
-exchange is recorded as 499. :func:`gateway.door.serve_door` watches while the answer has not
-started; :class:`WatchedStream` watches while a stream is relayed.
+exchange is recorded as 499. :func:`gateway.doors.skeleton.serve_door` watches while the answer has
+not started; :class:`WatchedStream` watches while a stream is relayed.
 
 Why :class:`WatchedStream` and not Starlette's ``StreamingResponse``: under uvicorn (ASGI spec
 2.3, where sending to a gone client is silently dropped) Starlette runs each stream in an anyio

@@ -2,7 +2,7 @@
 
 Top level: ``gateway`` (listening, limits, timeouts), ``backends`` (targets the router may
 choose), ``routing`` (:class:`router.config.RoutingConfig`), ``store``, ``telemetry``,
-``console`` (the ops console under ``/ui``: :mod:`gateway.console.config`).
+``console`` (the ops console under ``/ui``).
 Cross references (routing -> backends) are checked when the file is loaded.
 """
 
@@ -16,7 +16,6 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from gateway.auth.config import AuthConfig
-from gateway.console.config import ConsoleConfig
 from gateway.fleet.config import FleetConfig
 from router.config import RoutingConfig
 from router.selector_config import CacheAwareConfig, RoundRobinConfig, SelectorConfig
@@ -269,7 +268,7 @@ class StoreSection(StoreConfig):
     writer_process: bool = Field(
         default=True,
         description="The record writer runs in a process of its own (one per gateway process, "
-        "gateway.recorder_process), off the serving loop; false (or an in-memory SQLite "
+        "gateway.recording.process), off the serving loop; false (or an in-memory SQLite "
         "database) keeps it in the gateway's process.",
     )
 
@@ -302,6 +301,45 @@ class ShadowConfig(BaseModel):
     target: str | None = Field(default=None, description="The local target that answers.")
     max_in_flight: int = Field(
         default=4, ge=1, description="Shadow calls at once; beyond, a sampled request is skipped."
+    )
+
+
+WindowName = Literal["1h", "6h", "24h", "7d", "30d"]  # the console's time windows
+
+
+class ConsoleConfig(BaseModel):
+    """The console under ``/ui``: who may use it, what it reads, how much at once."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    enabled: bool = Field(default=True, description="Serve the console under /ui.")
+    session_ttl_s: float = Field(
+        default=8 * 3600, gt=0, description="A login lasts this long (signed session cookie)."
+    )
+    window: WindowName = Field(default="24h", description="Time window the pages open with.")
+    class_tag: str = Field(
+        default="family", min_length=1, description="The tag whose value is a request's class."
+    )
+    page_size: int = Field(default=50, ge=5, le=500, description="Exchanges per traffic page.")
+    replay_sample: int = Field(
+        default=2000,
+        ge=50,
+        le=50_000,
+        description="Newest successful exchanges of the window a routing change is replayed on.",
+    )
+    rollup_interval_s: float = Field(
+        default=60.0,
+        gt=0,
+        description="How often the closed hours of traffic are rolled up for long windows.",
+    )
+    gateway_url: str | None = Field(
+        default=None,
+        description="This gateway's base URL for a weight swap's admin calls (drain, undrain); "
+        "default: the URL the console was reached at.",
+    )
+    flywheel_dir: Path = Field(
+        default=Path(".cache/flywheel"),
+        description="Where flywheel runs write their rounds and reports (run-*/round-N/...).",
     )
 
 

@@ -245,3 +245,24 @@ def json_error_response(exc: Exception) -> Response:
     feedback, episode and model-list handlers answer an error with."""
     status, headers, body = error_response_parts(exc)
     return Response(orjson.dumps(body), status, headers, media_type="application/json")
+
+
+def _upstream_message(body: bytes) -> str:
+    try:
+        data = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return body[:300].decode(errors="replace")
+    if isinstance(data, dict):
+        err = data.get("error", data)
+        if isinstance(err, dict):
+            return str(err.get("message", err))
+        return str(err)
+    return str(data)
+
+
+def upstream_status_error(
+    name: str, status: int, body: bytes, retry_after: str | None
+) -> UpstreamError:
+    """The gateway error for a non-2xx answer from an OpenAI-compatible back-end."""
+    msg = f"{name} answered {status}: {_upstream_message(body)}"
+    return upstream_error_for_status(name, status, msg, retry_after)

@@ -5,7 +5,7 @@
 SIGTERM: uvicorn stops accepting connections, in-flight requests finish (up to
 ``limits.drain_timeout_s``), then the app's shutdown flushes the traffic store's writer.
 ``--workers N`` runs N such processes on one socket (default: one per core with a Redis fleet,
-else one; :mod:`gateway.fleet.workers`), SIGTERM draining them all.
+else one; :mod:`gateway.workers`), SIGTERM draining them all.
 """
 
 from __future__ import annotations
@@ -17,15 +17,17 @@ import logging
 import math
 import signal
 import socket
+import sys
 from pathlib import Path
 
 import uvicorn
 from starlette.applications import Starlette
 
+from gateway.admin.subcommand import Subcommand, run_alone
 from gateway.app import ABORT_GRACE_S, create_app, stop_deadline_s
 from gateway.config import ConfigFileError, SwitchyardConfig, load_config
-from gateway.fleet.workers import WorkersRefused, resolve_workers, run_workers
 from gateway.state import GatewayState
+from gateway.workers import WorkersRefused, resolve_workers, run_workers
 
 log = logging.getLogger("switchyard")
 
@@ -37,7 +39,7 @@ async def _reload(app: Starlette) -> None:
     if state is None:
         return
     try:
-        routing = await state.reload()
+        routing = await state.reloader.reload()
     except (ConfigFileError, ValueError) as exc:
         log.error("SIGHUP reload refused, keeping the running policy: %s", exc)
         return
@@ -61,7 +63,7 @@ class GatewayServer(uvicorn.Server):
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         state: GatewayState | None = getattr(self._app.state, "switchyard", None)
         if state is not None:
-            state.begin_drain()
+            state.requests.begin_drain(state.config.gateway.limits.drain_timeout_s)
         await super().shutdown(sockets)
 
 
@@ -111,7 +113,7 @@ def _setup_process() -> None:
 
 
 def run_worker(config_path: Path, sock: socket.socket, index: int) -> None:
-    """One worker of ``--workers N`` (:mod:`gateway.fleet.workers`), serving on ``sock``."""
+    """One worker of ``--workers N`` (:mod:`gateway.workers`), serving on ``sock``."""
     import uvloop
 
     _setup_process()
@@ -119,8 +121,7 @@ def run_worker(config_path: Path, sock: socket.socket, index: int) -> None:
     uvloop.run(serve(config_path, None, None, sock))
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m gateway", description=__doc__.split("\n")[0])
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", type=Path, required=True, help="YAML config file")
     parser.add_argument("--host", default=None, help="override gateway.listen.host")
     parser.add_argument("--port", type=int, default=None, help="override gateway.listen.port")
@@ -130,22 +131,34 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="gateway processes on this host (default: one per core with a Redis fleet, else 1)",
     )
-    args = parser.parse_args(argv)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Serve until SIGTERM (``--workers N``: supervise N serving processes)."""
     _setup_process()
     config = load_config(args.config)
     try:
         workers = resolve_workers(config, args.workers)
-    except WorkersRefused as exc:
-        parser.error(str(exc))
+    except WorkersRefused as exc:  # a usage error, as argparse answers one
+        print(f"switchyard serve: error: {exc}", file=sys.stderr)
+        return 2
     if workers > 1:
         listen = config.gateway.listen
         host = args.host or listen.host
         port = listen.port if args.port is None else args.port
-        return run_workers(args.config, host, port, workers, stop_deadline_s(config.gateway.limits))
+        deadline = stop_deadline_s(config.gateway.limits)
+        return run_workers(args.config, host, port, workers, deadline, run_worker)
     import uvloop
 
     uvloop.run(serve(args.config, args.host, args.port))
     return 0
+
+
+SUBCOMMAND = Subcommand("serve", "run the gateway", add_arguments, run)
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_alone(SUBCOMMAND, "python -m gateway", argv)
 
 
 if __name__ == "__main__":

@@ -28,6 +28,7 @@ import os
 import signal
 import socket
 import time
+from collections.abc import Callable
 from multiprocessing.process import BaseProcess
 from pathlib import Path
 from types import FrameType
@@ -82,18 +83,23 @@ def listen_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
-def _worker_main(config_path: Path, sock: socket.socket, index: int) -> None:
-    from gateway.serve import run_worker
-
-    run_worker(config_path, sock, index)
+# A worker process's entry: the config file, the shared listening socket, the worker's index.
+# A module-level function (the workers are spawned: the entry is pickled by reference).
+WorkerEntry = Callable[[Path, socket.socket, int], None]
 
 
 class Supervisor:
     """The parent of the workers (see the module docstring)."""
 
     def __init__(
-        self, config_path: Path, sock: socket.socket, workers: int, stop_deadline_s: float
+        self,
+        config_path: Path,
+        sock: socket.socket,
+        workers: int,
+        stop_deadline_s: float,
+        entry: WorkerEntry,
     ) -> None:
+        self._entry = entry
         self._config_path = config_path
         self._sock = sock
         self._grace_s = stop_deadline_s + STOP_GRACE_S
@@ -104,7 +110,7 @@ class Supervisor:
 
     def _start(self, index: int) -> None:
         process = self._context.Process(
-            target=_worker_main,
+            target=self._entry,
             args=(self._config_path, self._sock, index),
             name=f"switchyard-worker-{index}",
         )
@@ -164,12 +170,17 @@ class Supervisor:
 
 
 def run_workers(
-    config_path: Path, host: str, port: int, workers: int, stop_deadline_s: float
+    config_path: Path,
+    host: str,
+    port: int,
+    workers: int,
+    stop_deadline_s: float,
+    entry: WorkerEntry,
 ) -> int:
-    """Bind ``host:port`` and supervise ``workers`` gateway processes until SIGTERM;
-    ``stop_deadline_s``: how long a worker may take to drain and stop
-    (:func:`gateway.app.stop_deadline_s`)."""
+    """Bind ``host:port`` and supervise ``workers`` processes running ``entry`` (the gateway's
+    :func:`gateway.serve.run_worker`) until SIGTERM; ``stop_deadline_s``: how long a worker may
+    take to drain and stop (:func:`gateway.app.stop_deadline_s`)."""
     sock = listen_socket(host, port)
     bound = sock.getsockname()[1]
     log.info("switchyard listening on http://%s:%d with %d workers", host, bound, workers)
-    return Supervisor(config_path, sock, workers, stop_deadline_s).run()
+    return Supervisor(config_path, sock, workers, stop_deadline_s, entry).run()

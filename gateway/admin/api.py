@@ -12,8 +12,6 @@ the token is compared. The console's login and bearer header go through the same
 
 from __future__ import annotations
 
-import hmac
-import os
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
@@ -25,11 +23,10 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
-from gateway.auth.keys import public_view
-from gateway.auth.login_throttle import Surface
-from gateway.config import ConfigFileError
-from gateway.console import changes
-from gateway.console.operations import (
+from gateway.access import bearer_token, check_admin, check_admin_token
+from gateway.admin import changes
+from gateway.admin.legacy_records import LIVE_TRANSLATOR
+from gateway.admin.operations import (
     KeyCreate,
     create,
     drain,
@@ -41,17 +38,16 @@ from gateway.console.operations import (
     start_canary,
     undrain,
 )
-from gateway.door import read_body
+from gateway.auth.keys import public_view
+from gateway.config import ConfigFileError
+from gateway.doors.skeleton import read_body
 from gateway.errors import (
     MAPPED_ERRORS,
-    AuthenticationError,
     GatewayError,
     InvalidRequestError,
-    PermissionDeniedError,
     error_body,
     json_error_response,
 )
-from gateway.legacy_records import LIVE_TRANSLATOR
 from gateway.state import GatewayState
 from router.config import RoutingConfig
 from traffic.export import TRAFFIC_QUERY, ExportConfig, export_from_store, summarize
@@ -70,49 +66,6 @@ async def _read_json(request: Request, *, empty_ok: bool = False) -> Any:
     if not raw and empty_ok:
         return {}
     return orjson.loads(raw)
-
-
-def admin_token(state: GatewayState) -> str | None:
-    """The admin credential (None when its environment variable is unset: admin is off)."""
-    return os.environ.get(state.config.gateway.admin_token_env) or None
-
-
-def token_matches(expected: str | None, presented: str | None) -> bool:
-    """Whether ``presented`` is the admin credential ``expected`` (constant-time compare)."""
-    if not expected or not presented:
-        return False
-    return hmac.compare_digest(presented.encode(), expected.encode())
-
-
-def client_address(request: Request) -> str:
-    """The address wrong tokens are counted by: the peer the server saw (a trusted proxy's
-    ``X-Forwarded-For`` client when the server is told to trust it)."""
-    return request.client.host if request.client is not None else "unknown"
-
-
-async def check_admin_token(
-    request: Request, state: GatewayState, surface: Surface, presented: str | None
-) -> bool:
-    """Whether ``presented`` is the admin credential, throttled per client address: raises
-    :class:`~gateway.errors.RateLimitedError` while the address is throttled (before comparing,
-    so a right token is refused too) and counts a wrong one. A request that presents nothing is
-    checked against the throttle but counts as no guess. False when admin is off (no throttle)."""
-    expected = admin_token(state)
-    throttle = state.login_throttle
-    if not expected or throttle is None:
-        return token_matches(expected, presented)
-    address = client_address(request)
-    await throttle.check(address, surface)
-    if token_matches(expected, presented):
-        return True
-    if presented:
-        await throttle.record_failure(address, surface)
-    return False
-
-
-def bearer_token(request: Request) -> str:
-    """The ``Authorization: Bearer`` credential ('' when none)."""
-    return request.headers.get("authorization", "").removeprefix("Bearer ").strip()
 
 
 Endpoint = Callable[[Request], Awaitable[Response]]
@@ -142,40 +95,20 @@ def throttled(routes: Sequence[BaseRoute]) -> list[BaseRoute]:
     return out
 
 
-def check_admin(request: Request) -> GatewayState:
-    state: GatewayState = request.app.state.switchyard
-    expected = admin_token(state)
-    if not expected:
-        raise PermissionDeniedError(
-            f"admin API disabled: set {state.config.gateway.admin_token_env}",
-            code="admin_disabled",
-        )
-    if not _token_matches(request, expected):
-        raise AuthenticationError("invalid admin credential")
-    return state
-
-
-def is_admin(request: Request) -> bool:
-    """Whether the request carries the admin credential (False when the admin API is off)."""
-    state: GatewayState = request.app.state.switchyard
-    expected = admin_token(state)
-    return bool(expected) and _token_matches(request, expected or "")
-
-
-def _token_matches(request: Request, expected: str) -> bool:
-    return token_matches(expected, bearer_token(request))
-
-
 async def reload_config(request: Request) -> Response:
     try:
         state = check_admin(request)
-        routing = await state.reload()
+        routing = await state.reloader.reload()
     except MAPPED_ERRORS as exc:
         return json_error_response(exc)
     except ConfigFileError as exc:
         return _json(error_body(str(exc), "invalid_request_error", None, "invalid_config"), 400)
     return _json(
-        {"reloaded": True, "policy_version": routing.policy.version, "reloads": state.reloads}
+        {
+            "reloaded": True,
+            "policy_version": routing.policy.version,
+            "reloads": state.decider.reloads,
+        }
     )
 
 
@@ -192,7 +125,7 @@ async def backends_info(request: Request) -> Response:
         state = check_admin(request)
     except GatewayError as exc:
         return json_error_response(exc)
-    pools = state.pools()
+    pools = state.targets.pools()
     out = {}
     for name, bc in state.config.backends.items():
         entry: dict[str, Any] = {

@@ -1,6 +1,6 @@
 """The change log: every operator change with who made it and when (``change_log`` table).
 
-The admin API's operations (:mod:`gateway.api_admin`: canary, promotion, rollback, keys,
+The admin API's operations (:mod:`gateway.admin.api`: canary, promotion, rollback, keys,
 replica drains) write here whether the console or the JSON API called them; a routing policy
 also gets its ``policy_version`` row (``canary``, ``live``, ``retired``, ``rolled_back``).
 A change is applied first and recorded next: a store that cannot be written must not block a
@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from gateway.recording import RecorderHandle
+from gateway.recording.handle import RecorderHandle
 from traffic.store import PolicyVersionRecord, StoreError
 from traffic.store.console_queries import record_change
 from traffic.store.records import ChangeRecord

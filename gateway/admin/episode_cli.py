@@ -26,11 +26,15 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from gateway.api_episodes import route_kinds
-from gateway.cli import _add_filter_args, _query, _with_store
+from gateway.admin.episodes import route_kinds
+from gateway.admin.legacy_records import LIVE_TRANSLATOR
+from gateway.admin.store_args import (
+    add_filter_args,
+    add_store_args,
+    inference_filter,
+    with_store,
+)
 from gateway.config import load_config
-from gateway.legacy_records import LIVE_TRANSLATOR
-from gateway.store_args import add_store_args
 from traffic.export import (
     TRAFFIC_QUERY,
     EpisodeExportConfig,
@@ -146,7 +150,7 @@ def print_episode(view: dict[str, Any], console: Console) -> None:
 def cmd_episode(args: argparse.Namespace) -> int:
     routes = _routes(args)
     episode = asyncio.run(
-        _with_store(
+        with_store(
             args,
             lambda b: load_episode(b, args.episode_id, legacy=LIVE_TRANSLATOR, routes=routes),
         )
@@ -171,10 +175,10 @@ def cmd_export(args: argparse.Namespace) -> int:
         scrub_pii=not args.no_scrub,
         sft_route=args.sft_route,
     )
-    query = _query(args)
+    query = inference_filter(args)
     routes = _routes(args)
     manifest = asyncio.run(
-        _with_store(
+        with_store(
             args,
             lambda b: export_episodes_from_store(
                 b,
@@ -191,16 +195,16 @@ def cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="switchyard traffic", description=__doc__.split("\n")[0])
-    sub = parser.add_subparsers(dest="verb", required=True)
-    show = sub.add_parser("episode", help="one episode's whole trajectory")
+def add_parsers(verbs: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """``episode`` and ``episode-export`` among ``switchyard traffic``'s verbs."""
+    show = verbs.add_parser("episode", help="one episode's whole trajectory")
     show.add_argument("episode_id")
     add_store_args(show)
     show.add_argument("--json", action="store_true", help="the admin API's JSON")
-    export = sub.add_parser("episode-export", help="export episodes as SFT or RL data")
+    show.set_defaults(verb_run=cmd_episode)
+    export = verbs.add_parser("episode-export", help="export episodes as SFT or RL data")
     add_store_args(export)
-    _add_filter_args(export)
+    add_filter_args(export)
     export.add_argument("--kind", required=True, choices=get_args(EpisodeKind))
     export.add_argument("--out", required=True)
     export.add_argument("--format", default="jsonl", help="jsonl, parquet or jsonl,parquet")
@@ -212,12 +216,4 @@ def build_parser() -> argparse.ArgumentParser:
         default=EpisodeExportConfig.model_fields["sft_route"].default,
         help="episode_sft: any accepted episode, or only those the frontier served",
     )
-    return parser
-
-
-def main(argv: list[str]) -> int:
-    """``argv`` after ``switchyard traffic`` (it starts with ``episode`` or ``episode-export``)."""
-    args = build_parser().parse_args(argv)
-    if args.verb == "episode":
-        return cmd_episode(args)
-    return cmd_export(args)
+    export.set_defaults(verb_run=cmd_export)

@@ -6,13 +6,13 @@
   (messages, tool calls, tool results), the tools offered, the verdict from feedback and its
   reward, and whether the trajectory checks out (``consistent``, ``problems``). 404 when no
   inference carries that episode id. Episode ids as recorded: our header's value,
-  ``claude-code:<session>``, ``cache-key:<prompt_cache_key>`` (``gateway.episodes``).
+  ``claude-code:<session>``, ``cache-key:<prompt_cache_key>`` (``gateway.routing.episode_id``).
 - ``POST /admin/episodes/export`` with ``{"query": <traffic filter>, "export":
   EpisodeExportConfig}``: every episode with an inference the filter selects, rebuilt from all
   its inferences, written as ``episode_sft`` (TRL conversational with tools) or ``episode_rl``
   records; answers the manifest.
 
-Both need the admin credential (``gateway.api_admin.check_admin``). A step is ``local`` when its
+Both need the admin credential (``gateway.admin.api.check_admin``). A step is ``local`` when its
 route target is a ``kind: vllm`` back-end of the running config.
 """
 
@@ -26,17 +26,17 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
-from gateway.api_admin import check_admin
+from gateway.access import check_admin
+from gateway.admin.legacy_records import LIVE_TRANSLATOR
+from gateway.admin.operations import recorder
 from gateway.config import SwitchyardConfig
-from gateway.console.operations import recorder
-from gateway.door import read_body
+from gateway.doors.skeleton import read_body
 from gateway.errors import (
     MAPPED_ERRORS,
     InvalidRequestError,
     NotFoundError,
     json_error_response,
 )
-from gateway.legacy_records import LIVE_TRANSLATOR
 from traffic.export import (
     TRAFFIC_QUERY,
     EpisodeExportConfig,

@@ -1,7 +1,7 @@
 """``GET /admin/fleet``: the fleet as this gateway sees it (admin credential required).
 
 The levers themselves (reload, canary, replica drain and undrain) are the admin API's and the
-console's (:mod:`gateway.api_admin`, :mod:`gateway.console.operations`); with a fleet, each of
+console's (:mod:`gateway.admin.api`, :mod:`gateway.admin.operations`); with a fleet, each of
 them reaches every gateway process from whichever one is asked.
 """
 
@@ -14,19 +14,18 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from gateway.api_admin import check_admin
+from gateway.access import check_admin
 from gateway.errors import GatewayError, json_error_response
-from gateway.fleet.apply import applier_of
 from gateway.fleet.snapshot import split_replica_key
 
 
 async def fleet_status(request: Request) -> Response:
     try:
         state = check_admin(request)
-        members = await state.fleet.live_members()
+        members = await state.reloader.fleet.live_members()
     except GatewayError as exc:
         return json_error_response(exc)
-    applied = applier_of(state).applied
+    applied = state.reloader.applied
     replicas: list[dict[str, Any]] = []
     for key, control in sorted(applied.replicas.items()):
         target, url = split_replica_key(key)
@@ -40,15 +39,15 @@ async def fleet_status(request: Request) -> Response:
         )
     body = {
         "backend": state.config.fleet.backend,
-        "member": state.fleet.member_id,
+        "member": state.reloader.fleet.member_id,
         "members": members,
         "revision": applied.revision,
         "epoch": applied.epoch,
         "routing_version": applied.routing_version,
         "policy_version": state.routing.policy.version,
-        "canary": state.canary.policy.version if state.canary is not None else None,
+        "canary": state.decider.canary.policy.version if state.decider.canary is not None else None,
         "replicas": replicas,
-        "stats": state.fleet.stats(),
+        "stats": state.reloader.fleet.stats(),
     }
     return Response(orjson.dumps(body), media_type="application/json")
 

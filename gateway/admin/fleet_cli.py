@@ -22,6 +22,7 @@ from typing import Any
 
 import httpx
 
+from gateway.admin.subcommand import Subcommand, run_alone
 from serving.names import ADMIN_TOKEN_ENV
 
 DEFAULT_TARGET = "local"
@@ -55,8 +56,8 @@ def _call(args: argparse.Namespace, method: str, path: str, body: dict[str, Any]
     return 1 if path.endswith("/drain") and not answer.get("drained") else 0
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="switchyard fleet", description=__doc__.split("\n")[0])
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """``switchyard fleet status|reload|drain|undrain --gateway URL``."""
     sub = parser.add_subparsers(dest="command", required=True)
     for name in ("status", "reload", "drain", "undrain"):
         p = sub.add_parser(name)
@@ -68,11 +69,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--timeout-s", type=float, help="wait this long for in-flight requests (server default)"
     )
     sub.choices["undrain"].add_argument("--weights-version", default=None)
-    return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+def run(args: argparse.Namespace) -> int:
     if args.command == "status":
         return _call(args, "GET", "/admin/fleet", None)
     if args.command == "reload":
@@ -83,3 +82,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _call(args, "POST", "/admin/replicas/drain", {**replica, **wait})
     body = {**replica, "weights_version": args.weights_version}
     return _call(args, "POST", "/admin/replicas/undrain", body)
+
+
+SUBCOMMAND = Subcommand(
+    "fleet", "the gateway fleet: status, reload, drain, undrain", add_arguments, run
+)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return run_alone(SUBCOMMAND, "switchyard fleet", argv)

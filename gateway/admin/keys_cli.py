@@ -4,7 +4,7 @@
     list [--active] [--json]                               every key (no hashes, no keys)
     revoke KEY_ID                                          exit status 1 if unknown/revoked
 
-``--config`` is the gateway's YAML file: its traffic store (:mod:`gateway.store_args`) and its
+``--config`` is the gateway's YAML file: its traffic store (:mod:`gateway.admin.store_args`) and its
 ``auth.key_prefix``. Without either, the traffic store's default URL (:mod:`traffic.store.config`).
 """
 
@@ -16,18 +16,20 @@ import json
 import sys
 from collections.abc import Sequence
 
+from gateway.admin.store_args import add_store_args, store_config
+from gateway.admin.subcommand import Subcommand, run_alone
 from gateway.auth.config import DEFAULT_KEY_PREFIX
 from gateway.auth.keys import KeyService, public_view
 from gateway.config import ConfigFileError, load_config
-from gateway.store_args import add_store_args, store_config
 from traffic.store import StoreError, open_store
 from traffic.store.config import DEFAULT_URL
 
 _COLUMNS = ("id", "name", "prefix", "created_at", "revoked_at", "rpm_limit", "tpm_limit")
 
 
-def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="switchyard keys", description=__doc__.split("\n")[0])
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """``switchyard keys create|list|revoke``; ``--config``/``--store`` before or after the
+    verb."""
     add_store_args(p)
     p.add_argument(
         "--key-prefix",
@@ -47,7 +49,6 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("key_id")
     for command in (c, ls, r):
         add_store_args(command, subcommand=True)
-    return p
 
 
 def _key_prefix(args: argparse.Namespace) -> str:
@@ -94,8 +95,7 @@ async def _run(args: argparse.Namespace) -> int:
         await store.close()
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+def run(args: argparse.Namespace) -> int:
     try:
         return asyncio.run(_run(args))
     except ValueError as exc:  # a refused argument (bad URL, empty name, limit < 1)
@@ -104,6 +104,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except StoreError as exc:
         print(f"store error: {exc}", file=sys.stderr)
         return 1
+
+
+SUBCOMMAND = Subcommand("keys", "API keys: create, list, revoke", add_arguments, run)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return run_alone(SUBCOMMAND, "switchyard keys", argv)
 
 
 if __name__ == "__main__":

@@ -2,12 +2,12 @@
 
 Such a Responses or Messages record has no canonical fields (``traffic.export.wire_formats``):
 its body is translated again by the door's own translator
-(:func:`gateway.wire.responses_request.translate_request`,
-:func:`gateway.wire.anthropic.translate_messages`) and its answer converted back by the
-converters the pipeline uses (:func:`gateway.wire.anthropic_answer.completion_of_message`,
-:func:`gateway.wire.responses.completion_of_response`). The translators are the gateway's, and
-``traffic`` imports nothing of the gateway, so whoever exports (the CLI, the admin API) hands
-:data:`LIVE_TRANSLATOR` to the exporter.
+(:func:`gateway.doors.responses.request.translate_request`,
+:func:`gateway.doors.anthropic.translate.translate_messages`) and its answer converted back by the
+converters the pipeline uses (:func:`gateway.doors.anthropic.answer.completion_of_message`,
+:func:`gateway.doors.responses.translate.completion_of_response`). The translators are the
+gateway's, and ``traffic`` imports nothing of the gateway, so whoever exports (the CLI, the admin
+API) hands :data:`LIVE_TRANSLATOR` to the exporter.
 
 What a translator refuses becomes an :class:`~traffic.export.turns.UnsupportedShape` the
 exporter counts: ``stateful_conversation`` for server-side state (a door's
@@ -21,11 +21,11 @@ from collections.abc import Callable
 from types import MappingProxyType
 from typing import Any, Final
 
+from gateway.doors.anthropic.answer import completion_of_message
+from gateway.doors.anthropic.translate import translate_messages
+from gateway.doors.responses.request import translate_request
+from gateway.doors.responses.translate import completion_of_response
 from gateway.errors import GatewayError
-from gateway.wire.anthropic import translate_messages
-from gateway.wire.anthropic_answer import completion_of_message
-from gateway.wire.responses import completion_of_response
-from gateway.wire.responses_request import translate_request
 from traffic.export import LegacyTranslator, UnsupportedShape
 from traffic.store import InferenceFilter, StoreBackend, json_object
 

@@ -1,8 +1,8 @@
 """The ops levers, one implementation each, called by the JSON admin API and by the console.
 
 Each takes the request (for the gateway's state and recorder), the ``actor`` who asked (the
-console's operator, or :data:`~gateway.console.changes.API_ACTOR`) and the operation's inputs;
-each records its change in the change log (:mod:`gateway.console.changes`) after applying it.
+console's operator, or :data:`~gateway.admin.changes.API_ACTOR`) and the operation's inputs;
+each records its change in the change log (:mod:`gateway.admin.changes`) after applying it.
 Errors are :class:`~gateway.errors.GatewayError` (404 unknown replica, key or canary; 400 a
 canary that cannot be built), mapped to HTTP by each caller.
 
@@ -20,13 +20,13 @@ from typing import Final
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.requests import Request
 
+from gateway.admin import changes
 from gateway.auth.keys import KeyService
 from gateway.backends.replica_pool import ReplicaPool
-from gateway.console import changes
 from gateway.errors import InvalidRequestError, NotFoundError
-from gateway.fleet.apply import applier_of
-from gateway.recording import RecorderHandle
-from gateway.state import Canary, GatewayState, build_policy, read_learned_state
+from gateway.recording.handle import RecorderHandle
+from gateway.routing.table import Canary, build_policy, read_learned_state
+from gateway.state import GatewayState
 from router.config import RoutingConfig
 from router.errors import PolicyConfigError
 from router.learned import LearnedPolicy
@@ -61,7 +61,7 @@ async def candidate_policy(state: GatewayState, routing: RoutingConfig) -> Routi
     """The policy ``routing`` builds against the gateway's targets, with the live learned state
     or, when it names its own state file, that file's (400 when it cannot be built: unknown
     targets, an unreadable state file)."""
-    learned = state.learned_state
+    learned = state.decider.learned_state
     live = state.config.routing.learned
     candidate = routing.learned
     try:
@@ -80,8 +80,8 @@ async def start_canary(
     state: GatewayState = request.app.state.switchyard
     policy = await candidate_policy(state, routing)
     own = policy.state if isinstance(policy, LearnedPolicy) else None  # its own state file's?
-    own = own if own is not state.learned_state else None
-    canary = await applier_of(state).start_canary(routing, share, own)  # every gateway's
+    own = own if own is not state.decider.learned_state else None
+    canary = await state.reloader.start_canary(routing, share, own)  # every gateway's
     detail = {"share": share, "current": state.routing.policy.version}
     await changes.record(
         request.app.state.recorder,
@@ -97,14 +97,14 @@ async def start_canary(
 async def promote(request: Request, actor: str) -> str:
     """The canary decides every request from now on; returns its version (404: no canary)."""
     state: GatewayState = request.app.state.switchyard
-    canary = state.canary
+    canary = state.decider.canary
     if canary is None:
         raise NotFoundError("no canary to promote")
     previous = state.routing.policy.version
     # A candidate scorer (its own state file) goes live with the state it was tried with.
     policy = canary.policy
-    learned = policy.state if isinstance(policy, LearnedPolicy) else state.learned_state
-    await applier_of(state).promote(canary.routing, learned)  # every gateway, with its canary
+    learned = policy.state if isinstance(policy, LearnedPolicy) else state.decider.learned_state
+    await state.reloader.promote(canary.routing, learned)  # every gateway, with its canary
     version = state.routing.policy.version
     handle = request.app.state.recorder
     detail = {"previous": previous, "share_before": canary.share}
@@ -125,10 +125,10 @@ async def promote(request: Request, actor: str) -> str:
 async def drop(request: Request, actor: str) -> str | None:
     """Roll the canary back (the live policy decides all); returns its version, if any."""
     state: GatewayState = request.app.state.switchyard
-    canary = state.canary
+    canary = state.decider.canary
     if canary is None:
         return None
-    await applier_of(state).drop_canary()  # every gateway's
+    await state.reloader.drop_canary()  # every gateway's
     detail = {"current": state.routing.policy.version, "share": canary.share}
     await changes.record(
         request.app.state.recorder,
@@ -162,14 +162,15 @@ async def revoke(request: Request, actor: str, key_id: str) -> None:
     state: GatewayState = request.app.state.switchyard
     if not await key_service(request).revoke(key_id):
         raise NotFoundError(f"no active key {key_id}")
-    if state.authenticator is not None:
-        state.authenticator.invalidate(key_id)
+    authenticator = state.admission.authenticator
+    if authenticator is not None:
+        authenticator.invalidate(key_id)
     await changes.record(request.app.state.recorder, actor, "key.revoke", key_id, {})
 
 
 def replica_pool(state: GatewayState, target: str, replica: str) -> tuple[ReplicaPool, str]:
     """The pool of local ``target`` and the replica's URL as it keys it (404 when unknown)."""
-    pool = state.pools().get(target)
+    pool = state.targets.pools().get(target)
     url = replica.rstrip("/")
     if pool is None or url not in pool.replicas:
         raise NotFoundError(f"no replica {replica} in local target {target}")
@@ -183,7 +184,7 @@ async def drain(
     returns its URL and the requests still in flight (0: drained)."""
     state: GatewayState = request.app.state.switchyard
     _, url = replica_pool(state, target, replica)
-    left = await applier_of(state).drain(target, url, timeout_s)  # across the fleet
+    left = await state.reloader.drain(target, url, timeout_s)  # across the fleet
     detail = {"target": target, "in_flight": left}
     await changes.record(request.app.state.recorder, actor, "replica.drain", url, detail)
     return url, left
@@ -196,7 +197,7 @@ async def undrain(
     returns its URL and weights version."""
     state: GatewayState = request.app.state.switchyard
     pool, url = replica_pool(state, target, replica)
-    control = await applier_of(state).undrain(target, url, weights_version)  # every gateway
+    control = await state.reloader.undrain(target, url, weights_version)  # every gateway
     version = control.weights_version or pool.replicas[url].weights_version
     detail = {"target": target, "weights_version": version}
     await changes.record(request.app.state.recorder, actor, "replica.undrain", url, detail)

@@ -1,4 +1,5 @@
-"""The traffic store a command line names: ``--store URL`` or ``--config FILE``.
+"""The traffic store a command line names (``--store URL`` or ``--config FILE``), and which of
+its traffic (``--since``, ``--route-target``, ``--tag`` ...).
 
 Every operator command that reads or writes the store (``switchyard traffic ...``,
 ``switchyard keys ...``) takes both. ``--config`` is the gateway's own YAML file (the one
@@ -11,12 +12,14 @@ say how the gateway records, not where. ``--store`` wins when both are given.
 from __future__ import annotations
 
 import argparse
+from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 from pydantic import ValidationError
 
 from gateway.config import ConfigFileError, load_config
-from traffic.store import StoreConfig
+from traffic.store import InferenceFilter, StoreBackend, StoreConfig, open_store
 
 
 def add_store_args(parser: argparse.ArgumentParser, *, subcommand: bool = False) -> None:
@@ -62,3 +65,39 @@ def store_config(args: argparse.Namespace, default_url: str | None = None) -> St
         return StoreConfig(url=url)
     except ValidationError as exc:
         raise SystemExit(f"--store: {exc.errors()[0]['msg']}") from exc
+
+
+def add_filter_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--since", help="ISO time with zone, inclusive")
+    p.add_argument("--until", help="ISO time with zone, exclusive")
+    p.add_argument("--route-target")
+    p.add_argument("--served-model")
+    p.add_argument("--api-key-id")
+    p.add_argument("--endpoint")
+    p.add_argument("--tag", action="append", help="key=value, repeatable (all must match)")
+    p.add_argument("--has-feedback", help="a feedback kind, or 'any'")
+    p.add_argument("--ok-only", action="store_true")
+
+
+def inference_filter(args: argparse.Namespace) -> InferenceFilter:
+    tags = dict(t.split("=", 1) for t in (args.tag or []))
+    return InferenceFilter(
+        since=datetime.fromisoformat(args.since) if args.since else None,
+        until=datetime.fromisoformat(args.until) if args.until else None,
+        route_target=args.route_target,
+        served_model=args.served_model,
+        api_key_id=args.api_key_id,
+        endpoint=args.endpoint,
+        tags=tags,
+        has_feedback=args.has_feedback,
+        ok_only=args.ok_only,
+    )
+
+
+async def with_store(args: argparse.Namespace, fn: Any) -> Any:
+    backend: StoreBackend = open_store(store_config(args))
+    await backend.connect()
+    try:
+        return await fn(backend)
+    finally:
+        await backend.close()

@@ -40,9 +40,10 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Final, Protocol
+from typing import TYPE_CHECKING
 
 from gateway.auth.config import DEFAULT_BUDGET_FLUSH_INTERVAL_S
+from gateway.auth.spend import PrincipalView, format_usd
 from gateway.errors import PermissionDeniedError
 from traffic.store.backend import StoreBackend
 from traffic.store.errors import StoreDataError, StoreUnavailable
@@ -52,30 +53,6 @@ if TYPE_CHECKING:
     from gateway.auth.shared_budget import Reservation, SharedBudget
 
 log = logging.getLogger(__name__)
-
-
-USD_SIGNIFICANT_DIGITS: Final = 3  # of amounts under $1 in messages
-
-
-def format_usd(usd: float) -> str:
-    """An amount as people read it: cents from $1 up (``$12.50``), else three significant
-    digits without trailing zeros past the cents (``$0.25``, ``$0.0004``, ``$0.000123``)."""
-    if usd == 0 or not math.isfinite(usd) or abs(usd) >= 1:
-        return f"${usd:,.2f}"
-    decimals = max(2, USD_SIGNIFICANT_DIGITS - 1 - math.floor(math.log10(abs(usd))))
-    whole, _, fraction = f"{usd:.{decimals}f}".partition(".")
-    return f"${whole}.{fraction[:2]}{fraction[2:].rstrip('0')}"
-
-
-class PrincipalView(Protocol):
-    """What the guard needs of a principal (:class:`gateway.auth.keys.Principal` is one)."""
-
-    @property
-    def key_id(self) -> str | None: ...
-    @property
-    def name(self) -> str: ...
-    @property
-    def budget_usd(self) -> float | None: ...
 
 
 @dataclass(slots=True)

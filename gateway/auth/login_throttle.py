@@ -40,9 +40,9 @@ from typing import Final, Literal
 from gateway.auth.config import AuthConfig
 from gateway.auth.keys import Principal
 from gateway.auth.ratelimit import MemoryRateLimiter, RateLimiter, RedisRateLimiter
-from gateway.auth.redis_scripts import redis_client
 from gateway.errors import RateLimitedError
 from gateway.metrics import GatewayMetrics
+from gateway.redis_scripts import redis_client
 
 log = logging.getLogger(__name__)
 

@@ -41,8 +41,8 @@ from gateway.auth.config import (
     FailureMode,
 )
 from gateway.auth.keys import Principal
-from gateway.auth.redis_scripts import ScriptRunner, redis_client
 from gateway.errors import RateLimitedError
+from gateway.redis_scripts import ScriptRunner, redis_client
 
 if TYPE_CHECKING:
     # Annotations only: this module is on the gateway's start-up path, where importing redis

@@ -34,12 +34,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
-from gateway.auth.budget import PrincipalView, format_usd
-from gateway.auth.redis_scripts import ScriptRunner
+from gateway.auth.spend import PrincipalView, format_usd
 from gateway.errors import PermissionDeniedError
+from gateway.redis_scripts import ScriptRunner
 
 if TYPE_CHECKING:
-    # Annotations only: this module is on the gateway's start-up path (gateway.fleet.wiring),
+    # Annotations only: this module is on the gateway's start-up path (gateway.routing.join),
     # where importing redis costs ~80-140 ms; redis is imported when a Redis client is built.
     import redis.asyncio as aioredis
 

@@ -2,7 +2,7 @@
 
 ``complete`` returns a whole answer; ``open_stream`` returns once the first bytes arrived, so a
 failure before the first byte can still fail over to the next target. After that, a failure
-surfaces to the client as an error event (see ``gateway.pipeline``).
+surfaces to the client as an error event (see ``gateway.doors.pipeline``).
 Both speak OpenAI's wire format to the gateway, whatever the provider's own format is, except
 a pass-through: when the client's door and the provider speak the same non-OpenAI wire format
 (the Messages door to Anthropic), the back-end sends the client's own body and answers in that

@@ -33,7 +33,7 @@ from gateway.errors import (
     UpstreamUnavailableError,
     upstream_error_for_status,
 )
-from gateway.wire.openai_requests import OPENAI_CHAT_FIELDS
+from gateway.wire.native import OPENAI_CHAT_FIELDS
 from gateway.wire.sse import DONE_EVENT, encode_event
 
 # Sampling and tool fields passed to litellm as they came from the client: OpenAI's own chat

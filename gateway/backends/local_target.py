@@ -21,8 +21,8 @@ import aiohttp
 from gateway.backends.replica_metrics import ReplicaMetricsScraper
 from gateway.backends.replica_pool import ReplicaPool
 from gateway.config import BackendConfig, SwitchyardConfig
-from gateway.kv_event_subscriber import KvEventSubscriber
-from gateway.prompt_tokens import PromptTokenizer
+from gateway.local.kv_events import KvEventSubscriber
+from gateway.local.prompt_tokens import PromptTokenizer
 from router.selector_config import CacheAwareConfig, LeastLoadConfig
 from router.selectors import ObservingSelector, build_selector
 

@@ -18,7 +18,7 @@ provider, with the client's ``anthropic-version`` and ``anthropic-beta`` headers
 blocks Anthropic would refuse, which another target made: :mod:`gateway.wire.anthropic_thinking`).
 Its answer names the model the client asked for (:func:`_asked_model`). The Responses door to
 OpenAI sends the client's body likewise (reasoning items OpenAI cannot resolve left out:
-:func:`gateway.wire.responses_request.reconcile_reasoning`), so the reasoning items Codex CLI
+:func:`gateway.wire.reasoning.reconcile_reasoning`), so the reasoning items Codex CLI
 keeps with their ``encrypted_content`` reach the model again. A server behind an ``openai/``
 target that has no Responses API (it answers the path with 404, 405 or 501, not a refusal of the
 model) gets the translation instead, from that call on. A translated body (the Messages
@@ -52,14 +52,11 @@ from gateway.backends.relay import (
     answer_timeouts,
     read_json_answer,
 )
-from gateway.backends.vllm import upstream_status_error
 from gateway.config import BackendConfig
-from gateway.errors import UpstreamTimeoutError, UpstreamUnavailableError
-from gateway.wire.anthropic_answer import usage_as_openai
+from gateway.errors import UpstreamTimeoutError, UpstreamUnavailableError, upstream_status_error
 from gateway.wire.anthropic_thinking import reconcile_thinking
-from gateway.wire.openai_requests import OPENAI_CHAT_FIELDS
-from gateway.wire.responses import chat_usage
-from gateway.wire.responses_request import reconcile_reasoning
+from gateway.wire.native import OPENAI_CHAT_FIELDS, chat_usage, usage_as_openai
+from gateway.wire.reasoning import reconcile_reasoning
 
 log = logging.getLogger(__name__)
 

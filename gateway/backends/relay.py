@@ -37,9 +37,7 @@ import orjson
 from gateway.backends.base import StreamOutcome, Usage
 from gateway.config import BackendConfig
 from gateway.errors import UpstreamError, UpstreamTimeoutError, upstream_error_for_status
-from gateway.wire.anthropic_answer import usage_as_openai
-from gateway.wire.anthropic_render import ERROR_STATUS as ANTHROPIC_ERROR_STATUS
-from gateway.wire.responses import chat_usage
+from gateway.wire.native import ANTHROPIC_ERROR_STATUS, chat_usage, usage_as_openai
 from gateway.wire.sse import (
     DONE_EVENT,
     EVENT_SEP,
@@ -122,7 +120,7 @@ class ResponsesWatcher:
     """OpenAI's Responses stream: ``response.completed`` or ``response.incomplete`` completes
     it (its ``response`` carries the usage); ``response.failed`` or an ``error`` event ends it
     as an upstream failure, cut out of what is forwarded: the pipeline ends the stream in the
-    door's shape (:func:`gateway.wire.responses_stream.failure_events`)."""
+    door's shape (:func:`gateway.doors.responses.stream.failure_events`)."""
 
     __slots__ = ()
 

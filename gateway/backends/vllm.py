@@ -24,37 +24,15 @@ from gateway.backends.relay import (
 from gateway.backends.replica_pool import ReplicaPool
 from gateway.config import BackendConfig
 from gateway.errors import (
-    UpstreamError,
     UpstreamTimeoutError,
     UpstreamUnavailableError,
-    upstream_error_for_status,
+    upstream_status_error,
 )
-from gateway.prompt_tokens import PromptTokenizer
+from gateway.local.prompt_tokens import PromptTokenizer
 from router.replicas import NoHealthyReplicaError, ReplicaSelector
 
 _PATHS = {"chat.completions": "/v1/chat/completions", "completions": "/v1/completions"}
 _JSON_HEADERS = {"Content-Type": "application/json"}
-
-
-def _error_message(body: bytes) -> str:
-    try:
-        data = orjson.loads(body)
-    except orjson.JSONDecodeError:
-        return body[:300].decode(errors="replace")
-    if isinstance(data, dict):
-        err = data.get("error", data)
-        if isinstance(err, dict):
-            return str(err.get("message", err))
-        return str(err)
-    return str(data)
-
-
-def upstream_status_error(
-    name: str, status: int, body: bytes, retry_after: str | None
-) -> UpstreamError:
-    """The gateway error for a non-2xx answer from an OpenAI-compatible back-end."""
-    msg = f"{name} answered {status}: {_error_message(body)}"
-    return upstream_error_for_status(name, status, msg, retry_after)
 
 
 class VllmBackend:

@@ -32,7 +32,7 @@ from gateway.console.pages import (
 )
 from gateway.console.swap_jobs import SwapJobs
 from gateway.console.web import PREFIX, Handler, build_templates, guarded
-from gateway.recording import RecorderHandle
+from gateway.recording.handle import RecorderHandle
 from gateway.state import GatewayState
 from traffic.store import StoreBackend
 
@@ -63,7 +63,7 @@ class Console:
             store,
             lambda: state.config.console.class_tag,
             lambda: state.config.console.rollup_interval_s,
-            lambda lease_s: state.fleet.lead("console-rollup", lease_s),
+            lambda lease_s: state.reloader.fleet.lead("console-rollup", lease_s),
         )
 
     def routes(self) -> list[BaseRoute]:

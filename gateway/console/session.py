@@ -101,12 +101,3 @@ def csrf_matches(session: Session, presented: str | None) -> bool:
     return bool(presented) and hmac.compare_digest(
         session.csrf.encode(), (presented or "").encode()
     )
-
-
-def token_matches(expected: str | None, presented: str | None) -> bool:
-    """Whether ``presented`` is the admin token (False when none is configured)."""
-    return (
-        bool(expected)
-        and bool(presented)
-        and hmac.compare_digest((presented or "").encode(), (expected or "").encode())
-    )

@@ -47,10 +47,11 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.templating import Jinja2Templates
 
-from gateway.api_admin import admin_token, bearer_token, check_admin_token
+from gateway.access import admin_token, bearer_token, check_admin_token
+from gateway.config import ConsoleConfig
 from gateway.console import session as sessions
-from gateway.console.config import BUCKET_SECONDS, WINDOW_SECONDS, ConsoleConfig
-from gateway.door import read_body
+from gateway.console.windows import BUCKET_SECONDS, WINDOW_SECONDS
+from gateway.doors.skeleton import read_body
 from gateway.errors import (
     AuthenticationError,
     GatewayError,
@@ -59,7 +60,7 @@ from gateway.errors import (
     ServiceUnavailableError,
     error_body,
 )
-from gateway.recording import RecorderHandle
+from gateway.recording.handle import RecorderHandle
 from gateway.state import GatewayState
 from traffic.store import StoreBackend, StoreError
 from traffic.store.console_queries import Window
@@ -182,7 +183,7 @@ async def session_of(request: Request, state: GatewayState) -> sessions.Session 
     if found is None:
         return None
     try:
-        revoked = await state.fleet.session_revoked(found.sid)
+        revoked = await state.reloader.fleet.session_revoked(found.sid)
     except ServiceUnavailableError as exc:
         # Not logged here: the fleet logs an outage once, this would log every request.
         raise ServiceUnavailableError(

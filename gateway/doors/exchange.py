@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from gateway.auth.keys import ANONYMOUS, Principal
+from gateway.backends.base import Usage
+from gateway.recording.draft import Deferred
 from gateway.state import GatewayState
 from router.decision import RouteDecision
 from router.features import RequestFeatures
@@ -92,7 +94,29 @@ class Exchange:
     principal: Principal = ANONYMOUS
     task: asyncio.Task[Any] | None = None  # the task serving it now (abort cancels it)
     aborted: bool = False  # ended by shutdown past the drain deadline
-    finished: bool = False
+    # How it ended (:meth:`settle`), read once by gateway.doors.finish when the record is made.
+    status: int = 0
+    answer: dict[str, Any] | Deferred | None = None
+    usage: Usage = field(default_factory=Usage)
+    error: str | None = None
+    stream: bool = False
+    relayed: bool = False  # a stream's relay owns its end (the door's does otherwise)
+
+    def settle(
+        self,
+        status: int,
+        answer: dict[str, Any] | Deferred | None = None,
+        usage: Usage | None = None,
+        error: str | None = None,
+        *,
+        stream: bool = False,
+    ) -> None:
+        """How this exchange ended: the status, the answer in the client's format (or the
+        :class:`~gateway.recording.draft.Deferred` the writer assembles it from), its usage
+        and error. The last call wins; the record is made once, after the answer."""
+        self.status, self.answer, self.error, self.stream = status, answer, error, stream
+        if usage is not None:
+            self.usage = usage
 
     def abort(self) -> None:
         """End this exchange now (shutdown): its server answers 503 and records it."""
@@ -117,8 +141,9 @@ class Exchange:
 
 
 def new_exchange(state: GatewayState, door: FrontDoor) -> Exchange:
-    """Start an exchange; :func:`finish` ends it (exactly once), which also ends its in-flight."""
+    """Start an exchange; :func:`gateway.doors.finish.finish` ends it (once: the door's
+    ``finally``, or a stream's relay), which also takes it off the requests in flight."""
     ex = Exchange(new_id(), door.endpoint, door.wire_format, time.perf_counter(), door=door)
     ex.task = asyncio.current_task()
-    state.live[ex.id] = ex
+    state.requests.live[ex.id] = ex
     return ex

@@ -23,15 +23,15 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
-from gateway.api_admin import is_admin
-from gateway.door import parse_json_object, read_body
+from gateway.access import is_admin
+from gateway.doors.skeleton import parse_json_object, read_body
 from gateway.errors import (
     MAPPED_ERRORS,
     InvalidRequestError,
     NotFoundError,
     json_error_response,
 )
-from gateway.recording import RecorderHandle
+from gateway.recording.handle import RecorderHandle
 from gateway.state import GatewayState
 from gateway.wire.bounds import check_depth
 from traffic.store import FeedbackKind, FeedbackRecord
@@ -61,7 +61,9 @@ async def post_feedback(request: Request) -> Response:
     state: GatewayState = request.app.state.switchyard
     try:
         admin = is_admin(request)
-        caller = None if admin else (await state.admit(request.headers, limit=False)).key_id
+        caller = (
+            None if admin else (await state.admission.admit(request.headers, limit=False)).key_id
+        )
         if recorder is None:
             raise NotFoundError("feedback needs the traffic store (store.enabled: true)")
         body = parse_json_object(await read_body(request, FEEDBACK_BODY_LIMIT))

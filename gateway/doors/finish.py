@@ -1,46 +1,32 @@
 """The end of every exchange, exactly once: metrics, cost, the key's spend and tokens, the trace
-span, and one record to the async writer. Sync and cheap: the record leaves as a draft
-(:mod:`gateway.record_draft`) that the writer assembles and stores later.
+span, and one record to the writer. Sync and cheap: the record leaves as a draft
+(:mod:`gateway.recording.draft`) that the writer assembles and stores later.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from typing import Any
 
 import orjson
 
 from gateway.backends.base import Usage
-from gateway.exchange import Exchange
-from gateway.record_draft import Deferred, InferenceDraft, build_record, ready
+from gateway.doors.exchange import Exchange
+from gateway.recording.draft import Deferred, InferenceDraft, ready
 from gateway.state import GatewayState
 from router.features import RequestFeatures
 
 log = logging.getLogger(__name__)
 
 
-def finish(
-    state: GatewayState,
-    ex: Exchange,
-    status: int,
-    response: dict[str, Any] | Deferred | None,
-    usage: Usage,
-    *,
-    error: str | None,
-    stream: bool,
-) -> float | None:
-    """Metrics, trace span and the record; sync and cheap (the writer does the I/O later).
-
-    ``response`` is the answer in the client's format, or a :class:`Deferred` computing it and
-    the canonical answer in the writer (streams); a plain answer goes with
-    ``ex.canonical_response``. Returns the request's cost in USD (None when unknown). A second
-    call is a no-op."""
-    if ex.finished:
-        return None
-    ex.finished = True
+def finish(state: GatewayState, ex: Exchange) -> float | None:
+    """Metrics, trace span and the record of ``ex`` as it ended (:meth:`Exchange.settle`);
+    sync and cheap (the writer does the I/O later). Called once per exchange: by the door's
+    ``finally`` (unary answers, errors, refusals), or by a stream's relay when it ends. Returns
+    the request's cost in USD (None when unknown)."""
     latency = time.perf_counter() - ex.started
-    state.live.pop(ex.id, None)
+    state.requests.live.pop(ex.id, None)
+    usage, status = ex.usage, ex.status
     # A fault in the figures must not cost the exchange its record, nor the key its budget
     # reservation: each part is tried on its own, and logged.
     cost = None
@@ -56,42 +42,38 @@ def finish(
         log.exception("exchange %s: the key's spend or the trace span failed", ex.id)
     if state.recorder is None:
         return cost
-    f = ex.features
+    f, decision, answer = ex.features, ex.decision, ex.answer
     draft = InferenceDraft(
-        ex.id,
-        time.time(),
-        ex.principal.key_id,  # known even when the body was refused
-        f.episode_id if f else None,
-        ex.endpoint,
-        ex.wire_format,
-        ex.request if ex.request is not None else {},
-        ex.canonical_request,
-        response if isinstance(response, Deferred) else ready(response, ex.canonical_response),
-        ex.target or "",
-        ex.served_model or "",
-        ex.weights_version,
-        ex.replica,
-        ex.decision.policy_version if ex.decision else None,
-        ex.decision.reason if ex.decision else None,
-        status,
-        error,
-        stream,
-        latency * 1000,
-        ex.ttft_s * 1000 if ex.ttft_s is not None else None,
-        usage.prompt_tokens,
-        usage.completion_tokens,
-        usage.cached_tokens,
-        usage.cache_creation_tokens,
-        cost,
-        _tags(f, ex),
-        ex.attempts,
-        ex.request_json,
+        id=ex.id,
+        ts=time.time(),
+        api_key_id=ex.principal.key_id,  # known even when the body was refused
+        episode_id=f.episode_id if f else None,
+        endpoint=ex.endpoint,
+        wire_format=ex.wire_format,
+        request=ex.request if ex.request is not None else {},
+        canonical_request=ex.canonical_request,
+        answers=answer if isinstance(answer, Deferred) else ready(answer, ex.canonical_response),
+        route_target=ex.target or "",
+        served_model=ex.served_model or "",
+        weights_version=ex.weights_version,
+        replica=ex.replica,
+        policy_version=decision.policy_version if decision else None,
+        policy_reason=decision.reason if decision else None,
+        status=status,
+        error=ex.error,
+        stream=ex.stream,
+        latency_ms=latency * 1000,
+        ttft_ms=ex.ttft_s * 1000 if ex.ttft_s is not None else None,
+        prompt_tokens=usage.prompt_tokens,
+        completion_tokens=usage.completion_tokens,
+        cached_tokens=usage.cached_tokens,
+        cache_creation_tokens=usage.cache_creation_tokens,
+        cost_usd=cost,
+        tags=_tags(f, ex),
+        attempts=ex.attempts,
+        request_json=ex.request_json,
     )
-    submit_draft = getattr(state.recorder, "submit_draft", None)
-    if submit_draft is not None:  # the record is built in the writer (gateway.record_draft)
-        submit_draft(draft)
-    else:  # a plain sink (tests): the record now
-        state.recorder.submit(build_record(draft))
+    state.recorder.submit_draft(draft)  # the record is built where it is written
     return cost
 
 
@@ -126,14 +108,15 @@ def _account(state: GatewayState, ex: Exchange, usage: Usage, cost: float | None
     principal = ex.principal
     if principal.key_id is None:
         return
-    if state.budget is not None:  # also releases the call's budget reservation (any cost)
-        state.budget.settle(principal, cost)
-    if state.rate_limiter is not None and principal.tpm_limit is not None:
+    admission = state.admission
+    if admission.budget is not None:  # also releases the call's budget reservation (any cost)
+        admission.budget.settle(principal, cost)
+    if admission.rate_limiter is not None and principal.tpm_limit is not None:
         tokens = (usage.prompt_tokens or (ex.features.prompt_tokens if ex.features else 0)) + (
             usage.completion_tokens or 0
         )
         if tokens:
-            state.spawn(state.rate_limiter.record_tokens(principal, tokens))
+            state.background.spawn(admission.rate_limiter.record_tokens(principal, tokens))
 
 
 def _tags(f: RequestFeatures | None, ex: Exchange) -> dict[str, str]:

@@ -8,7 +8,7 @@
           limits.request_timeout_s past -> 504, no further target (the deadline spans all tries,
                                            until the answer or a stream's first byte)
       none left -> AllBackendsFailedError (every attempt's error, last one's status)
-    finally: metrics, trace span, one record draft to the writer (gateway.record_draft)
+    finally: metrics, trace span, one record draft to the writer (gateway.recording.draft)
 
 A stream fails over only before its first byte. After that a failure is sent to the client as an
 OpenAI error event (``data: {"error": ...}``) and no ``[DONE]``, so the SDK raises instead of
@@ -37,10 +37,11 @@ from typing import Any, TypeVar
 import orjson
 from starlette.responses import Response
 
-from gateway import record_draft
-from gateway.accounting import finish
-from gateway.backends.base import Backend, UpstreamCall, UpstreamResult, UpstreamStream, Usage
+from gateway.backends.base import Backend, UpstreamCall, UpstreamResult, UpstreamStream
 from gateway.client_watch import WatchedStream
+from gateway.doors.exchange import Exchange, StreamEncoder
+from gateway.doors.finish import finish
+from gateway.doors.shadow import should_shadow, start_shadow
 from gateway.errors import (
     AllBackendsFailedError,
     GatewayError,
@@ -51,10 +52,10 @@ from gateway.errors import (
     error_body,
     error_response_parts,
 )
-from gateway.exchange import Exchange, StreamEncoder
-from gateway.record_draft import Deferred
-from gateway.shadow import should_shadow, start_shadow
-from gateway.state import GatewayState, Routing
+from gateway.recording import draft as record_draft
+from gateway.recording.draft import Deferred
+from gateway.routing.table import Routing
+from gateway.state import GatewayState
 from gateway.wire.sse import encode_event, parse_stream
 
 log = logging.getLogger(__name__)
@@ -73,7 +74,7 @@ def answer_cancelled(state: GatewayState, ex: Exchange) -> Response | None:
         return error_response(
             state, ex, ShuttingDownError("The gateway is shutting down; retry the request.")
         )
-    finish(state, ex, 499, None, Usage(), error="cancelled", stream=False)
+    ex.settle(499, error="cancelled")
     return None
 
 
@@ -162,7 +163,7 @@ def _deadline_error(deadline_s: float) -> UpstreamTimeoutError:
 def error_response(state: GatewayState, ex: Exchange, exc: Exception) -> Response:
     status, headers, body = error_response_parts(exc)
     headers = {**headers, **ex.route_headers()}
-    finish(state, ex, status, None, Usage(), error=body["error"]["message"], stream=False)
+    ex.settle(status, error=body["error"]["message"])
     if ex.door is not None and ex.door.error_body is not None:
         body = ex.door.error_body(status, body)
     return Response(orjson.dumps(body), status, headers, media_type="application/json")
@@ -188,8 +189,8 @@ async def serve_unary(
         if state.recorder is not None:  # the body's bytes travel to the writer, which parses
             as_chat = door.native_as_chat if result.native and door is not None else None
             answer = Deferred(record_draft.from_body, (result.body, as_chat, ex.canonical_response))
-        cost = finish(state, ex, 200, answer, result.usage, error=None, stream=False)
-        return Response(result.body, 200, _with_cost(ex, cost), media_type="application/json")
+        ex.settle(200, answer, result.usage)
+        return Response(result.body, 200, ex.route_headers(), media_type="application/json")
     try:
         rendered = door.render(result.parsed, ex)
     except Exception as exc:  # an answer in a shape the door cannot render: not the client's
@@ -197,17 +198,8 @@ async def serve_unary(
         fault = f"{ex.target}: its answer could not be rendered ({type(exc).__name__})"
         return error_response(state, ex, UpstreamError(fault, backend=ex.target or ""))
     ex.canonical_response = result.parsed  # the internal answer the door rendered
-    cost = finish(state, ex, 200, rendered, result.usage, error=None, stream=False)
-    return Response(
-        orjson.dumps(rendered), 200, _with_cost(ex, cost), media_type="application/json"
-    )
-
-
-def _with_cost(ex: Exchange, cost: float | None) -> dict[str, str]:
-    headers = ex.route_headers()
-    if cost is not None:
-        headers["x-switchyard-cost-usd"] = f"{cost:.8f}"
-    return headers
+    ex.settle(200, rendered, result.usage)
+    return Response(orjson.dumps(rendered), 200, ex.route_headers(), media_type="application/json")
 
 
 def _after_success(state: GatewayState, ex: Exchange, call: UpstreamCall) -> None:
@@ -231,6 +223,7 @@ async def serve_stream(
     ex.weights_version = stream.weights_version
     ex.native = stream.native
     ex.task = None  # until the response's task starts relaying (see _relay)
+    ex.relayed = True  # from here the relay owns the exchange's end, and its record
     return WatchedStream(
         _relay(state, ex, stream, call),
         200,
@@ -291,14 +284,16 @@ async def _relay(
         raise
     finally:
         # Recorded before the last await: a task cancelled again while closing still records.
-        # The answer is assembled by the writer, from what the stream kept (gateway.record_draft).
+        # The answer is assembled by the writer, from what the stream kept
+        # (gateway.recording.draft).
         answers: Deferred | None = None
         if recording:  # the assembled answers exist only for the record
             try:
                 answers = _stream_answers(ex, stream, encoder, consumed)
             except Exception:  # the record keeps the exchange, without its answer
                 log.exception("stream %s: the answer could not be kept for the record", ex.id)
-        finish(state, ex, status, answers, stream.outcome.usage, error=error, stream=True)
+        ex.settle(status, answers, stream.outcome.usage, error, stream=True)
+        finish(state, ex)
         if status == 200:
             _after_success(state, ex, call)
         await _close_quietly(stream)
@@ -310,7 +305,7 @@ def _stream_answers(
     encoder: StreamEncoder | None,
     consumed: list[dict[str, Any]],
 ) -> Deferred:
-    """What the writer assembles the record's answers from (gateway.record_draft)."""
+    """What the writer assembles the record's answers from (gateway.recording.draft)."""
     out = stream.outcome
     if stream.native:
         door = ex.door

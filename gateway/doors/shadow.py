@@ -49,7 +49,7 @@ def start_shadow(state: GatewayState, inference_id: str, call: UpstreamCall) -> 
         state.metrics.shadows.labels("skipped").inc()
         return
     state.shadows_in_flight += 1
-    state.spawn(_run(state, inference_id, call))
+    state.background.spawn(_run(state, inference_id, call))
 
 
 async def _run(state: GatewayState, inference_id: str, call: UpstreamCall) -> None:
@@ -68,11 +68,9 @@ async def _run(state: GatewayState, inference_id: str, call: UpstreamCall) -> No
     finally:
         state.shadows_in_flight -= 1
     state.metrics.shadows.labels("recorded").inc()
-    recorder = state.recorder
-    submit = getattr(recorder, "submit_shadow", None)
-    if submit is None:
+    if state.recorder is None:
         return
-    submit(
+    state.recorder.submit_shadow(
         ShadowRecord(
             inference_id=inference_id,
             target=target,

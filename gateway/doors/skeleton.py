@@ -3,12 +3,12 @@
 A door is a translation pair plugged into :func:`serve_door`: its ``translate`` turns the
 client's body into the internal one (OpenAI chat/completions) with the router's features and
 the door bound to this request's rendering context; the door renders answers and streams back
-(:class:`~gateway.exchange.FrontDoor`). The OpenAI doors translate by identity: the client's body
-is the internal body, and the upstream's bytes go back unchanged.
+(:class:`~gateway.doors.exchange.FrontDoor`). The OpenAI doors translate by identity: the client's
+body is the internal body, and the upstream's bytes go back unchanged.
 
     read body (413 past the limit) -> parse + bounds (400) -> translate (400 on a shape the
     translator did not foresee) -> features (one builder, :func:`door_features`) -> decide
-    (404 unknown model) -> serve_unary / serve_stream (gateway.pipeline)
+    (404 unknown model) -> serve_unary / serve_stream (gateway.doors.pipeline)
 
 Parsing, bound checks and translation run on a worker thread for bodies over
 ``limits.offload_body_bytes`` (pure Python, ~10 ms per 1,000 messages here).
@@ -31,15 +31,16 @@ from gateway.backends.base import UpstreamCall, UpstreamEndpoint
 from gateway.backends.provider_routes import forwarded_headers
 from gateway.client_watch import ClientWatch
 from gateway.config import LimitsConfig
-from gateway.episodes import episode_of
+from gateway.doors.exchange import Exchange, FrontDoor, new_exchange
+from gateway.doors.finish import finish
+from gateway.doors.pipeline import answer_cancelled, error_response, serve_stream, serve_unary
 from gateway.errors import (
     ClientDisconnectedError,
     GatewayError,
     InvalidRequestError,
     PayloadTooLargeError,
 )
-from gateway.exchange import Exchange, FrontDoor, new_exchange
-from gateway.pipeline import answer_cancelled, error_response, serve_stream, serve_unary
+from gateway.routing.episode_id import episode_of
 from gateway.state import GatewayState
 from gateway.wire.blocks import prompt_chars
 from gateway.wire.bounds import check_bounds
@@ -160,7 +161,8 @@ def door_features(
     prompt_cache_key: object = None,
 ) -> RequestFeatures:
     """The router's features of an internal body, the same way for every door. The episode is
-    ours when the client names one, else what the client already sends (:mod:`gateway.episodes`)."""
+    ours when the client names one, else what the client already sends
+    (:mod:`gateway.routing.episode_id`)."""
     tags = parse_tags(request, metadata)
     return RequestFeatures(
         endpoint=endpoint,
@@ -186,7 +188,7 @@ def _prepare(
     """Parse, bound-check and translate the body; fill the exchange's request and features."""
     body = parse_checked(raw, limits)
     ex.request = body  # only a body within bounds is kept parsed (the record can encode it)
-    ex.request_json = raw  # what the record writer process stores (gateway.record_draft)
+    ex.request_json = raw  # what the record writer process stores (gateway.recording.draft)
     try:
         translated = translate(body, ex, request)
     except GatewayError:
@@ -209,33 +211,32 @@ async def serve_door(request: Request, door: FrontDoor, translate: Translate) ->
 
     ``door`` is the door before translation (its ``error_body`` shapes errors found while reading
     the request); ``translate`` returns the door bound to this request's rendering context.
+    The exchange is recorded here, in ``finally``, unless a stream's relay took it over.
     """
     state: GatewayState = request.app.state.switchyard
-    routing = state.routing  # fixed for this request even if a reload happens meanwhile
+    view = state.decider.view()  # fixed for this request even if a reload happens meanwhile
+    routing = view.routing
     ex = new_exchange(state, door)
     raw = b""
     watch: ClientWatch | None = None
+    response: Response | None = None
     try:
         try:
-            ex.principal = await state.admit(request.headers)
+            ex.principal = await state.admission.admit(request.headers)
             limits = routing.config.gateway.limits
             raw = await read_body(request, limits.max_body_bytes.for_endpoint(door.endpoint))
             translated = await off_loop_if_large(
                 len(raw), limits, _prepare, ex, raw, translate, request, limits
             )
             assert ex.features is not None
-            # The policy decides; an agent episode's fallback may replace a local decision.
-            ex.decision = await state.episodes.route(
-                routing,
-                ex.features,
-                translated.body.get("tools"),
-                state.decide(routing, ex.features),
-            )
+            tools = translated.body.get("tools")
+            ex.decision = await state.decider.decide(view, ex.features, tools)
         except (GatewayError, RoutingError) as exc:
             if ex.request is None:
                 # Kept whole (not truncated) so the record shows exactly what was refused.
                 ex.request = {"_unparsed": raw.decode(errors="replace")}
-            return error_response(state, ex, exc)
+            response = error_response(state, ex, exc)
+            return response
         ex.door = translated.door
         call = UpstreamCall(
             translated.endpoint,
@@ -249,14 +250,16 @@ async def serve_door(request: Request, door: FrontDoor, translate: Translate) ->
         watch = ClientWatch(request.receive)
         try:
             if translated.stream:
-                return await serve_stream(state, routing, ex, call)
-            return await serve_unary(state, routing, ex, call)
+                response = await serve_stream(state, routing, ex, call)
+            else:
+                response = await serve_unary(state, routing, ex, call)
+            return response
         finally:
             watch.stop()
     except asyncio.CancelledError:
-        answer = answer_cancelled(state, ex)
-        if answer is not None:
-            return answer
+        response = answer_cancelled(state, ex)
+        if response is not None:
+            return response
         if watch is None or not watch.gone:
             raise
         # Nobody reads this answer; uvicorn would log the cancellation as the app's error.
@@ -264,4 +267,10 @@ async def serve_door(request: Request, door: FrontDoor, translate: Translate) ->
         return Response(status_code=499)
     except Exception as exc:  # a bug must still answer in the door's shape and be recorded
         log.exception("unhandled error in %s", door.endpoint)
-        return error_response(state, ex, exc)
+        response = error_response(state, ex, exc)
+        return response
+    finally:
+        if not ex.relayed:
+            cost = finish(state, ex)
+            if cost is not None and response is not None and ex.status == 200:
+                response.headers["x-switchyard-cost-usd"] = f"{cost:.8f}"

@@ -4,7 +4,7 @@ What is shared, and through what (``fleet.backend: redis``; ``local``: this proc
 
 - routing: the config's ``backends``/``routing``/``shadow`` sections and the learned state, as one
   versioned document; a reload (admin API, SIGHUP, ``rl_loop.refit_cli``) on any gateway reaches
-  every gateway, which swaps to it whole (:mod:`gateway.fleet.apply`);
+  every gateway, which swaps to it whole (:mod:`gateway.routing.reload`);
 - the canary (set, promote, drop) and each replica's drain flag and weights version; a drain
   waits for the requests in flight on the replica across the fleet;
 - cache-aware replica choice: every decision goes to the other gateways, which index it as
@@ -19,8 +19,8 @@ state, says so (``switchyard_fleet_state_stale`` and a log line) and catches up 
 
 Modules: :mod:`~gateway.fleet.config` (the section), :mod:`~gateway.fleet.snapshot` (the values),
 :mod:`~gateway.fleet.base` (the interface, the local fleet), :mod:`~gateway.fleet.redis_fleet`,
-:mod:`~gateway.fleet.apply`, :mod:`~gateway.fleet.routed_feed`, :mod:`~gateway.fleet.wiring`
-(start-up, metrics), :mod:`~gateway.fleet.admin` (``GET /admin/fleet``),
-:mod:`~gateway.fleet.workers` (``switchyard serve --workers N``), :mod:`~gateway.fleet.cli`
+:mod:`~gateway.routing.reload`, :mod:`~gateway.fleet.routed_feed`, :mod:`~gateway.routing.join`
+(start-up, metrics), :mod:`~gateway.admin.fleet` (``GET /admin/fleet``),
+:mod:`~gateway.workers` (``switchyard serve --workers N``), :mod:`~gateway.admin.fleet_cli`
 (``switchyard fleet ...``). Operators' guide: docs/fleet.md.
 """

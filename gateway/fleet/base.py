@@ -3,7 +3,7 @@
 :class:`Fleet` is what the admin API, reloads and the applier use; :class:`LocalFleet` is the
 fleet of one process (``fleet.backend: local``, no Redis), :class:`~gateway.fleet.redis_fleet.
 RedisFleet` the shared one. Both deliver every snapshot to the same ``apply`` callback
-(:class:`~gateway.fleet.apply.FleetApplier`), so one gateway and a fleet of them run one code
+(:class:`~gateway.routing.reload.Reloader`), so one gateway and a fleet of them run one code
 path.
 
 Console sessions ended by a logout are revoked through the fleet too

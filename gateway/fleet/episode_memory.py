@@ -24,7 +24,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
-from gateway.auth.redis_scripts import redis_error
+from gateway.redis_scripts import redis_error
 from router.episode_fallback import KEPT_LOCAL_STEPS, EpisodeMemory
 
 if TYPE_CHECKING:

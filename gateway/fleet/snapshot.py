@@ -4,7 +4,7 @@ A :class:`FleetSnapshot` is the whole truth at one ``revision`` (a counter bumpe
 change): the routing document (the config sections a reload changes, with the learned state
 fitted for them) and its version, the canary and its version, and per replica its operator
 controls (drained, weights version). Gateways apply a snapshot as one step (see
-:mod:`gateway.fleet.apply`), so a decision sees one routing version and one canary, never a
+:mod:`gateway.routing.reload`), so a decision sees one routing version and one canary, never a
 mix.
 
 The routing document carries the config sections ``backends``, ``routing`` and ``shadow`` and the

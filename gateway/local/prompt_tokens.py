@@ -16,7 +16,7 @@ What vLLM (0.32, ``vllm/renderers``) does, and we repeat:
   completions: ``tokenizer.json``'s post-processor adds a BOS where the model has one); a list
   of token ids is used as is.
 
-The transformers part is :class:`gateway.hf_tokenizer.HfTokenizer`, which reads the checkpoint
+The transformers part is :class:`gateway.local.hf_tokenizer.HfTokenizer`, which reads the checkpoint
 with ``tokenizers`` and ``jinja2`` only: the gateway never imports ``transformers`` (nor torch).
 
 Anything we cannot reproduce (images and other non-text parts, a batch of several prompts,
@@ -40,7 +40,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from gateway.hf_tokenizer import HfTokenizer
+from gateway.local.hf_tokenizer import HfTokenizer
 
 log = logging.getLogger(__name__)
 

@@ -1,11 +1,11 @@
 """The record writer's hot modules compiled with mypyc, and the loader that uses them only while
 they match their sources.
 
-Why: the writer process (:mod:`gateway.recorder_child`) spends most of a streamed record's CPU
+Why: the writer process (:mod:`gateway.recording.child`) spends most of a streamed record's CPU
 in the interpreter (perf, 2026-11-28: ~70% in libpython, ~5% SQLite, ~4% orjson), half of it
 assembling the answer from the stream (:mod:`gateway.wire.assemble`,
-:mod:`gateway.wire.stream_template`, :mod:`gateway.wire.anthropic_stream`) and building the
-record (:mod:`gateway.record_draft`). The same modules compiled by mypyc (the compiler mypy
+:mod:`gateway.wire.stream_template`, :mod:`gateway.doors.anthropic.stream`) and building the
+record (:mod:`gateway.recording.draft`). The same modules compiled by mypyc (the compiler mypy
 ships, which black and mypy itself are released with) took, fed drafts captured from a gateway:
 ``as_record`` 40 -> 24 us per OpenAI stream record and 39 -> 29 us per Anthropic one; the whole
 writer process 80-82 -> 62-66 us and 73-92 -> 66-83 us. Only the writer process loads them; the
@@ -14,8 +14,8 @@ serving process runs the sources (its share of this code is a tuple and a pickle
 How they stay right:
 
 - Built out of the tree (``$SWITCHYARD_CACHE/accel/<python tag>/``, by ``make setup`` or
-  ``python -m gateway.accel build``), never beside the sources, so an edited ``.py`` is never
-  shadowed by an older ``.so``.
+  ``python -m gateway.recording.accel build``), never beside the sources, so an edited ``.py`` is
+  never shadowed by an older ``.so``.
 - A manifest holds the hash of every source the build read (:data:`SOURCES`); :func:`install`
   loads the compiled modules only if every hash still matches, all or none (compiled modules
   call each other directly, so a mix would run stale code), and only if each one imports.
@@ -24,8 +24,8 @@ How they stay right:
 - The same tests run against both (``tests/gateway/test_accel.py`` runs the assemblers' tests
   in a process that loaded the build).
 
-``python -m gateway.accel run MODULE ARGS...`` runs ``MODULE`` as ``__main__`` with the build
-installed: how the gateway starts its writer process.
+``python -m gateway.recording.accel run MODULE ARGS...`` runs ``MODULE`` as ``__main__`` with the
+build installed: how the gateway starts its writer process.
 """
 
 from __future__ import annotations
@@ -49,16 +49,16 @@ from pathlib import Path
 from types import ModuleType
 from typing import Final
 
-log = logging.getLogger("gateway.accel")  # also when run as __main__
+log = logging.getLogger("gateway.recording.accel")  # also when run as __main__
 
-ROOT: Final = Path(__file__).resolve().parents[1]
+ROOT: Final = Path(__file__).resolve().parents[2]
 # What is compiled (module names), in dependency order.
 COMPILED: Final = (
     "gateway.wire.sse",
     "gateway.wire.stream_template",
     "gateway.wire.assemble",
-    "gateway.wire.anthropic_stream",
-    "gateway.record_draft",
+    "gateway.doors.anthropic.stream",
+    "gateway.recording.draft",
 )
 # First-party modules whose types the compiled ones rely on (mypyc checks a value's type where
 # it crosses into compiled code): a change to them makes the build stale too.
@@ -149,11 +149,14 @@ def why_not(out: Path) -> str | None:
     try:
         manifest = json.loads((out / MANIFEST).read_text())
     except (OSError, ValueError):
-        return f"no build in {out} (make setup, or python -m gateway.accel build)"
+        return f"no build in {out} (make setup, or python -m gateway.recording.accel build)"
     if manifest.get("python") != sys.implementation.cache_tag:
         return f"the build in {out} is for {manifest.get('python')}"
     if manifest.get("sources") != source_hashes():
-        return f"the build in {out} is older than its sources (python -m gateway.accel build)"
+        return (
+            f"the build in {out} is older than its sources "
+            "(python -m gateway.recording.accel build)"
+        )
     missing = [m for m in COMPILED if not _extension(out, m).exists()]
     if missing:
         return f"the build in {out} lacks {', '.join(missing)}"
@@ -188,8 +191,9 @@ def install(out: Path) -> bool:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """``python -m gateway.accel build [--if-stale] [DIR]`` | ``... run MODULE [ARGS...]``"""
-    parser = argparse.ArgumentParser(prog="python -m gateway.accel", description=__doc__)
+    """``python -m gateway.recording.accel build [--if-stale] [DIR]`` | ``... run MODULE
+    [ARGS...]``"""
+    parser = argparse.ArgumentParser(prog="python -m gateway.recording.accel", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
     build_cmd = commands.add_parser("build", help="compile the modules (default: default_dir())")
     build_cmd.add_argument("out", nargs="?", type=Path, default=None)
@@ -206,14 +210,14 @@ def main(argv: list[str] | None = None) -> None:
         return
     out = args.out or default_dir()
     if args.if_stale and why_not(out) is None:
-        print(f"gateway.accel: {out} is current")
+        print(f"gateway.recording.accel: {out} is current")
         return
     try:
         build(out)
     except (RuntimeError, OSError) as exc:  # the sources still run: say why, do not fail
-        print(f"gateway.accel: not built, the record writer runs its sources ({exc})")
+        print(f"gateway.recording.accel: not built, the record writer runs its sources ({exc})")
         return
-    print(f"gateway.accel: built {len(COMPILED)} modules in {out}")
+    print(f"gateway.recording.accel: built {len(COMPILED)} modules in {out}")
 
 
 if __name__ == "__main__":

@@ -1,11 +1,11 @@
-"""The record writer process's side of :mod:`gateway.recorder_process`: it reads drafts from
+"""The record writer process's side of :mod:`gateway.recording.process`: it reads drafts from
 stdin, assembles and stores them with the in-process writer (:class:`traffic.store.RecordWriter`)
 and reports stats and acknowledgements on stdout (the protocol is described there).
 
-Started as ``python -m gateway.accel run gateway.recorder_child '<StoreConfig JSON>'`` by
-:class:`~gateway.recorder_process.WriterProcess` (the assemblers' compiled build loaded first,
-where it is built and current: :mod:`gateway.accel`); split from it so that each side is one
-module.
+Started as ``python -m gateway.recording.accel run gateway.recording.child '<StoreConfig JSON>'`` by
+:class:`~gateway.recording.process.WriterProcess` (the assemblers' compiled build loaded first,
+where it is built and current: :mod:`gateway.recording.accel`); split from it so that each side is
+one module.
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ from collections.abc import Sequence
 from typing import Final
 
 from gateway.memory_trim import keep_freed_heap
-from gateway.record_draft import as_record
-from gateway.recorder_process import CLOSE_MARGIN_S, FRAME, REPLAY, decode_batch
+from gateway.recording.draft import as_record
+from gateway.recording.process import CLOSE_MARGIN_S, FRAME, REPLAY, decode_batch
 from traffic.store import RecordWriter, StoreConfig, StoreError, open_store
 from traffic.store.spool import SpoolRecord
 from traffic.store.yielding import WRITER_YIELD_EVERY, slices
@@ -187,8 +187,8 @@ def yield_to_serving() -> str:
 
 
 def main() -> None:
-    """``python -m gateway.recorder_child '<StoreConfig JSON>'`` (the gateway starts it, through
-    ``python -m gateway.accel run``)."""
+    """``python -m gateway.recording.child '<StoreConfig JSON>'`` (the gateway starts it, through
+    ``python -m gateway.recording.accel run``)."""
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(name)s: %(message)s")
     config = StoreConfig.model_validate_json(sys.argv[1])
     # The gateway decides when this process ends (EOF on stdin, after the last record): a

@@ -6,7 +6,7 @@ streamed request (assembling the answer from the stream's bytes ~20 us for 16 to
 for 256, the 29-field frozen record ~13 us, then the row's encoding and the insert on the same
 process). The loop now keeps only what it already holds, in a plain tuple (:class:`InferenceDraft`:
 the request, the stream's raw bytes or chunks, usage, timings, the decision) and the writer calls
-:func:`build_record` in its batch, in the writer process (:mod:`gateway.recorder_process`), so
+:func:`build_record` in its batch, in the writer process (:mod:`gateway.recording.process`), so
 that the loop pays a tuple and a pipe write.
 
 A draft is picklable: plain values, and the answer as :class:`Deferred` (a module-level function
@@ -88,7 +88,7 @@ _ANSWERS: Final = InferenceDraft._fields.index("answers")
 _REQUEST: Final = InferenceDraft._fields.index("request")
 _CANONICAL: Final = InferenceDraft._fields.index("canonical_request")
 _REQUEST_JSON: Final = len(InferenceDraft._fields)  # in the flat tuple: Deferred takes two
-# What goes out of band, beside the batch's pickle (gateway.recorder_process.Batch): a body or a
+# What goes out of band, beside the batch's pickle (gateway.recording.process.Batch): a body or a
 # stream's bytes this large (a 256-token stream is ~64 KB, a Claude Code body ~90 KB). Smaller
 # ones are copied into the pickle and freed at the flush, as a 16-token stream's 4.5 KB: held
 # until acknowledged (~0.3 s) instead, they gained nothing measurable (docs/recording.md).
@@ -110,7 +110,7 @@ def to_wire(draft: InferenceDraft) -> tuple[Any, ...]:
     body = draft.request_json
     if body is not None:
         # A large body goes out of band (pickle.PickleBuffer): the pipe carries it as it is,
-        # never copied into the batch's pickle (gateway.recorder_process.Batch); it arrives as
+        # never copied into the batch's pickle (gateway.recording.process.Batch); it arrives as
         # bytes.
         values[_REQUEST] = JsonText(
             PickleBuffer(body) if len(body) >= OUT_OF_BAND_BYTES else body  # type: ignore[arg-type]

@@ -1,9 +1,9 @@
 """The gateway's handle on the traffic store: the backend plus its async record writer.
 
-The writer runs in a process of its own (:mod:`gateway.recorder_process`) unless the config says
+The writer runs in a process of its own (:mod:`gateway.recording.process`) unless the config says
 otherwise or no process can start; then in this one. Either way the request path only calls
 :meth:`RecorderHandle.submit_draft` (or ``submit``; sync, O(1), never blocks or raises), and the
-record is assembled by the writer (:mod:`gateway.record_draft`).
+record is assembled by the writer (:mod:`gateway.recording.draft`).
 Feedback needs to know whether an inference exists and which key made it; a record may still be
 queued in the writer, so the ids (with their key) submitted recently are remembered and checked
 before the database. How many: :data:`RECENT_PER_QUEUED` times the writer's ``queue_size`` (the
@@ -20,8 +20,8 @@ from collections import OrderedDict
 
 from gateway.config import StoreSection
 from gateway.errors import ServiceUnavailableError
-from gateway.record_draft import InferenceDraft, build_record
-from gateway.recorder_process import WriterProcess
+from gateway.recording.draft import InferenceDraft, build_record
+from gateway.recording.process import WriterProcess
 from traffic.store import (
     FeedbackRecord,
     InferenceOwner,

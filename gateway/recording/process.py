@@ -3,12 +3,12 @@ process assembles, encodes and stores them, scheduled after everything that serv
 
 Why a process: in the serving process, recording cost a streamed request 0.12-0.17 ms of the one
 GIL (a thread does not help: the work is Python). The serving loop keeps a draft
-(:mod:`gateway.record_draft`, a tuple of what it already holds) and every ``store.flush_interval_s``
-(or ``store.batch_size`` drafts) pickles the batch, the drafts as plain tuples, and writes it to
-the child's stdin without blocking, in one write (``recorder_child.PIPE_BYTES``); batched, as
-each write wakes it. The child batches its database writes over its own, longer window
-(``store.process_flush_interval_s``) and runs its hot modules compiled where built
-(:mod:`gateway.accel`).
+(:mod:`gateway.recording.draft`, a tuple of what it already holds) and every
+``store.flush_interval_s`` (or ``store.batch_size`` drafts) pickles the batch, the drafts as plain
+tuples, and writes it to the child's stdin without blocking, in one write
+(``recorder_child.PIPE_BYTES``); batched, as each write wakes it. The child batches its database
+writes over its own, longer window (``store.process_flush_interval_s``) and runs its hot modules
+compiled where built (:mod:`gateway.recording.accel`).
 
 Why scheduled last (``recorder_child.yield_to_serving``: ``SCHED_IDLE`` for every thread of the
 child): the work is moved, not removed, and on a busy box where it runs matters as much as how
@@ -29,7 +29,7 @@ gateway spools them itself, on a thread (building the records there: costly, but
 child is that far behind), and asks the child to replay the spool (a ``REPLAY`` frame).
 
 Protocol (both directions: a 4-byte little-endian length, then a pickle, the gateway's with its
-large bytes beside it (:class:`Batch`); the child's side is :mod:`gateway.recorder_child`)::
+large bytes beside it (:class:`Batch`); the child's side is :mod:`gateway.recording.child`)::
 
     gateway ──stdin──> (seq, [draft tuple | InferenceRecord | FeedbackRecord | ShadowRecord])
                        (REPLAY, [])  the gateway appended to the spool: replay it now
@@ -47,7 +47,8 @@ Guarantees, the in-process writer's (:mod:`traffic.store.writer`, which the chil
   writer, which takes the unacknowledged batches: the fallback.
 - ``close()`` flushes, closes the pipe and waits for the child to drain (``close_timeout``);
   a child that does not exit in time is killed and what it did not acknowledge is spooled here.
-- Feedback finds ids just submitted: :class:`gateway.recording.RecorderHandle` remembers them.
+- Feedback finds ids just submitted: :class:`gateway.recording.handle.RecorderHandle` remembers
+them.
 - One child per gateway process: each worker of ``--workers N`` starts its own.
 
 ``store.writer_process: false`` (and an in-memory SQLite database, which another process cannot
@@ -67,7 +68,7 @@ import time
 from collections.abc import Sequence
 from typing import Any, Final
 
-from gateway.record_draft import InferenceDraft, Item, as_record, from_wire, to_wire
+from gateway.recording.draft import InferenceDraft, Item, as_record, from_wire, to_wire
 from traffic.store import RecordWriter, StoreBackend, StoreConfig
 from traffic.store.config import DEFAULT_CLOSE_TIMEOUT_S
 from traffic.store.spool import Spool
@@ -90,7 +91,7 @@ CLOSE_DEADLINE_S: Final = DEFAULT_CLOSE_TIMEOUT_S + CLOSE_MARGIN_S
 class Batch:
     """One frame to the writer process, as the gateway keeps it until acknowledged: the batch's
     pickle, and the large bytes it refers to out of band (a long stream's raw blocks, a large
-    client body: :data:`~gateway.record_draft.OUT_OF_BAND_BYTES`), which go to the pipe as they
+    client body: :data:`~gateway.recording.draft.OUT_OF_BAND_BYTES`), which go to the pipe as they
     are, never copied into the pickle.
 
     On the pipe, after the frame's length (:data:`FRAME`): :data:`LAYOUT` (the pickle's length,
@@ -120,7 +121,7 @@ class Batch:
 
 
 def encode_batch(seq: int, items: Sequence[Item]) -> Batch:
-    """One frame: drafts as plain tuples (:func:`~gateway.record_draft.to_wire`), whose large
+    """One frame: drafts as plain tuples (:func:`~gateway.recording.draft.to_wire`), whose large
     bytes are marked to travel out of band.
 
     The frame goes in one vectored write (:meth:`WriterProcess._send`), its parts never joined:
@@ -158,7 +159,8 @@ def decode_batch(payload: bytes) -> tuple[int, list[Item]]:
 # -- the gateway's side ---------------------------------------------------------------------
 class WriterProcess:
     """The gateway's handle on its writer process; the surface of :class:`RecordWriter`
-    (``submit``, ``stats``, ``healthy``, ``close``) for :class:`gateway.recording.RecorderHandle`.
+    (``submit``, ``stats``, ``healthy``, ``close``) for
+    :class:`gateway.recording.handle.RecorderHandle`.
 
     ``backend`` (connected by the caller) serves the in-process fallback writer, when no
     process can run."""
@@ -376,9 +378,9 @@ class WriterProcess:
             proc = await asyncio.create_subprocess_exec(
                 sys.executable,
                 "-m",
-                "gateway.accel",  # its compiled modules, where built (gateway.accel)
+                "gateway.recording.accel",  # its compiled modules, where built
                 "run",
-                "gateway.recorder_child",
+                "gateway.recording.child",
                 self._cfg.model_dump_json(include=set(StoreConfig.model_fields)),
                 stdin=asyncio.subprocess.PIPE,
                 stdout=asyncio.subprocess.PIPE,

@@ -31,13 +31,13 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
-from gateway.auth.redis_scripts import redis_client
 from gateway.config import SwitchyardConfig
 from gateway.fleet.episode_memory import (
     EpisodeMemoryStore,
     LocalEpisodeMemory,
     RedisEpisodeMemory,
 )
+from gateway.redis_scripts import redis_client
 from router.config import EpisodeRoutingConfig
 from router.decision import RouteDecision
 from router.episode_fallback import (
@@ -54,7 +54,7 @@ from router.request_text import RequestText, ToolCallText
 from traffic.tool_calls import first_problem
 
 if TYPE_CHECKING:
-    from gateway.state import Routing
+    from gateway.routing.table import Routing
 
 log = logging.getLogger(__name__)
 

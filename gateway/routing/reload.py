@@ -1,23 +1,24 @@
-"""Applying the fleet's snapshot to this gateway, and the fleet-wide operations built on it.
+"""The one reload authority: every change of what requests are routed by goes through here.
 
-:class:`FleetApplier` turns a :class:`~gateway.fleet.snapshot.FleetSnapshot` into this process's
-serving state in two phases: *prepare* (validate the routing document, decode the learned state,
-load the tokenizers a new target needs: the awaits) and *commit* (swap the routing, the canary and
-the replica controls with no await in between). A request reads ``state.routing`` and
-``state.canary`` once, so its decision is made by one routing version and one canary, never a mix.
-Snapshots are applied in revision order (an older or equal revision of the same epoch is
-skipped); a document that does not validate here is logged and skipped, and this process keeps
-serving what it served.
+A change is published to the fleet (:mod:`gateway.fleet`: this process alone, or every gateway
+sharing a Redis) as a :class:`~gateway.fleet.snapshot.FleetChange`; each member applies the
+fleet's snapshot with :meth:`Reloader.apply`, in two phases: *prepare* (validate the routing
+document, decode the learned state, load the tokenizers a new target needs: the awaits) and
+*commit* (build the back-ends, swap the decider's routing and canary, set the replica controls:
+no await in between). Snapshots are applied in revision order (an older or equal revision of
+the same epoch is skipped); a document that does not validate here is logged and skipped, and
+this process keeps serving what it served.
 
-Fleet-wide operations (the admin API calls them on any gateway):
+Operations (the admin API, the console, SIGHUP):
 
-- :meth:`FleetApplier.reload`: re-read this process's config file and the learned state file,
-  publish their routing document; every member applies it.
-- :meth:`FleetApplier.drain`: publish the replica as drained; every member stops routing to it
-  when it applies the change and reports, under the drain's id, its requests still in flight
-  there once they are done (or at the timeout). The call returns when every live member reported
-  none left (a member that leaves the fleet is no longer waited for), or at the timeout with the
-  sum still in flight.
+- :meth:`Reloader.reload`: re-read this process's config file and learned state, publish their
+  routing document;
+- :meth:`Reloader.start_canary` / :meth:`promote` / :meth:`drop_canary`;
+- :meth:`Reloader.drain`: publish the replica as drained; every member stops routing to it and
+  reports, under the drain's id, its requests still in flight there once they are done (or at
+  the timeout). Returns when every live member reported none left (a member that leaves the
+  fleet is no longer waited for), or at the timeout with the sum still in flight;
+- :meth:`Reloader.undrain`.
 """
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
+from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
@@ -44,14 +46,22 @@ from gateway.fleet.snapshot import (
     replica_key,
     split_replica_key,
 )
-from gateway.local_targets import load_tokenizers
-from gateway.state import Canary, GatewayState, build_policy, load_learned_state
+from gateway.routing.decider import Decider
+from gateway.routing.table import (
+    Canary,
+    Routing,
+    RoutingView,
+    build_policy,
+    load_learned_state,
+)
+from gateway.routing.targets import Targets
 from router.config import RoutingConfig
 from router.learned import LearnedState
 
 log = logging.getLogger(__name__)
 
 DRAIN_POLL_S = 0.02
+Spawn = Callable[[Coroutine[Any, Any, None]], None]
 
 
 def routing_doc(config: SwitchyardConfig, learned: LearnedState | None) -> RoutingDoc:
@@ -64,25 +74,43 @@ def _learned(data: dict[str, Any] | None) -> LearnedState | None:
     return LearnedState.from_json(data) if data is not None else None
 
 
-class FleetApplier:
-    """Applies fleet snapshots to one :class:`GatewayState` (see the module docstring)."""
+def routing_for(
+    targets: Targets, config: SwitchyardConfig, learned: LearnedState | None
+) -> Routing:
+    """The routing ``config`` describes: its policy over the back-ends ``targets`` build."""
+    return Routing(build_policy(config, config.routing, learned), targets.build(config), config)
 
-    def __init__(self, state: GatewayState, fleet: Fleet) -> None:
-        self.state = state
+
+class Reloader:
+    """Changes what this process routes by, with the fleet (module docstring)."""
+
+    def __init__(
+        self,
+        decider: Decider,
+        targets: Targets,
+        fleet: Fleet,
+        config_path: Path | None,
+        spawn: Spawn,
+    ) -> None:
+        self.decider = decider
+        self.targets = targets
         self.fleet = fleet
-        self.local = state.config  # this process's own sections (listen, store, auth, ...)
+        self.config_path = config_path
+        self.local = decider.routing.config  # this process's own sections (listen, store, ...)
         self.applied = FleetSnapshot()
         self.apply_failures = 0
+        self._spawn = spawn
         self._lock = asyncio.Lock()
         self._reported: dict[str, None] = {}  # drain ids this member reports on (the newest)
 
     def seed(self) -> FleetSnapshot:
         """This process's state as a first snapshot (the fleet's if it has none yet)."""
-        doc = routing_doc(self.state.config, self.state.learned_state)
+        doc = routing_doc(self.decider.routing.config, self.decider.learned_state)
         self.applied = FleetSnapshot(revision=0, routing=doc, routing_version=0)
         return self.applied
 
     async def apply(self, snapshot: FleetSnapshot) -> None:
+        """Serve ``snapshot`` here (module docstring)."""
         async with self._lock:
             current = self.applied
             if snapshot.epoch == current.epoch and snapshot.revision <= current.revision:
@@ -106,10 +134,10 @@ class FleetApplier:
 
     async def _prepare(self, snapshot: FleetSnapshot) -> Callable[[], None]:
         """The awaits (validation, tokenizers); returns the commit, which has none."""
-        state, current = self.state, self.applied
+        decider, current = self.decider, self.applied
         config: SwitchyardConfig | None = None
-        learned = state.learned_state
-        tokenizers = state.tokenizers
+        learned = decider.learned_state
+        tokenizers = self.targets.tokenizers
         doc = snapshot.routing
         new_version = (
             snapshot.routing_version != current.routing_version or snapshot.epoch != current.epoch
@@ -124,22 +152,23 @@ class FleetApplier:
             learned = _learned(doc.learned)
             if learned is None and config.routing.learned is not None:
                 learned = LearnedState("unfitted")
-            tokenizers = load_tokenizers(config, state.tokenizers)
+            tokenizers = self.targets.load_tokenizers(config)
             for tokenizer in tokenizers.values():  # a target it adds hashes from the start
                 await tokenizer.await_load()
-        canary = state.canary
+        canary = decider.canary
         canary_changed = (
             snapshot.canary_version != current.canary_version or snapshot.epoch != current.epoch
         )
         if canary_changed:
-            canary = self._canary(snapshot.canary, config or state.config, learned)
+            canary = self._canary(snapshot.canary, config or decider.routing.config, learned)
 
         def commit() -> None:
+            routing = decider.routing
             if config is not None:
-                state.tokenizers = tokenizers
-                state.apply_config(config, learned)
-            if canary_changed:
-                state.canary = canary
+                self.targets.tokenizers = tokenizers
+                routing = routing_for(self.targets, config, learned)
+                self.targets.warn_unpriced(config)
+            decider.swap(RoutingView(routing, canary), learned)
 
         return commit
 
@@ -152,9 +181,17 @@ class FleetApplier:
         own = _learned(doc.learned) if doc.learned is not None else learned
         return Canary(build_policy(config, routing, own), doc.share, routing)
 
+    def rebuild(self) -> None:
+        """The back-ends built again for the routing served now (the fleet joined: local
+        targets now share their decisions), and the controls put back on the new pools."""
+        decider = self.decider
+        routing = routing_for(self.targets, decider.routing.config, decider.learned_state)
+        decider.swap(RoutingView(routing, decider.canary), decider.learned_state)
+        self._apply_replicas(self.applied)
+
     def _apply_replicas(self, snapshot: FleetSnapshot) -> None:
         """Controls onto the pools (after every apply: a rebuilt target starts afresh)."""
-        pools = self.state.pools()
+        pools = self.targets.pools()
         for key, control in snapshot.replicas.items():
             target, url = split_replica_key(key)
             pool = pools.get(target)
@@ -169,31 +206,28 @@ class FleetApplier:
                 while len(self._reported) > KEPT_DRAINS:
                     del self._reported[next(iter(self._reported))]
                 timeout = control.drain_timeout_s
-                self.state.spawn(self._report_drain(target, url, drain_id, timeout))
+                self._spawn(self._report_drain(target, url, drain_id, timeout))
 
     async def _report_drain(self, target: str, url: str, drain_id: str, timeout_s: float) -> None:
-        pool = self.state.pools().get(target)
+        pool = self.targets.pools().get(target)
         left = await pool.drain(url, timeout_s) if pool is not None else 0
         try:
             await self.fleet.ack_drain(drain_id, left)
         except Exception as exc:  # the drain's caller sees the missing report as in flight
             log.warning("fleet: could not report drain %s: %s", drain_id, exc)
 
-    def reapply_replicas(self) -> None:
-        """After a local rebuild of targets (a reload): controls onto the new pools."""
-        self._apply_replicas(self.applied)
+    # Operations.
 
-    # Fleet-wide operations.
-
-    async def reload(self) -> FleetSnapshot:
-        """Re-read the config file and learned state here; every member serves them."""
-        state = self.state
-        config = state.config  # no file: the routing served now, its learned state re-read
-        if state.config_path is not None:
-            config = await asyncio.to_thread(load_config, state.config_path)
+    async def reload(self) -> Routing:
+        """Re-read the config file and learned state here; every member serves them. Raises
+        on an invalid file; the running routing is kept then."""
+        config = self.decider.routing.config  # no file: the routing served, its state re-read
+        if self.config_path is not None:
+            config = await asyncio.to_thread(load_config, self.config_path)
             self.local = config
         learned = await asyncio.to_thread(load_learned_state, config)
-        return await self.fleet.publish(FleetChange(routing=routing_doc(config, learned)))
+        await self.fleet.publish(FleetChange(routing=routing_doc(config, learned)))
+        return self.decider.routing
 
     async def start_canary(
         self, routing: RoutingConfig, share: float, own_learned: LearnedState | None
@@ -203,9 +237,10 @@ class FleetApplier:
         learned = own_learned.to_json() if own_learned is not None else None
         doc = CanaryDoc(routing.model_dump(mode="json"), share, learned)
         await self.fleet.publish(FleetChange(canary=doc))
-        if self.state.canary is None:
+        canary = self.decider.canary
+        if canary is None:
             raise InvalidRequestError("invalid canary: the fleet could not apply it (see logs)")
-        return self.state.canary
+        return canary
 
     async def promote(self, routing: RoutingConfig, learned: LearnedState | None) -> None:
         """Every member routes by ``routing`` (with ``learned``) and drops its canary, in one
@@ -218,7 +253,7 @@ class FleetApplier:
         await self.fleet.publish(FleetChange(canary=CLEAR))
 
     def applied_sections(self) -> dict[str, Any]:
-        doc = self.applied.routing or routing_doc(self.state.config, None)
+        doc = self.applied.routing or routing_doc(self.decider.routing.config, None)
         return dict(doc.sections)
 
     async def drain(self, target: str, url: str, timeout_s: float) -> int:
@@ -238,13 +273,6 @@ class FleetApplier:
         control = ReplicaControl(False, version)
         await self.fleet.publish(FleetChange(replicas={key: control}))
         return control
-
-
-def applier_of(state: GatewayState) -> FleetApplier:
-    """The applier the app attached at start-up (:func:`gateway.fleet.wiring.start_fleet`)."""
-    if state.applier is None:
-        raise RuntimeError("the gateway's fleet is not started")
-    return state.applier
 
 
 def snapshot_without_routing(snapshot: FleetSnapshot, current: FleetSnapshot) -> FleetSnapshot:

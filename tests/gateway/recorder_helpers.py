@@ -10,8 +10,8 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
-from gateway.record_draft import Deferred, InferenceDraft, from_raw
-from gateway.recorder_process import WriterProcess
+from gateway.recording.draft import Deferred, InferenceDraft, from_raw
+from gateway.recording.process import WriterProcess
 from traffic.store import InferenceFilter, StoreBackend, StoreConfig, open_store
 from traffic.store.ids import new_id
 

@@ -1,5 +1,5 @@
-"""The record writer's compiled build (gateway.accel): loaded only while it matches its sources,
-and what it computes is what the sources compute."""
+"""The record writer's compiled build (gateway.recording.accel): loaded only while it matches its
+sources, and what it computes is what the sources compute."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway import accel
+from gateway.recording import accel
 from tests.gateway.recorder_helpers import read_stored, running_writer, stream_draft
 
 FIRST_PARTY = ("gateway", "traffic", "router", "serving", "rl_loop")
@@ -33,7 +33,7 @@ def _python(code: str, cache: Path) -> subprocess.CompletedProcess[str]:
 
 LOADED = """
 import importlib, json, sys
-from gateway import accel
+from gateway.recording import accel
 installed = accel.install(accel.default_dir())
 for module in accel.COMPILED:
     importlib.import_module(module)
@@ -72,7 +72,7 @@ def test_the_assemblers_tests_pass_against_the_build(built: Path) -> None:
     that loaded the build instead of the sources."""
     code = (
         "import sys\n"
-        "from gateway import accel\n"
+        "from gateway.recording import accel\n"
         "assert accel.install(accel.default_dir())\n"
         "import gateway.wire.assemble as a\n"
         "assert a.__file__.endswith('.so'), a.__file__\n"
@@ -141,7 +141,7 @@ def test_the_sources_imported_first_keep_a_current_build_out(built: Path) -> Non
     """In this process the sources are imported: a build is never mixed in afterwards."""
     out = built / "accel" / sys.implementation.cache_tag
     assert accel.why_not(out) is None
-    assert "gateway.record_draft" in sys.modules
+    assert "gateway.recording.draft" in sys.modules
     assert accel.install(out) is False
 
 

@@ -12,9 +12,9 @@ from typing import Any
 import httpx
 import pytest
 
-from gateway.episode_cli import main as episode_cli
+from gateway.cli import main as switchyard
 from loadtests.agent.client import AgentClientConfig, run_agent_client
-from loadtests.agent.tasks import make_agent_task
+from tasks.agent.tasks import make_agent_task
 from tests.fixtures.gateway_fixture import GatewayThread
 from tests.gateway.conftest import store_gateway
 
@@ -83,15 +83,15 @@ def test_episodes_by_admin_api_and_cli(
         gw.stop()
 
     capsys.readouterr()
-    assert episode_cli(["episode", first, "--store", store_url, "--json"]) == 0
+    assert switchyard(["traffic", "episode", first, "--store", store_url, "--json"]) == 0
     printed = json.loads(capsys.readouterr().out)
     assert printed["episode_id"] == first and printed["steps"]
-    assert episode_cli(["episode", first, "--store", store_url]) == 0
+    assert switchyard(["traffic", "episode", first, "--store", store_url]) == 0
     table = capsys.readouterr().out
     assert "verdict:" in table and f"steps {len(stats.episodes[0].steps)} (local" in table
     out_cli = tmp_path / "cli-sft"
     args = ["episode-export", "--store", store_url, "--kind", "episode_sft", "--out", str(out_cli)]
-    assert episode_cli([*args, "--eval-fraction", "0"]) == 0
+    assert switchyard(["traffic", *args, "--eval-fraction", "0"]) == 0
     counts = json.loads(capsys.readouterr().out.split("\nmanifest:")[0])
     accepted = sum(e.passed for e in stats.episodes)
     assert counts["records_built"] == accepted

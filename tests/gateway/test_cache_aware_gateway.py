@@ -43,7 +43,7 @@ def test_shared_prefixes_stick_to_one_replica_and_distinct_ones_spread(two_repli
     )
     gw = GatewayThread(cfg).start()
     # The tokenizer loads in the background after start-up; until then choice is by load alone.
-    assert gw.state.tokenizers[str(model_dir)].wait(60)
+    assert gw.state.targets.tokenizers[str(model_dir)].wait(60)
     try:
         placed: dict[str, Counter[str]] = {}
         for repo in range(6):

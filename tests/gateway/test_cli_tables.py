@@ -1,10 +1,10 @@
 """The operator commands' tables stay whole in an 80-column terminal: no header or figure cut to
 "…", no line wider than the terminal; wider terminals get one row per group.
 
-Tables checked: ``switchyard traffic summary`` (gateway/summary_table.py), ``switchyard traffic
-episode`` (gateway/episode_cli.py) and ``python -m rl_loop.replay``'s report. An episode's
-answer and tool results are free text shortened to one line of 60 characters by design; the
-views here keep them shorter, so any "…" is a cut.
+Tables checked: ``switchyard traffic summary`` (gateway/admin/summary_table.py), ``switchyard
+traffic episode`` (gateway/admin/episode_cli.py) and ``python -m rl_loop.replay``'s report. An
+episode's answer and tool results are free text shortened to one line of 60 characters by design;
+the views here keep them shorter, so any "…" is a cut.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from gateway.episode_cli import print_episode
-from gateway.summary_table import FIGURES, fmt_figure, print_summary
+from gateway.admin.episode_cli import print_episode
+from gateway.admin.summary_table import FIGURES, fmt_figure, print_summary
 from router.replay import ArmReport, ReplayReport
 
 WIDTH = 80

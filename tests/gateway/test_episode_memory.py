@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 import redis
 
-from gateway.auth.redis_scripts import redis_client
-from gateway.episode_routing import call_problem
 from gateway.fleet.episode_memory import LocalEpisodeMemory, RedisEpisodeMemory, decode_memory
+from gateway.redis_scripts import redis_client
+from gateway.routing.episodes import call_problem
 from router.episode_fallback import EpisodeMemory
 from router.request_text import ToolCallText
 

@@ -18,9 +18,9 @@ from loadtests.agent.client import (
     register_task,
     run_agent_client,
 )
-from loadtests.agent.tasks import sample_agent_tasks
 from loadtests.bench.sim_gateway import simulator_backends
 from loadtests.frontier_sim import SimulatorConfig, ThreadedSimulator, run_in_thread
+from tasks.agent.tasks import sample_agent_tasks
 from tests.fixtures.gateway_fixture import GatewayThread, gateway_config
 
 

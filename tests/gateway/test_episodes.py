@@ -9,7 +9,7 @@ from typing import Any
 import httpx
 import orjson
 
-from gateway.episodes import MAX_EPISODE_ID, claude_code_session, episode_of
+from gateway.routing.episode_id import MAX_EPISODE_ID, claude_code_session, episode_of
 from tests.gateway.conftest import store_gateway
 from tests.gateway.test_recording import _read_all
 

@@ -3,8 +3,8 @@
 Three parts, each on a gateway with a store (SQLite; the corpus also on PostgreSQL) and API keys
 required (keys created through the admin API):
 
-- the corpus of :mod:`loadtests.hostile` (``COUNT`` cases, seed ``SEED``; every door, feedback
-  and admin) against targets on the frontier simulator;
+- the corpus of :mod:`loadtests.hostile.corpus` (``COUNT`` cases, seed ``SEED``; every door,
+  feedback and admin) against targets on the frontier simulator;
 - Hypothesis: an arbitrary JSON value in any field, at any depth, of a valid body of any door
   (``derandomize``: the same examples on every run);
 - ``slow``: the corpus against a real vLLM replica on CPU, with no fallback.
@@ -34,9 +34,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gateway.config import parse_config
-from loadtests.hostile import Targets, hostile_corpus
-from loadtests.hostile_case import HostileCase, make_case, valid_body
-from loadtests.hostile_fire import (
+from loadtests.hostile.case import HostileCase, make_case, valid_body
+from loadtests.hostile.corpus import Targets, hostile_corpus
+from loadtests.hostile.fire import (
     Credentials,
     Finding,
     GatewayWatch,

@@ -17,7 +17,7 @@ from gateway.resilience import BreakerState
 from gateway.wire.bounds import check_bounds
 from loadtests.bench.sim_gateway import simulator_backends
 from loadtests.frontier_sim import SimulatorConfig, ThreadedSimulator
-from loadtests.hostile_case import DOOR_BODY_LIMIT
+from loadtests.hostile.case import DOOR_BODY_LIMIT
 from tests.fixtures.gateway_fixture import GatewayThread, gateway_config
 from tests.gateway.conftest import store_gateway
 from traffic.store import InferenceFilter, InferenceRecord, StoreConfig, open_store

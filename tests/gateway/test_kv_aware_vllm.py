@@ -14,10 +14,9 @@ import aiohttp
 import pytest
 
 from gateway.backends.replica_metrics import ReplicaMetricsScraper
-from gateway.kv_event_subscriber import KvEventSubscriber
-from gateway.prompt_tokens import PromptTokenizer
-from loadtests.bench.servers import ServerFleet
-from loadtests.bench_kv import (
+from gateway.local.kv_events import KvEventSubscriber
+from gateway.local.prompt_tokens import PromptTokenizer
+from loadtests.bench.kv.run import (
     HASH_ALGO,
     KV_TOPIC,
     REAL_BLOCK_SIZE,
@@ -30,7 +29,8 @@ from loadtests.bench_kv import (
     stop_replicas,
     wait_replicas,
 )
-from loadtests.kv_gateway_replay import GatewayUnderTest
+from loadtests.bench.servers import ServerFleet
+from loadtests.kv.gateway_replay import GatewayUnderTest
 from router.cache_aware import CacheAwareSelector
 from router.selector_config import CacheAwareConfig
 from tests.fixtures.vllm_fixture import cache_dir

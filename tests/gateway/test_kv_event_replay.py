@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import zmq
 
-from gateway.kv_event_subscriber import KvEventSubscriber
+from gateway.local.kv_events import KvEventSubscriber
 from router.cache_aware import CacheAwareSelector
 from router.selector_config import CacheAwareConfig
 from serving.replica import find_free_port

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from gateway.admin.legacy_records import backfill_canonical
 from gateway.cli import main as cli_main
-from gateway.legacy_records import backfill_canonical
 from tests.fixtures.postgres_fixture import pg_dsn
 from tests.traffic.export import synthetic as syn
 from traffic.export import DatasetConfig, build_dataset

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 import yaml
 
+from gateway.backends.local_target import load_tokenizers
 from gateway.config import SwitchyardConfig, parse_config
-from gateway.local_targets import load_tokenizers
 from serving.build import ensure_demo_model
 from tests.fixtures.gateway_fixture import GatewayThread
 from tests.fixtures.vllm_fixture import cache_dir
@@ -82,9 +82,9 @@ def test_a_reload_that_adds_a_cache_aware_target_returns_with_its_tokenizer_load
     path.write_text(yaml.safe_dump(config("round_robin")))
     gateway = GatewayThread(parse_config(config("round_robin")), path).start()
     try:
-        assert gateway.state.tokenizers == {}  # no cache-aware target, no tokenizer
+        assert gateway.state.targets.tokenizers == {}  # no cache-aware target, no tokenizer
         path.write_text(yaml.safe_dump(config("cache_aware")))
-        gateway.call(gateway.state.reload(), timeout=120)
-        assert gateway.state.tokenizers[str(model_dir)].loaded
+        gateway.call(gateway.state.reloader.reload(), timeout=120)
+        assert gateway.state.targets.tokenizers[str(model_dir)].loaded
     finally:
         gateway.stop()

@@ -216,10 +216,10 @@ def test_a_frontier_target_without_a_price_is_named_at_start_and_on_reload(
     config = gateway_config(sim, backends=backends, routing={"default": OPENAI_TARGET})
     path = tmp_path / "switchyard.yaml"
     path.write_text(yaml.safe_dump(config.model_dump(mode="json")))
-    caplog.set_level(logging.WARNING, logger="gateway.state")
+    caplog.set_level(logging.WARNING, logger="gateway.routing.targets")
 
     def named() -> list[str]:
-        return [r.getMessage() for r in caplog.records if r.name == "gateway.state"]
+        return [r.getMessage() for r in caplog.records if r.name == "gateway.routing.targets"]
 
     with GatewayThread(config, config_path=path) as gw:
         assert len(named()) == 1

@@ -18,8 +18,8 @@ import pytest
 from tokenizers import Tokenizer, processors
 from transformers import AutoTokenizer, PreTrainedTokenizerBase
 
-from gateway.hf_tokenizer import HfTokenizer
-from gateway.prompt_tokens import PromptTokenizer
+from gateway.local.hf_tokenizer import HfTokenizer
+from gateway.local.prompt_tokens import PromptTokenizer
 from serving.build import ensure_demo_model
 from tests.fixtures.vllm_fixture import cache_dir
 from tests.gateway.prompt_token_corpus import (
@@ -260,7 +260,7 @@ async def test_loading_happens_in_the_background_and_is_logged(
     assert tokenizer.chat_token_ids(body) is None  # the selector scores on load alone
     assert await tokenizer.atoken_ids("chat.completions", body) is None
     assert await tokenizer.atoken_ids("completions", {"prompt": [1, 2]}) == (1, 2)  # no tokenizer
-    with caplog.at_level(logging.INFO, logger="gateway.prompt_tokens"):
+    with caplog.at_level(logging.INFO, logger="gateway.local.prompt_tokens"):
         tokenizer.load_in_background()
         tokenizer.load_in_background()  # already loading: no second thread
         assert tokenizer.wait(60)

@@ -12,8 +12,8 @@ from typing import Final
 
 import pytest
 
-from gateway.record_draft import OUT_OF_BAND_BYTES, Deferred, InferenceDraft, build_record
-from gateway.recorder_process import decode_batch, encode_batch
+from gateway.recording.draft import OUT_OF_BAND_BYTES, Deferred, InferenceDraft, build_record
+from gateway.recording.process import decode_batch, encode_batch
 from tests.gateway.recorder_helpers import (
     child_pid,
     running_writer,

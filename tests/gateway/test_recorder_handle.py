@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from gateway.config import StoreSection
-from gateway.recording import RECENT_PER_QUEUED, open_recorder
+from gateway.recording.handle import RECENT_PER_QUEUED, open_recorder
 from tests.gateway.recorder_helpers import stream_draft, until
 
 

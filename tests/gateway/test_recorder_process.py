@@ -19,16 +19,16 @@ from typing import Any
 import httpx
 import pytest
 
-from gateway import recorder_process
-from gateway.record_draft import (
+from gateway.doors.anthropic.answer import completion_of_message
+from gateway.doors.anthropic.stream import assemble_message
+from gateway.recording import process as recorder_process
+from gateway.recording.draft import (
     Deferred,
     InferenceDraft,
     build_record,
     from_native_stream,
 )
-from gateway.recorder_process import WriterProcess
-from gateway.wire.anthropic_answer import completion_of_message
-from gateway.wire.anthropic_stream import assemble_message
+from gateway.recording.process import WriterProcess
 from tests.fixtures.gateway_fixture import GatewayThread
 from tests.gateway.conftest import store_gateway
 from tests.gateway.recorder_helpers import (

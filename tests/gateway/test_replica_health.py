@@ -82,7 +82,7 @@ def replica_gateway() -> Iterator[tuple[GatewayThread, Replica]]:
 
 
 def healthy(gw: GatewayThread) -> bool:
-    (state,) = gw.state.pools()["local"].replicas.values()
+    (state,) = gw.state.targets.pools()["local"].replicas.values()
     return state.healthy
 
 
@@ -103,7 +103,7 @@ def test_a_replica_answering_health_late_stays_in_rotation_until_too_many_probes
     replica_gateway: tuple[GatewayThread, Replica],
 ) -> None:
     gw, replica = replica_gateway
-    pool = gw.state.pools()["local"]
+    pool = gw.state.targets.pools()["local"]
     (state,) = pool.replicas.values()
     replica.health_delay_s = PROBE_TIMEOUT_S * 2
     wait_for(lambda: state.slow_probes >= 1)
@@ -121,7 +121,7 @@ def test_an_error_status_on_health_takes_a_replica_out_at_once(
     replica_gateway: tuple[GatewayThread, Replica],
 ) -> None:
     gw, replica = replica_gateway
-    (state,) = gw.state.pools()["local"].replicas.values()
+    (state,) = gw.state.targets.pools()["local"].replicas.values()
     replica.health_status = 503
     wait_for(lambda: not healthy(gw))
     assert state.slow_probes == 0

@@ -114,7 +114,7 @@ def test_a_stream_that_fails_at_its_opening_gives_the_replica_its_request_back(
         for _ in range(3):
             got = client.post("/v1/chat/completions", json=body)
             assert got.status_code == status, got.text
-    (state,) = gw.state.pools()["local"].replicas.values()
+    (state,) = gw.state.targets.pools()["local"].replicas.values()
     assert state.in_flight == 0
 
 
@@ -139,7 +139,7 @@ def test_a_client_that_leaves_before_its_answer_has_the_upstream_call_dropped(
         time.sleep(0.02)
     (gone,) = gw.sink.records[before:]
     assert (gone.status, gone.error) == (499, "cancelled")  # not the first-byte timeout's 504
-    (state,) = gw.state.pools()["local"].replicas.values()
+    (state,) = gw.state.targets.pools()["local"].replicas.values()
     assert state.in_flight == 0
 
 
@@ -165,5 +165,5 @@ def test_a_client_that_leaves_mid_stream_has_the_upstream_stream_dropped(
         time.sleep(0.02)
     (gone,) = gw.sink.records[before:]
     assert (gone.status, gone.error) == (499, "client disconnected")
-    (state,) = gw.state.pools()["local"].replicas.values()
+    (state,) = gw.state.targets.pools()["local"].replicas.values()
     assert state.in_flight == 0

@@ -65,7 +65,7 @@ IN_PROCESS = textwrap.dedent(
     with TestClient(app) as client:
         out["ready"] = client.get("/ready").status_code
         out["at_ready"] = [m for m in heavy if m in sys.modules]
-        tokenizer = next(iter(app.state.switchyard.tokenizers.values()))
+        tokenizer = next(iter(app.state.switchyard.targets.tokenizers.values()))
         out["loaded"] = tokenizer.wait(120)
         body = {"messages": [{"role": "user", "content": "hello"}]}
         out["ids"] = len(tokenizer.token_ids("chat.completions", body) or ())

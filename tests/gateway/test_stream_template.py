@@ -10,7 +10,7 @@ import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway.wire import anthropic_stream
+from gateway.doors.anthropic import stream as anthropic_stream
 from gateway.wire.assemble import assemble_chat, assemble_chat_stream
 from gateway.wire.sse import parse_stream
 from gateway.wire.stream_template import TextRun, data_events, find_template, read_events

@@ -16,7 +16,7 @@ import orjson
 import pytest
 from aiohttp import web
 
-from gateway.wire.anthropic_render import MessagesStreamEncoder
+from gateway.doors.anthropic.render import MessagesStreamEncoder
 from tests.fixtures.gateway_fixture import GatewayThread
 from tests.fixtures.loopback_provider import ask_door, provider_gateway
 from tests.fixtures.loopback_server import answer

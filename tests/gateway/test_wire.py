@@ -136,7 +136,7 @@ def test_parse_stream_reads_every_shape_of_event_stream_alike() -> None:
 
 
 def test_anthropic_stream_assembles_alike_on_both_reading_paths() -> None:
-    from gateway.wire.anthropic_stream import assemble_message
+    from gateway.doors.anthropic.stream import assemble_message
 
     events = [
         ("message_start", {"type": "message_start", "message": {"id": "m1", "content": []}}),

@@ -13,10 +13,14 @@ from typing import Any
 
 import pytest
 
-from gateway.wire.anthropic import translate_messages
-from gateway.wire.anthropic_answer import completion_of_message
-from gateway.wire.anthropic_render import MessageContext, render_message
-from gateway.wire.responses import ResponseContext, completion_of_response, render_response
+from gateway.doors.anthropic.answer import completion_of_message
+from gateway.doors.anthropic.render import MessageContext, render_message
+from gateway.doors.anthropic.translate import translate_messages
+from gateway.doors.responses.translate import (
+    ResponseContext,
+    completion_of_response,
+    render_response,
+)
 from tests.fixtures.loopback_provider import MESSAGE
 from tests.gateway.wire_translation_samples import EXCHANGE_ID, MIXED_COMPLETION
 

@@ -13,16 +13,16 @@ import pytest
 from anthropic.types import Message, RawMessageStreamEvent
 from pydantic import TypeAdapter
 
-from gateway.errors import InvalidRequestError
-from gateway.wire.anthropic import translate_messages
-from gateway.wire.anthropic_render import (
+from gateway.doors.anthropic.render import (
     MessageContext,
     MessagesStreamEncoder,
     error_body,
     render_message,
 )
+from gateway.doors.anthropic.translate import translate_messages
+from gateway.doors.openai.requests import validate_chat
+from gateway.errors import InvalidRequestError
 from gateway.wire.blocks import BlockSequencer, prompt_chars
-from gateway.wire.openai_requests import validate_chat
 from tests.gateway.wire_translation_samples import (
     EXCHANGE_ID,
     MIXED_COMPLETION,

@@ -12,14 +12,14 @@ import pytest
 from openai.types.responses import Response, ResponseStreamEvent
 from pydantic import TypeAdapter
 
-from gateway.errors import InvalidRequestError
-from gateway.wire.openai_requests import validate_chat
-from gateway.wire.responses import (
+from gateway.doors.openai.requests import validate_chat
+from gateway.doors.responses.request import translate_request
+from gateway.doors.responses.translate import (
     ResponseContext,
     ResponsesStreamEncoder,
     render_response,
 )
-from gateway.wire.responses_request import translate_request
+from gateway.errors import InvalidRequestError
 from tests.gateway.wire_translation_samples import (
     EXCHANGE_ID,
     MIXED_COMPLETION,

@@ -13,7 +13,7 @@ from typing import Any
 from pydantic import ValidationError
 from starlette.responses import RedirectResponse, Response
 
-from gateway.console import operations
+from gateway.admin import operations
 from gateway.console.figures import group_figures
 from gateway.console.web import PREFIX, SECURITY_HEADERS, Ctx
 from gateway.errors import InvalidRequestError
@@ -42,8 +42,8 @@ def _row(
     ctx: Ctx, record: ApiKeyRecord, usage: dict[str | None, tuple[int, float]]
 ) -> dict[str, Any]:
     spent = record.spent_usd
-    if ctx.state.budget is not None:
-        spent = max(spent, ctx.state.budget.spent(record.id))
+    if ctx.state.admission.budget is not None:
+        spent = max(spent, ctx.state.admission.budget.spent(record.id))
     requests, cost = usage.get(record.id, (0, 0.0))
     budget = record.budget_usd
     return {

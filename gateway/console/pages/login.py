@@ -22,10 +22,10 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.templating import Jinja2Templates
 
-from gateway.api_admin import admin_token, check_admin_token, client_address
+from gateway.access import admin_token, check_admin_token, client_address
 from gateway.console import session as sessions
 from gateway.console.web import FORM_LIMIT, PREFIX, SECURITY_HEADERS, Ctx, error_page
-from gateway.door import read_body
+from gateway.doors.skeleton import read_body
 from gateway.errors import GatewayError, RateLimitedError, ServiceUnavailableError
 from gateway.state import GatewayState
 
@@ -126,7 +126,9 @@ async def logout(ctx: Ctx) -> Response:
     session = ctx.session
     if session is not None:  # None: the bearer token, no session to end
         try:
-            await ctx.state.fleet.revoke_session(session.sid, session.remaining_s(time.time()))
+            await ctx.state.reloader.fleet.revoke_session(
+                session.sid, session.remaining_s(time.time())
+            )
             log.info("console: %s logged out", session.operator)
         except ServiceUnavailableError as exc:
             until = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(session.expires))

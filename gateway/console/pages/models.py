@@ -18,8 +18,8 @@ from typing import Any
 
 from starlette.responses import RedirectResponse, Response
 
-from gateway.api_admin import admin_token
-from gateway.console import changes, operations
+from gateway.access import admin_token
+from gateway.admin import changes, operations
 from gateway.console.flywheel_runs import gate_reports
 from gateway.console.swap_jobs import SwapJob, SwapKind, promote_command
 from gateway.console.web import PREFIX, SECURITY_HEADERS, Ctx
@@ -42,7 +42,7 @@ def lineage(versions: dict[str, ModelVersionRecord], version_id: str | None) -> 
 
 def _replicas(ctx: Ctx) -> list[dict[str, Any]]:
     out = []
-    for target, pool in sorted(ctx.state.pools().items()):
+    for target, pool in sorted(ctx.state.targets.pools().items()):
         for r in pool.replicas.values():
             out.append(
                 {
@@ -111,7 +111,7 @@ async def undrain(ctx: Ctx) -> Response:
 
 async def _start_swap(ctx: Ctx, kind: SwapKind, checkpoint: ModelVersionRecord | None) -> None:
     target = ctx.form().get("target", "")
-    pool = ctx.state.pools().get(target)
+    pool = ctx.state.targets.pools().get(target)
     if pool is None:
         raise NotFoundError(f"no local target {target}")
     gateway_url = ctx.config.gateway_url or str(ctx.request.base_url).rstrip("/")

@@ -11,7 +11,7 @@ Flow: ``POST /ui/routing/preview`` (htmx) replays live and candidate on the wind
 successful exchanges (:mod:`gateway.console.replay_preview`) and answers the comparison as charts
 and a per-class table, with the form that applies the very candidate it showed as a canary
 (``POST /ui/routing/canary``); ``/promote`` and ``/rollback`` end the canary. Each is the admin
-API's own operation (:mod:`gateway.console.operations`), recorded with the operator's name.
+API's own operation (:mod:`gateway.admin.operations`), recorded with the operator's name.
 
 A promotion changes what the gateways serve, not the YAML file: the next restart or SIGHUP
 reload re-reads the file and serves its routing again. The page says so beside the button, and
@@ -31,7 +31,8 @@ import yaml
 from pydantic import ValidationError
 from starlette.responses import RedirectResponse, Response
 
-from gateway.console import charts, operations
+from gateway.admin import operations
+from gateway.console import charts
 from gateway.console.figures import group_figures
 from gateway.console.replay_preview import preview as run_preview
 from gateway.console.web import PREFIX, SECURITY_HEADERS, Ctx
@@ -129,14 +130,14 @@ async def routing_page(ctx: Ctx) -> Response:
     if ctx.handle is not None:
         history = await changes(ctx.store, action_prefix="routing.", limit=15)
         by_policy = await group_figures(ctx.store, window, "policy_version", ctx.local_targets())
-    canary = ctx.state.canary
+    canary = ctx.state.decider.canary
     promoted = ctx.param("promoted")
     return ctx.render(
         "routing.html",
         promoted=promoted if promoted == ctx.state.routing.policy.version else None,
         live_yaml=yaml.safe_dump({"routing": live.model_dump(mode="json")}, sort_keys=False),
         config_path=str(ctx.state.config_path) if ctx.state.config_path else None,
-        fleet_shared=ctx.state.fleet.shared,
+        fleet_shared=ctx.state.reloader.fleet.shared,
         page="routing",
         live=live,
         live_view=_live_view(ctx),

@@ -15,9 +15,9 @@ from typing import Any
 
 from starlette.responses import Response
 
+from gateway.admin.legacy_records import LIVE_TRANSLATOR
 from gateway.console.web import Ctx
 from gateway.errors import InvalidRequestError, NotFoundError
-from gateway.legacy_records import LIVE_TRANSLATOR
 from traffic.export.conversation import UnsupportedShape, conversation_of
 from traffic.store import FEEDBACK_KINDS, InferenceFilter, InferenceRow
 from traffic.store.console_queries import episode, exchange, search

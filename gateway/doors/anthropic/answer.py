@@ -3,11 +3,11 @@
 Needed where an answer exists only in Anthropic's format: a native pass-through (the Messages
 door to an Anthropic provider, whose answer the client got unchanged), recorded as the record's
 ``canonical_response``, and Messages records written before that field existed, read by the
-exporter. The inverse of :func:`gateway.wire.anthropic.render_message`::
+exporter. The inverse of :func:`gateway.doors.anthropic.translate.render_message`::
 
     text blocks                 -> content, joined exactly as the Messages translator joins an
                                    assistant turn's text (it is the translator's own function,
-                                   :func:`gateway.wire.anthropic.assistant_message`)
+                                   :func:`gateway.doors.anthropic.translate.assistant_message`)
     tool_use, server_tool_use   -> tool_calls (id kept, arguments = JSON of input); a server
                                    tool's call stays a call, so a reader sees that the answer used
                                    a tool the internal request does not offer
@@ -27,8 +27,8 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from gateway.wire.anthropic import assistant_message
-from gateway.wire.blocks import token_count
+from gateway.doors.anthropic.translate import assistant_message
+from gateway.wire.native import usage_as_openai
 
 _CALLS: Final = ("tool_use", "server_tool_use")
 _FINISH_REASONS: Final = {
@@ -40,23 +40,6 @@ _FINISH_REASONS: Final = {
     "tool_use": "tool_calls",
     "refusal": "content_filter",
 }
-
-
-def usage_as_openai(usage: Any) -> dict[str, Any] | None:
-    """Anthropic's usage in OpenAI's shape: its ``input_tokens`` excludes cache reads and writes,
-    OpenAI's ``prompt_tokens`` counts every input token (reads under ``cached_tokens``)."""
-    if not isinstance(usage, dict):
-        return None
-    read = token_count(usage.get("cache_read_input_tokens")) or 0
-    written = token_count(usage.get("cache_creation_input_tokens")) or 0
-    prompt = (token_count(usage.get("input_tokens")) or 0) + read + written
-    completion = token_count(usage.get("output_tokens")) or 0
-    return {
-        "prompt_tokens": prompt,
-        "completion_tokens": completion,
-        "total_tokens": prompt + completion,
-        "prompt_tokens_details": {"cached_tokens": read, "cache_creation_tokens": written},
-    }
 
 
 def completion_of_message(message: dict[str, Any]) -> dict[str, Any]:

@@ -1,17 +1,17 @@
 """The Anthropic front door: ``POST /v1/messages``, ``/v1/messages/count_tokens``, ``HEAD|GET /``.
 
 What Claude Code speaks. A Messages request is translated into the internal chat-completions
-body (:mod:`gateway.wire.anthropic`) and served by :mod:`gateway.pipeline` like every other door
-(an Anthropic target gets the client's own body instead: :mod:`gateway.backends.passthrough`);
-answers, stream events and errors go back in Anthropic's shapes (``{"type": "error", "error":
-{"type", "message"}}``). ``?beta=true``, ``anthropic-version`` and ``anthropic-beta`` are
-accepted; the key may come as ``x-api-key`` or ``Authorization: Bearer`` (checked, when keys
-arrive, in the one shared place, not here). ``count_tokens`` answers an estimate (characters / 4,
-as the router estimates) without calling a back-end.
+body (:mod:`gateway.doors.anthropic.translate`) and served by :mod:`gateway.doors.pipeline` like
+every other door (an Anthropic target gets the client's own body instead:
+:mod:`gateway.backends.passthrough`); answers, stream events and errors go back in Anthropic's
+shapes (``{"type": "error", "error": {"type", "message"}}``). ``?beta=true``, ``anthropic-version``
+and ``anthropic-beta`` are accepted; the key may come as ``x-api-key`` or ``Authorization: Bearer``
+(checked, when keys arrive, in the one shared place, not here). ``count_tokens`` answers an
+estimate (characters / 4, as the router estimates) without calling a back-end.
 
 The record keeps the translation (``canonical_request``) even when the body went natively to
 Anthropic, and the provider's message converted to a chat completion
-(:mod:`gateway.wire.anthropic_answer`, ``canonical_response``): training targets the local model,
+(:mod:`gateway.doors.anthropic.answer`, ``canonical_response``): training targets the local model,
 and that is what the local model is sent and would answer in.
 """
 
@@ -25,7 +25,17 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
-from gateway.door import (
+from gateway.doors.anthropic.answer import completion_of_message
+from gateway.doors.anthropic.render import (
+    MessageContext,
+    MessagesStreamEncoder,
+    error_body,
+    render_message,
+)
+from gateway.doors.anthropic.stream import assemble_message
+from gateway.doors.anthropic.translate import translate_messages
+from gateway.doors.exchange import Exchange, FrontDoor
+from gateway.doors.skeleton import (
     SHAPE_ERRORS,
     Translated,
     door_features,
@@ -39,17 +49,7 @@ from gateway.errors import (
     GatewayError,
     error_response_parts,
 )
-from gateway.exchange import Exchange, FrontDoor
 from gateway.state import GatewayState
-from gateway.wire.anthropic import translate_messages
-from gateway.wire.anthropic_answer import completion_of_message
-from gateway.wire.anthropic_render import (
-    MessageContext,
-    MessagesStreamEncoder,
-    error_body,
-    render_message,
-)
-from gateway.wire.anthropic_stream import assemble_message
 from gateway.wire.blocks import prompt_chars
 from router.errors import RoutingError
 from router.features import RequestFeatures, estimate_tokens
@@ -102,7 +102,7 @@ async def count_tokens(request: Request) -> Response:
     state: GatewayState = request.app.state.switchyard
     routing = state.routing
     try:
-        await state.admit(request.headers, limit=False)
+        await state.admission.admit(request.headers, limit=False)
         limits = routing.config.gateway.limits
         raw = await read_body(request, limits.max_body_bytes.messages)
         body = await off_loop_if_large(len(raw), limits, parse_checked, raw, limits)

@@ -31,24 +31,12 @@ from gateway.wire.blocks import (
     completion_as_chunk,
     usage_counts,
 )
+from gateway.wire.native import ANTHROPIC_ERROR_STATUS
 from gateway.wire.sse import encode_named_event
 
 # Errors
 
-# Anthropic's error types and the HTTP statuses they stand for (its "errors" page). Overloaded
-# is Anthropic's 529; the gateway reads it as a 503 (retryable: the pipeline fails over) and
-# answers both as overloaded.
-ERROR_STATUS: Final = {
-    "invalid_request_error": 400,
-    "authentication_error": 401,
-    "permission_error": 403,
-    "not_found_error": 404,
-    "request_too_large": 413,
-    "rate_limit_error": 429,
-    "api_error": 500,
-    "overloaded_error": 503,
-}
-_ERROR_TYPES: Final = {status: kind for kind, status in ERROR_STATUS.items()} | {
+_ERROR_TYPES: Final = {status: kind for kind, status in ANTHROPIC_ERROR_STATUS.items()} | {
     529: "overloaded_error"
 }
 
@@ -173,7 +161,8 @@ def _delta(block: Block, text: str) -> dict[str, Any]:
 
 
 class MessagesStreamEncoder:
-    """Internal chat chunks -> Anthropic stream events; a ``gateway.pipeline.StreamEncoder``."""
+    """Internal chat chunks -> Anthropic stream events; a
+    ``gateway.doors.pipeline.StreamEncoder``."""
 
     def __init__(self, ctx: MessageContext) -> None:
         self._ctx = ctx

@@ -174,7 +174,7 @@ def _user_messages(
 def assistant_message(
     content: list[dict[str, Any]], notes: dict[str, list[str]], where: str
 ) -> dict[str, Any]:
-    """Assistant blocks as one chat message (shared with :mod:`gateway.wire.anthropic_answer`)."""
+    """Assistant blocks as one chat message (shared with :mod:`gateway.doors.anthropic.answer`)."""
     texts: list[str] = []
     calls: list[dict[str, Any]] = []
     for i, block in enumerate(content):

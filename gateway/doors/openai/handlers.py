@@ -3,7 +3,7 @@
 The identity door: the client's body, validated, is the internal body (no translation, nothing
 rendered: the upstream's bytes go back as they came). Handlers are plain Starlette endpoints (no
 per-request dependency injection or response model serialisation) on the one door skeleton,
-:func:`gateway.door.serve_door`.
+:func:`gateway.doors.skeleton.serve_door`.
 """
 
 from __future__ import annotations
@@ -17,16 +17,16 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from gateway.backends.base import UpstreamEndpoint
-from gateway.door import Translate, Translated, door_features, serve_door
-from gateway.errors import GatewayError, json_error_response
-from gateway.exchange import Exchange, FrontDoor
-from gateway.state import GatewayState
-from gateway.wire.openai_requests import (
+from gateway.doors.exchange import Exchange, FrontDoor
+from gateway.doors.openai.requests import (
     ChatCompletionRequest,
     CompletionRequest,
     validate_chat,
     validate_completion,
 )
+from gateway.doors.skeleton import Translate, Translated, door_features, serve_door
+from gateway.errors import GatewayError, json_error_response
+from gateway.state import GatewayState
 
 CHAT_DOOR = FrontDoor("chat.completions", "openai.chat")
 COMPLETIONS_DOOR = FrontDoor("completions", "openai.completions")
@@ -84,7 +84,7 @@ async def completions(request: Request) -> Response:
 async def list_models(request: Request) -> Response:
     state: GatewayState = request.app.state.switchyard
     try:
-        await state.admit(request.headers, limit=False)
+        await state.admission.admit(request.headers, limit=False)
     except GatewayError as exc:
         return json_error_response(exc)
     created = int(time.time())

@@ -1,6 +1,6 @@
 """OpenAI Responses API -> the internal format (OpenAI chat completions): the request side.
 Pure; no I/O. The answer side (a chat completion or stream -> Responses) is
-:mod:`gateway.wire.responses`.
+:mod:`gateway.doors.responses.translate`.
 
 Request (``POST /v1/responses`` body -> chat body)::
 
@@ -285,28 +285,3 @@ def translate_request(body: dict[str, Any]) -> ResponsesTranslation:
         out["stream_options"] = {"include_usage": True}
     cache_key = req.prompt_cache_key or req.safety_identifier or req.user
     return ResponsesTranslation(out, bool(req.stream), req.metadata, cache_key, namespaced, notes)
-
-
-def reconcile_reasoning(body: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
-    """``body`` (the client's, not changed) or a copy OpenAI will accept, and notes on what
-    changed, for a pass-through to OpenAI's Responses API: reasoning items of ``input`` that
-    carry no ``encrypted_content`` are left out. Such an item came from another target (the
-    local model's reasoning text, rendered by this door) or names a stored response by id; OpenAI
-    refuses the first kind (it cannot look the id up), and the second only adds context."""
-    items = body.get("input")
-    if not isinstance(items, list):
-        return body, {}
-    kept = [
-        item
-        for item in items
-        if not (
-            isinstance(item, dict)
-            and item.get("type") == "reasoning"
-            and not item.get("encrypted_content")
-        )
-    ]
-    if len(kept) == len(items):
-        return body, {}
-    dropped = len(items) - len(kept)
-    note = f"{dropped} reasoning item(s) without encrypted_content left out"
-    return {**body, "input": kept}, {"reasoning_items_dropped": note}

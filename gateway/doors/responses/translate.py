@@ -1,5 +1,5 @@
 """OpenAI Responses API <-> the internal format (OpenAI chat completions): the answer side.
-Pure; no I/O. The request side is :mod:`gateway.wire.responses_request`.
+Pure; no I/O. The request side is :mod:`gateway.doors.responses.request`.
 
 Answer (chat completion -> ``response``): reasoning_content -> a ``reasoning`` item
 (reasoning_text), content -> a ``message`` item (output_text), each tool call -> a
@@ -26,15 +26,15 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from gateway.doors.responses.request import NAMESPACE_SEP
 from gateway.wire.blocks import (
     Block,
     BlockSequencer,
     StepKind,
     completion_as_chunk,
-    token_count,
     usage_counts,
 )
-from gateway.wire.responses_request import NAMESPACE_SEP
+from gateway.wire.native import chat_usage
 from gateway.wire.sse import encode_named_event
 
 _ITEMS = {
@@ -159,7 +159,8 @@ def render_response(ctx: ResponseContext, completion: dict[str, Any]) -> dict[st
 
 
 class ResponsesStreamEncoder:
-    """Internal chat chunks -> Responses stream events; a ``gateway.pipeline.StreamEncoder``."""
+    """Internal chat chunks -> Responses stream events; a
+    ``gateway.doors.pipeline.StreamEncoder``."""
 
     def __init__(self, ctx: ResponseContext) -> None:
         self._ctx = ctx
@@ -278,24 +279,6 @@ def _parts(item: dict[str, Any]) -> list[dict[str, Any]]:
 
 def _field(value: Any, key: str) -> Any:
     return value.get(key) if isinstance(value, dict) else None
-
-
-def chat_usage(usage: Any) -> dict[str, Any] | None:
-    """A Responses ``usage`` object in chat completions' shape (cached input tokens under
-    ``prompt_tokens_details``, as OpenAI bills them)."""
-    if not isinstance(usage, dict):
-        return None
-    prompt = token_count(usage.get("input_tokens")) or 0
-    completion = token_count(usage.get("output_tokens")) or 0
-    cached = token_count(_field(usage.get("input_tokens_details"), "cached_tokens")) or 0
-    reasoning = token_count(_field(usage.get("output_tokens_details"), "reasoning_tokens")) or 0
-    return {
-        "prompt_tokens": prompt,
-        "completion_tokens": completion,
-        "total_tokens": prompt + completion,
-        "prompt_tokens_details": {"cached_tokens": cached},
-        "completion_tokens_details": {"reasoning_tokens": reasoning},
-    }
 
 
 def completion_of_response(response: dict[str, Any]) -> dict[str, Any]:

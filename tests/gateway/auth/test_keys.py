@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator
 import pytest
 from starlette.datastructures import Headers
 
+from gateway.admin.keys_cli import main as cli_main
 from gateway.auth import (
     ANONYMOUS,
     AuthConfig,
@@ -25,7 +26,6 @@ from gateway.auth import (
     presented_key,
     public_view,
 )
-from gateway.auth.cli import main as cli_main
 from gateway.errors import (
     AuthenticationError,
     PermissionDeniedError,

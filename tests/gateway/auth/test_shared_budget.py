@@ -9,9 +9,9 @@ import uuid
 import pytest
 
 from gateway.auth.keys import Principal
-from gateway.auth.redis_scripts import redis_client
 from gateway.auth.shared_budget import SharedBudget
 from gateway.errors import PermissionDeniedError
+from gateway.redis_scripts import redis_client
 from tests.gateway.auth.conftest import REDIS_URL
 
 

@@ -10,7 +10,7 @@ import pytest
 
 from gateway.backends.base import StreamOutcome, Usage
 from gateway.backends.relay import AnthropicWatcher
-from gateway.wire.anthropic_render import ERROR_STATUS
+from gateway.wire.native import ANTHROPIC_ERROR_STATUS as ERROR_STATUS
 
 START = {
     "type": "message_start",

@@ -72,7 +72,9 @@ def test_writes_without_the_token_are_refused_and_change_nothing(site: Site) -> 
         answer = httpx.post(site.url + path, data=form)
         assert answer.status_code == 401, path
     assert len(site.gw.call(site.gw.app.state.recorder.backend.list_api_keys())) == keys_before
-    assert not any(r.drained for p in site.gw.state.pools().values() for r in p.replicas.values())
+    assert not any(
+        r.drained for p in site.gw.state.targets.pools().values() for r in p.replicas.values()
+    )
 
 
 def test_a_wrong_token_or_a_forged_cookie_does_not_log_in(site: Site) -> None:

@@ -116,14 +116,14 @@ def test_a_routing_change_is_previewed_then_canaried_then_promoted_or_rolled_bac
     page.fill("input[name=share]", "0.25")
     page.click("#apply-canary")
     page.wait_for_url("**/ui/routing")
-    canary = site.gw.state.canary
+    canary = site.gw.state.decider.canary
     assert canary is not None and canary.share == 0.25 and canary.routing.version == "v1-c1"
     assert "25.0%" in page.inner_text("#canary")
     page.screenshot(path=str(shots / "routing.png"), full_page=True)
     assert "SIGHUP" in page.inner_text("#promote-lifetime")
     page.click("#promote")
     page.wait_for_url("**/ui/routing?promoted=*")
-    assert site.gw.state.canary is None
+    assert site.gw.state.decider.canary is None
     promoted = site.gw.state.routing.policy.version
     assert promoted != live and promoted.startswith("v1-c1+")
     notice = page.inner_text("#promoted")  # what lasts, and the YAML that keeps it
@@ -137,10 +137,10 @@ def test_a_routing_change_is_previewed_then_canaried_then_promoted_or_rolled_bac
     page.wait_for_selector("#preview-result")
     page.click("#apply-canary")
     page.wait_for_url("**/ui/routing")
-    assert site.gw.state.canary is not None
+    assert site.gw.state.decider.canary is not None
     page.click("#rollback")
     page.wait_for_url("**/ui/routing")
-    assert site.gw.state.canary is None and site.gw.state.routing.policy.version == promoted
+    assert site.gw.state.decider.canary is None and site.gw.state.routing.policy.version == promoted
     history = page.inner_text("#history")
     for action in ("routing.canary", "routing.promote", "routing.rollback"):
         assert action in history
@@ -203,7 +203,7 @@ def test_a_key_is_shown_once_then_revoked(page: Page, site: Site) -> None:
 
 
 def test_a_replica_drains_and_a_weight_swap_shows_its_progress(page: Page, site: Site) -> None:
-    pool = site.gw.state.pools()["local"]
+    pool = site.gw.state.targets.pools()["local"]
     (replica,) = pool.replicas.values()
     page.goto("/ui/models")
     page.get_by_role("button", name="Drain").click()

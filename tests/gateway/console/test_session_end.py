@@ -83,14 +83,14 @@ class _RevocationsDown(LocalFleet):
 def test_a_logout_the_fleet_cannot_record_says_so_and_still_ends_the_browsers_cookie(
     site: Site,
 ) -> None:
-    kept = site.gw.state.fleet
+    kept = site.gw.state.reloader.fleet
     with httpx.Client(base_url=site.url) as client:
         _, csrf = _login(client)
-        site.gw.state.fleet = _RevocationsDown()
+        site.gw.state.reloader.fleet = _RevocationsDown()
         try:
             out = client.post("/ui/logout", data={"csrf": csrf})
         finally:
-            site.gw.state.fleet = kept
+            site.gw.state.reloader.fleet = kept
     assert out.status_code == 503 and "could not be revoked on the server" in out.text
     assert 'switchyard_console=""' in out.headers["set-cookie"]
 

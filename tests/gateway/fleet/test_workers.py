@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from gateway.config import parse_config
-from gateway.fleet.workers import WorkersRefused, host_cores, resolve_workers
+from gateway.workers import WorkersRefused, host_cores, resolve_workers
 from loadtests.bench.servers import ServerFleet, free_port
 from loadtests.frontier_sim import ThreadedSimulator
 from tests.gateway.fleet.harness import (

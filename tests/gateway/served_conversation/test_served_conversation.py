@@ -6,7 +6,7 @@ training conversation (messages, tools, answer) of the record must equal what th
 sent (read by the internal format's parser) and what it answered (built from the script alone):
 for the record as written now (its canonical fields, read without the gateway's translators),
 and for the same record as an older release wrote it (canonical fields None: the exporter
-translates it again with the live translators it is given, ``gateway.legacy_records``). A
+translates it again with the live translators it is given, ``gateway.admin.legacy_records``). A
 native pass-through (the Messages door to an Anthropic provider, the Responses door to OpenAI)
 is compared with the translation the local model would be sent, the target of training.
 
@@ -26,12 +26,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from gateway.admin.legacy_records import LIVE_TRANSLATOR
 from gateway.config import parse_config
-from gateway.legacy_records import LIVE_TRANSLATOR
-from gateway.wire.anthropic import translate_messages
+from gateway.doors.anthropic.translate import translate_messages
+from gateway.doors.responses.request import translate_request
 from gateway.wire.anthropic_thinking import reconcile_thinking
 from gateway.wire.assemble import assemble_chat
-from gateway.wire.responses_request import reconcile_reasoning, translate_request
+from gateway.wire.reasoning import reconcile_reasoning
 from tests.fixtures.gateway_fixture import GatewayThread
 from tests.gateway.served_conversation import client_strategies as gen
 from tests.gateway.served_conversation.client_corpus import CHAT, CLAUDE_CODE, COMPLETIONS, Case
