@@ -8,10 +8,9 @@ not started; :class:`WatchedStream` watches while a stream is relayed.
 Why :class:`WatchedStream` and not Starlette's ``StreamingResponse``: under uvicorn (ASGI spec
 2.3, where sending to a gone client is silently dropped) Starlette runs each stream in an anyio
 task group, a task relaying and a task listening for the disconnect, with a cancel scope that
-formats the task's repr when it cancels; that machinery was 12-15% of the gateway's CPU for a
-16-token stream here (py-spy, frontier Anthropic streams at c=16). One task relaying, and a
-timer that starts a watcher only for a stream still running after :data:`WATCH_AFTER_S`, do the
-same job.
+formats the task's repr when it cancels; that machinery was over a tenth of the gateway's CPU
+for a short stream (docs/hot_path.md). One task relaying, and a timer that starts a watcher only
+for a stream still running after :data:`WATCH_AFTER_S`, do the same job.
 """
 
 from __future__ import annotations
@@ -33,11 +32,11 @@ class ClientWatch:
     disconnect).
 
     The watching task starts only when the request is still unanswered after
-    :data:`WATCH_AFTER_S`: a task per request (created, stepped, cancelled, stepped again) cost
-    ~16 us of the loop a request here, a timer ~2 us, and most answers from a local replica or
-    a fast upstream come sooner. A client gone meanwhile is noticed when the task starts
-    (uvicorn remembers the disconnect), so an upstream call outlives its client by at most
-    that long."""
+    :data:`WATCH_AFTER_S`: a task per request (created, stepped, cancelled, stepped again) costs
+    the loop about seven times what a timer does (docs/hot_path.md), and most answers from a
+    local replica or a fast upstream come sooner. A client gone meanwhile is noticed when the
+    task starts (uvicorn remembers the disconnect), so an upstream call outlives its client by
+    at most that long."""
 
     def __init__(self, receive: Receive) -> None:
         self.gone = False

@@ -2,13 +2,12 @@
 
 Why: a long streamed answer (256 tokens is ~70 KB of raw bytes, kept for the record until its
 batch goes to the writer) is allocated and freed by glibc's malloc below its dynamic mmap
-threshold, so the heap grows with a burst of them and its freed pages stay resident. Measured on
-a recording frontier gateway after 30,000 requests each of short streams, 256-token streams in
-both formats and unary answers: RSS 295.6 MB, then 230.0 MB after one ``malloc_trim(0)``
-(issue 16's target is 300 MB). A fixed mmap threshold (``MALLOC_MMAP_THRESHOLD_=65536``) held RSS
-at 231-254 MB too, but each long stream then paid fresh page faults (256-token streams 901-1,160
-against 1,193-1,334 req/s), so the gateway trims instead: on a worker thread (ctypes releases the
-GIL), every interval, a few milliseconds at a time. Where there is no glibc (musl, macOS) it does
+threshold, so the heap grows with a burst of them and its freed pages stay resident, up to near
+issue 16's 300 MB; one ``malloc_trim(0)`` gives back about a fifth of it. A fixed mmap threshold
+(``MALLOC_MMAP_THRESHOLD_``) held RSS down too, but each long stream then paid fresh page faults
+and long streams lost throughput (docs/recording.md, "The heap: trimmed in the serving process,
+kept in the writer"), so the gateway trims instead: on a worker thread (ctypes releases the GIL),
+every interval, a few milliseconds at a time. Where there is no glibc (musl, macOS) it does
 nothing.
 
 The record writer process is the other way round (:func:`keep_freed_heap`): it allocates and
@@ -69,10 +68,9 @@ def keep_freed_heap(mmap_threshold: int, trim_threshold: int) -> bool:
     memory at its top is given back only beyond ``trim_threshold``; False without glibc.
 
     Both, or neither: setting one turns off glibc's adjustment of the other (either alone
-    changed nothing). Measured on the record writer process (captured 16-token streams fed at
-    1,600 records/s, 3 alternating runs, 2026-11-28): system CPU 10.4-13.5 -> 3.1-7.3 us a
-    record; in all, OpenAI streams 68.8-70.8 -> 64.6-65.6 us, Anthropic 84.4-90.6 -> 76.0-84.4;
-    RSS 44-45 -> 45-46 MB."""
+    changed nothing). Both took about half or more of the writer process's system CPU (page
+    faults) off each record, at about the same memory (docs/recording.md, "The heap: trimmed in
+    the serving process, kept in the writer")."""
     libc = _libc()
     mallopt = getattr(libc, "mallopt", None)
     if mallopt is None:

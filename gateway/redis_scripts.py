@@ -34,7 +34,8 @@ def redis_client(url: str, *, timeout_s: float, max_connections: int) -> aioredi
     """A client for request-path scripts: a blocking pool (under a burst, calls wait briefly
     for a connection instead of failing at once), one timeout at most, no retries inside."""
     # Imported here, not at module level: this module is on the gateway's start-up path
-    # (`import gateway.app`), where importing redis costs ~80-140 ms; only Redis features get here.
+    # (`import gateway.app`), where importing redis is slow (docs/hot_path.md); only Redis
+    # features get here.
     import redis.asyncio as aioredis
     from redis.asyncio.retry import Retry
     from redis.backoff import NoBackoff

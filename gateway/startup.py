@@ -110,7 +110,7 @@ def build_fleet(config: SwitchyardConfig) -> Fleet:
     if not config.fleet.shared:
         return LocalFleet()
     # Imported here, not at module level: this module is on the gateway's start-up path, and
-    # redis_fleet imports redis (~80-140 ms), which only a shared (Redis) fleet needs.
+    # redis_fleet imports redis (slow: docs/hot_path.md), which only a shared (Redis) fleet needs.
     from gateway.fleet.redis_fleet import RedisFleet
 
     return RedisFleet(config.fleet)

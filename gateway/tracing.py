@@ -28,7 +28,7 @@ def build_tracer(
     """A provider of our own (not the global one) and its tracer, or (None, None) when off."""
     if config.traces == "off" and exporter is None:
         return None, None
-    # Imported when traces are on: the SDK cost the gateway's start-up ~70 ms (-X importtime).
+    # Imported when traces are on: the SDK would slow every start-up (docs/hot_path.md).
     from opentelemetry.sdk.resources import Resource
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import (

@@ -104,3 +104,82 @@ def test_the_rule_catches_a_violation(tmp_path: Path) -> None:
 
 def test_the_shared_names_import_nothing_of_the_project() -> None:
     assert _project_imports(ROOT / "serving" / "names.py") == []
+
+
+# The gateway's rooms, bottom floor first (docs/architecture.md draws them). A module imports
+# its own room and the floors below, never a floor above: nothing at the bottom knows what is
+# built on it. A room is a folder (``doors``) or a top-level module (``state``).
+GATEWAY_FLOORS: tuple[tuple[str, ...], ...] = (
+    ("errors", "metrics", "resilience", "redis_scripts", "client_watch", "memory_trim"),
+    ("background", "in_flight", "local"),  # shared helpers; local: tokenizers and KV events
+    ("auth",),  # keys, rate limits, budgets, the admin-login throttle
+    ("fleet",),  # the fleet's transport: this process alone, or Redis
+    ("config",),  # the YAML file, strict; composes the sections of the rooms below
+    ("wire", "tracing", "workers"),  # provider formats' shared facts; spans; the supervisor
+    ("backends", "recording"),  # where requests go; how records leave
+    ("routing",),  # the one decision, the one reload authority, the back-end set
+    ("state",),  # plain data holding the parts above
+    ("access", "startup"),  # the admin credential; building the state
+    ("doors",),  # the inference doors over one skeleton; an exchange's end and record
+    ("admin",),  # the admin API, operations, CLI subcommands
+    ("console",),  # the ops console
+    ("app",),
+    ("serve",),
+    ("cli", "__main__"),
+)
+
+
+def _gateway_room(module: str) -> str:
+    """The room of a ``gateway.*`` module: its folder, or the module itself at the top."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "__init__"
+
+
+def _gateway_imports(path: Path) -> list[tuple[int, str]]:
+    """``gateway.*`` modules ``path`` imports (``from gateway import serve`` names
+    ``gateway.serve``)."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.extend((node.lineno, a.name) for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            if node.module == "gateway":
+                found.extend((node.lineno, f"gateway.{a.name}") for a in node.names)
+            else:
+                found.append((node.lineno, node.module))
+    return [(n, m) for n, m in found if m.startswith("gateway.")]
+
+
+def test_the_gateway_rooms_import_downward_only() -> None:
+    floor = {room: i for i, rooms in enumerate(GATEWAY_FLOORS) for room in rooms}
+    gateway = ROOT / "gateway"
+    listed = {p.stem if p.is_file() else p.name for p in gateway.iterdir()}
+    listed -= {"__init__", "__pycache__", "py.typed"}
+    assert listed <= set(floor), f"rooms without a floor: {sorted(listed - set(floor))}"
+    violations = []
+    for path in sorted(gateway.rglob("*.py")):
+        own = _gateway_room(".".join(path.relative_to(ROOT).with_suffix("").parts))
+        if own == "__init__":
+            continue
+        for lineno, module in _gateway_imports(path):
+            room = _gateway_room(module)
+            if room != own and floor[room] > floor[own]:
+                violations.append(f"{path.relative_to(ROOT)}:{lineno} imports {module} (up)")
+    assert not violations, "\n".join(violations)
+
+
+MAX_MODULE_LINES = 500  # split by responsibility beyond this (STYLE.md)
+MAX_DOCSTRING_LINES = 40  # the contract and the algorithm; evidence goes to docs/
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_modules_stay_small_and_their_headers_short(package: str) -> None:
+    too_long = []
+    for path in sorted((ROOT / package).rglob("*.py")):
+        text = path.read_text()
+        doc = ast.get_docstring(ast.parse(text), clean=False) or ""
+        lines, doc_lines = text.count("\n"), doc.count("\n") + 1 if doc else 0
+        if lines > MAX_MODULE_LINES or doc_lines > MAX_DOCSTRING_LINES:
+            too_long.append(f"{path.relative_to(ROOT)}: {lines} lines, docstring {doc_lines}")
+    assert not too_long, "\n".join(too_long)

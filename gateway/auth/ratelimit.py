@@ -45,8 +45,8 @@ from gateway.errors import RateLimitedError
 from gateway.redis_scripts import ScriptRunner, redis_client
 
 if TYPE_CHECKING:
-    # Annotations only: this module is on the gateway's start-up path, where importing redis
-    # costs ~80-140 ms; redis is imported when a Redis client is built (redis_scripts).
+    # Annotations only: this module is on the gateway's start-up path, where importing redis is
+    # slow (docs/hot_path.md); redis is imported when a Redis client is built (redis_scripts).
     import redis.asyncio as aioredis
 
 # Float slack so that exactly N admissions fit in a window of N (N * (W / N) may round above W).

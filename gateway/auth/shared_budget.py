@@ -40,7 +40,8 @@ from gateway.redis_scripts import ScriptRunner
 
 if TYPE_CHECKING:
     # Annotations only: this module is on the gateway's start-up path (gateway.routing.join),
-    # where importing redis costs ~80-140 ms; redis is imported when a Redis client is built.
+    # where importing redis is slow (docs/hot_path.md); redis is imported when a Redis client is
+    # built.
     import redis.asyncio as aioredis
 
 KEY_TTL_S: Final = 7 * 24 * 3600  # idle keys' hashes expire; the store re-seeds them

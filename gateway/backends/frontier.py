@@ -145,7 +145,7 @@ def _is_network_error(exc: BaseException) -> bool:
     if isinstance(exc, _NETWORK_ERRORS):
         return True
     # httpx's errors come from litellm only, which imported httpx: not imported here, where it
-    # cost the gateway's start-up 60-100 ms (measured with -X importtime on this 2-core box).
+    # would slow the gateway's start-up (docs/hot_path.md).
     httpx = sys.modules.get("httpx")
     return httpx is not None and isinstance(exc, httpx.TransportError)
 

@@ -1,11 +1,12 @@
 """litellm imported once, on a thread of its own, after the gateway started.
 
-Importing litellm costs ~2.2 s of CPU and ~180 MB here (it imports the OpenAI SDK's types and
-every provider). Nothing on the gateway's start path or hot path needs it: OpenAI- and
-Anthropic-format providers are called directly (:mod:`gateway.backends.provider_routes`) and
-prices come from litellm's price map read as data (:mod:`gateway.backends.pricing`). litellm
-still translates for every other provider and format pair; those calls await the import, which
-began when the gateway started (never because a request came).
+Importing litellm costs seconds of CPU and much memory (it imports the OpenAI SDK's types and
+every provider: docs/hot_path.md). Nothing on the gateway's start path or hot path needs it:
+OpenAI- and Anthropic-format providers are called directly
+(:mod:`gateway.backends.provider_routes`) and prices come from litellm's price map read as data
+(:mod:`gateway.backends.pricing`). litellm still translates for every other provider and format
+pair; those calls await the import, which began when the gateway started (never because a
+request came).
 """
 
 from __future__ import annotations

@@ -29,24 +29,14 @@ Where the four rates come from, first match wins:
 3. Otherwise the cost is unknown: ``None`` (a ``vllm`` back-end without prices, a model the map
    does not have, an entry without token prices), never an error.
 
-Not priced, because a call's :class:`Usage` does not say them (and the gateway's old
-``litellm.cost_per_token(model, prompt_tokens, completion_tokens)`` did not pass them either):
-service tiers (``_priority``, ``_flex``), batch rates, off-peak windows, regional uplifts,
-Anthropic's geo and ``fast`` multipliers, 1-hour cache writes (``Usage`` has one write count,
-priced at the 5-minute rate), audio and image tokens, per-character and per-second prices, and
-fireworks_ai's default cache-read discount.
+Not priced (a call's :class:`Usage` does not say them): service tiers, batch and off-peak rates,
+regional, geo and ``fast`` multipliers, 1-hour cache writes (at the 5-minute rate), audio and image
+tokens, per-character and per-second prices, and more (docs/compatibility.md, "What a call costs").
 
-Why hand-written instead of ``litellm.cost_per_token``: the gateway no longer imports litellm to
-start or to answer (measured with litellm 1.106.2 on the dev box: ``import litellm`` takes
-1.7-2.2 s and 170-180 MB; ``cost_per_token`` then takes ~60 us of CPU per call on the event
-loop, 10k calls timed with ``timeit``; and the old call passed prompt and completion tokens
-only, so cache reads and writes were billed as plain input). The price
-map is data: :meth:`PriceBook.load` reads the JSON file bundled in litellm's package (the same
-file litellm loads with ``LITELLM_LOCAL_MODEL_COST_MAP=True``, found with
-``importlib.util.find_spec``, which locates a top-level package without executing it) in
-~60 ms (3 MB of JSON; ~45 MB at the peak, while the parsed file lives), keeps only the prices
-(~1.8 MB, 3,495 models), and prices a call in ~3 us (~6 us past a long-context threshold).
-``tests/gateway/backends/test_pricing.py`` holds it to ``litellm.cost_per_token`` on map entries.
+Why not ``litellm.cost_per_token``: importing litellm would cost the gateway's start and each
+answer far more, and the old call billed cache reads and writes as input (docs/compatibility.md).
+:meth:`PriceBook.load` reads the JSON price map bundled in litellm's package, as data, keeping only
+the prices; ``tests/gateway/backends/test_pricing.py`` holds it to ``litellm.cost_per_token``.
 """
 
 from __future__ import annotations
@@ -214,7 +204,8 @@ class PriceBook:
         self._models = dict(models)
         self._lower = {key.lower(): key for key in self._models}
         # Lookups by configured model name: a gateway has a handful, asked on every answer (the
-        # lookup was 5% of a recording gateway's CPU). Bounded: cleared when it fills up.
+        # lookup, uncached, was a visible share of a recording gateway's CPU:
+        # docs/compatibility.md). Bounded: cleared when it fills up.
         self._found: dict[str, ModelPrices | None] = {}
 
     @classmethod

@@ -8,11 +8,11 @@ other provider (Bedrock, Vertex, Gemini, Cohere, ...) has no route here and is c
 litellm's ``acompletion``, which translates it.
 
 Why this is resolved here and not by ``litellm.get_llm_provider``: litellm's package import costs
-~2.2 s and ~180 MB on this machine, and its per-call path (``acompletion``, its stream wrapper,
-logging and cost hooks) costs 4-6 ms of CPU per request and ~1.3 ms per streamed chunk, against
-0.5 ms for the whole gateway hop when it posts the bytes itself. The two wire formats are the
-gateway's own (it serves both); what a route adds is only the provider's base URL and how its key
-is sent. The OpenAI-compatible providers litellm describes as data (its
+seconds of CPU and much memory, and its per-call path (``acompletion``, its stream wrapper,
+logging and cost hooks) costs about ten times the CPU of the whole gateway hop when it posts the
+bytes itself, and twice that hop's again per streamed chunk (docs/hot_path.md). The two wire
+formats are the gateway's own (it serves both); what a route adds is only the provider's base URL
+and how its key is sent. The OpenAI-compatible providers litellm describes as data (its
 ``llms/openai_like/providers.json``: base URL and key variable per provider) are read from that
 file, without importing litellm, so the list stays litellm's.
 """

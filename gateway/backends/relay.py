@@ -170,8 +170,8 @@ class _NamedEvents:
     one of ``names``.
 
     Anthropic sends each event as ``event: <name>\\ndata: <json>\\n\\n``: those are found by a
-    regex scan (in C) instead of splitting every event and line of the block in Python (a
-    16-token answer read in one block: ~53 -> ~19 us, per stream). The patterns have no
+    regex scan (in C) instead of splitting every event and line of the block in Python (about a
+    third of the time, per stream: docs/hot_path.md). The patterns have no
     ``^`` anchor, which would cost the scan its literal-prefix search (5x slower); a match
     must start a line, checked after (line ends are LF by then: :class:`EventSplitter`). When
     the scan found fewer events than the block mentions ``event:`` with those names (``data``

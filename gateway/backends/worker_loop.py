@@ -1,10 +1,10 @@
 """An event loop on a thread of its own, where litellm's calls run.
 
 Why: litellm (through the OpenAI SDK's request transform) does its per-message work
-synchronously inside its async calls, about 0.1-0.4 ms per message on this machine. On the
-gateway's event loop a 20,000-message request held every other request, ``/health`` included,
-for 4-6 s. On this loop the same work only takes the GIL in turns (the interpreter hands it back
-every few milliseconds), so the gateway's loop keeps answering.
+synchronously inside its async calls; on the gateway's event loop a very long conversation held
+every other request, ``/health`` included, for seconds (docs/hot_path.md). On this loop the same
+work only takes the GIL in turns (the interpreter hands it back every few milliseconds), so the
+gateway's loop keeps answering.
 
 Every litellm call and every step of its streams runs here, never on the gateway's loop: litellm
 caches its HTTP clients, and a client must stay on the loop it was made on. The cost is two

@@ -11,7 +11,8 @@ body is the internal body, and the upstream's bytes go back unchanged.
     (404 unknown model) -> serve_unary / serve_stream (gateway.doors.pipeline)
 
 Parsing, bound checks and translation run on a worker thread for bodies over
-``limits.offload_body_bytes`` (pure Python, ~10 ms per 1,000 messages here).
+``limits.offload_body_bytes``: they are pure Python, milliseconds of the loop for a long
+conversation (docs/hot_path.md).
 """
 
 from __future__ import annotations

@@ -17,10 +17,12 @@ The record of truth stays the traffic store (PostgreSQL for a fleet): records, k
 Redis holds the fast shared state; while it is unreachable every gateway serves on its last known
 state, says so (``switchyard_fleet_state_stale`` and a log line) and catches up when it returns.
 
-Modules: :mod:`~gateway.fleet.config` (the section), :mod:`~gateway.fleet.snapshot` (the values),
-:mod:`~gateway.fleet.base` (the interface, the local fleet), :mod:`~gateway.fleet.redis_fleet`,
-:mod:`~gateway.routing.reload`, :mod:`~gateway.fleet.routed_feed`, :mod:`~gateway.routing.join`
-(start-up, metrics), :mod:`~gateway.admin.fleet` (``GET /admin/fleet``),
-:mod:`~gateway.workers` (``switchyard serve --workers N``), :mod:`~gateway.admin.fleet_cli`
-(``switchyard fleet ...``). Operators' guide: docs/fleet.md.
+This package is the transport only: :mod:`~gateway.fleet.config` (the section),
+:mod:`~gateway.fleet.snapshot` (the values), :mod:`~gateway.fleet.base` (the interface, the
+local fleet), :mod:`~gateway.fleet.redis_fleet`, :mod:`~gateway.fleet.routed_feed` (cache-aware
+decisions), :mod:`~gateway.fleet.episode_memory` (agent episodes' memory). What applies the
+fleet's state is the routing's reload authority (:mod:`gateway.routing.reload`); joining at
+start-up is :func:`gateway.startup.join_fleet`; operators reach it through ``GET /admin/fleet``
+(:mod:`gateway.admin.fleet`) and ``switchyard fleet`` (:mod:`gateway.admin.fleet_cli`). The
+``--workers`` supervisor is :mod:`gateway.workers`. Operators' guide: docs/fleet.md.
 """

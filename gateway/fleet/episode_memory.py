@@ -29,7 +29,8 @@ from router.episode_fallback import KEPT_LOCAL_STEPS, EpisodeMemory
 
 if TYPE_CHECKING:
     # Annotations only: this module is on the gateway's start-up path (the local memory), where
-    # importing redis costs ~80-140 ms; RedisEpisodeMemory imports what it needs when built.
+    # importing redis is slow (docs/hot_path.md); RedisEpisodeMemory imports what it needs when
+    # built.
     import redis.asyncio as aioredis
 
 log = logging.getLogger(__name__)

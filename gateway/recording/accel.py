@@ -2,14 +2,13 @@
 they match their sources.
 
 Why: the writer process (:mod:`gateway.recording.child`) spends most of a streamed record's CPU
-in the interpreter (perf, 2026-11-28: ~70% in libpython, ~5% SQLite, ~4% orjson), half of it
-assembling the answer from the stream (:mod:`gateway.wire.assemble`,
+in the interpreter, half of it assembling the answer from the stream (:mod:`gateway.wire.assemble`,
 :mod:`gateway.wire.stream_template`, :mod:`gateway.doors.anthropic.stream`) and building the
-record (:mod:`gateway.recording.draft`). The same modules compiled by mypyc (the compiler mypy
-ships, which black and mypy itself are released with) took, fed drafts captured from a gateway:
-``as_record`` 40 -> 24 us per OpenAI stream record and 39 -> 29 us per Anthropic one; the whole
-writer process 80-82 -> 62-66 us and 73-92 -> 66-83 us. Only the writer process loads them; the
-serving process runs the sources (its share of this code is a tuple and a pickle).
+record (:mod:`gateway.recording.draft`). Compiled by mypyc (the compiler mypy ships, which black
+and mypy itself are released with), those modules cut ``as_record``'s CPU by a quarter to two
+fifths, and the whole writer's per record by up to a quarter (docs/recording.md, "The writer's
+CPU a record: the compiled modules"). Only the writer process loads them; the serving process
+runs the sources (its share of this code is a tuple and a pickle).
 
 How they stay right:
 

@@ -169,7 +169,7 @@ def yield_to_serving() -> str:
     only such threads as idle when it places a waking task, so the processes that serve (the
     gateway's loop, and on a small box its upstreams and clients) wake onto the core where this
     one works and push it aside, instead of onto the serving loop's core, which they preempted
-    (measured: docs/recording.md)."""
+    (figures: docs/recording.md, "Where the child runs")."""
     tasks = "/proc/self/task"
     tids = [int(t) for t in os.listdir(tasks)] if os.path.isdir(tasks) else []
     idle = getattr(os, "SCHED_IDLE", None)

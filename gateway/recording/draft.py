@@ -1,10 +1,10 @@
 """What the serving loop keeps of an exchange for the record, and the one function that turns it
 into an :class:`~traffic.store.records.InferenceRecord`.
 
-Why a draft: building the record where the exchange ends cost the serving loop about 0.1 ms per
-streamed request (assembling the answer from the stream's bytes ~20 us for 16 tokens and ~250 us
-for 256, the 29-field frozen record ~13 us, then the row's encoding and the insert on the same
-process). The loop now keeps only what it already holds, in a plain tuple (:class:`InferenceDraft`:
+Why a draft: building the record where the exchange ends (assembling the answer from the stream's
+bytes, the 29-field frozen record, then the row's encoding and the insert) was most of what
+recording cost the serving loop (docs/recording.md, "What recording cost the serving process").
+The loop now keeps only what it already holds, in a plain tuple (:class:`InferenceDraft`:
 the request, the stream's raw bytes or chunks, usage, timings, the decision) and the writer calls
 :func:`build_record` in its batch, in the writer process (:mod:`gateway.recording.process`), so
 that the loop pays a tuple and a pipe write.
@@ -97,14 +97,14 @@ OUT_OF_BAND_BYTES: Final = 16 * 1024
 
 def to_wire(draft: InferenceDraft) -> tuple[Any, ...]:
     """The draft as one plain tuple, its answer's function and arguments in line: a batch of
-    them pickles with about a quarter fewer instructions than the named tuples (measured: 32k
-    against 44k per streamed draft), on the serving loop.
+    them pickles with about a quarter fewer instructions than the named tuples, on the serving
+    loop (docs/recording.md, "What the serving loop pays a frame").
 
     The request goes as the bytes it came in and the canonical request as orjson's encoding
     (:class:`~traffic.store.records.JsonText`), which the writer stores as they are: a
     parsed body pickled cost the serving loop ~3x orjson's encoding and the writer process an
-    unpickling, an encoding and the freeing of every object (92 KB Claude Code body: ~90 us
-    here and ~150 us there, against ~1 us and ~28 us)."""
+    unpickling, an encoding and the freeing of every object (docs/recording.md, the same
+    section)."""
     fn, args = draft.answers
     values = [*draft[:_ANSWERS], fn, tuple(map(_aside, args)), *draft[_ANSWERS + 1 :]]
     body = draft.request_json

@@ -8,8 +8,9 @@ Feedback needs to know whether an inference exists and which key made it; a reco
 queued in the writer, so the ids (with their key) submitted recently are remembered and checked
 before the database. How many: :data:`RECENT_PER_QUEUED` times the writer's ``queue_size`` (the
 records it holds in flight before it spools), so an id is remembered well past the time its
-record takes to be stored, and the memory stays bounded by the writer's own bound. (A fixed
-200,000 held ~35 MB of ids after a benchmark's load: a sixth of a frontier gateway's memory.)
+record takes to be stored, and the memory stays bounded by the writer's own bound. (A fixed count
+large enough for a busy gateway held a sixth of a frontier gateway's memory in ids:
+docs/recording.md, "Ids remembered for feedback".)
 """
 
 from __future__ import annotations

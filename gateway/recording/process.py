@@ -1,58 +1,42 @@
 """The record writer in its own process: the serving loop hands drafts to a pipe, the writer
 process assembles, encodes and stores them, scheduled after everything that serves.
 
-Why a process: in the serving process, recording cost a streamed request 0.12-0.17 ms of the one
-GIL (a thread does not help: the work is Python). The serving loop keeps a draft
-(:mod:`gateway.recording.draft`, a tuple of what it already holds) and every
-``store.flush_interval_s`` (or ``store.batch_size`` drafts) pickles the batch, the drafts as plain
-tuples, and writes it to the child's stdin without blocking, in one write
-(``recorder_child.PIPE_BYTES``); batched, as each write wakes it. The child batches its database
-writes over its own, longer window (``store.process_flush_interval_s``) and runs its hot modules
-compiled where built (:mod:`gateway.recording.accel`).
+Why a process: recording is Python work, which in the serving process held the GIL that every
+request needs (a thread would too). The loop keeps a draft (:mod:`gateway.recording.draft`: what it
+already holds) and every ``store.flush_interval_s`` or ``store.batch_size`` drafts (each write
+wakes the child) pickles the batch to the child's stdin without blocking, in one write
+(``child.PIPE_BYTES``); the child stores over a longer window (``store.process_flush_interval_s``).
 
-Why scheduled last (``recorder_child.yield_to_serving``: ``SCHED_IDLE`` for every thread of the
-child): the work is moved, not removed, and on a busy box where it runs matters as much as how
-much of it there is. At a niceness, the child's bursts made the kernel wake the processes that
-serve onto the serving loop's core, which they preempted (~0.3 involuntary switches of the
-loop per request, against 0.03 without recording); a core that runs only ``SCHED_IDLE`` threads
-counts as idle, so they wake where the child works and push it aside. Pushing aside is not
-immediate on a kernel that does not preempt on wake-up (here ``PREEMPT_NONE``, HZ=250): a
-serving process that found the child on its core waited for the next tick, 0.8 ms on average,
-so the child gives the CPU back every few records of its work (:mod:`traffic.store.yielding`).
-What the child cannot write under load it writes when the load eases, within the bound below.
-
-Measurements, and what was tried and not kept: docs/recording.md.
+Why last (``child.yield_to_serving``: ``SCHED_IDLE``, every thread): the work is moved, not
+removed. A core running only ``SCHED_IDLE`` threads counts as idle, so the processes that serve
+wake where the child works instead of preempting the serving loop; the child yields every few
+records (:mod:`traffic.store.yielding`) for kernels that do not preempt on wake-up, and what it
+cannot write under load it writes when the load eases, within the bound below. Figures, and what
+was tried and not kept: docs/recording.md ("What recording cost the serving process", and above).
 
 Bounded: at most ``store.queue_size`` records, and ``store.queue_bytes`` of their frames, are in
 flight (sent, not acknowledged; a single batch goes whatever its size when nothing is); beyond, the
 gateway spools them itself, on a thread (building the records there: costly, but only while the
 child is that far behind), and asks the child to replay the spool (a ``REPLAY`` frame).
 
-Protocol (both directions: a 4-byte little-endian length, then a pickle, the gateway's with its
-large bytes beside it (:class:`Batch`); the child's side is :mod:`gateway.recording.child`)::
+Protocol (each way a 4-byte little-endian length, then a pickle; the gateway's has its large bytes
+beside it, :class:`Batch`; the child's side is :mod:`gateway.recording.child`)::
 
     gateway ──stdin──> (seq, [draft tuple | InferenceRecord | FeedbackRecord | ShadowRecord])
                        (REPLAY, [])  the gateway appended to the spool: replay it now
-            <─stdout── ("stats", {WriterStats fields}) every recorder_child.STATS_INTERVAL_S
+            <─stdout── ("stats", {WriterStats fields}) every child.STATS_INTERVAL_S
                        ("ack", [seq, ...])  every record of those batches stored, spooled,
                                             dead-lettered (or counted lost at close)
-    EOF on stdin: the child closes its writer (drains to the database or the spool), sends its
-    last stats and exits.
+    EOF on stdin: the child drains its writer (to the database or spool), sends last stats, exits.
 
 Guarantees, the in-process writer's (:mod:`traffic.store.writer`, which the child runs as is):
-
-- Nothing lost: the gateway keeps every batch until it is acknowledged. If the child dies, a new
-  one is started and every unacknowledged batch is sent again (inserts are idempotent by id).
-  A child that dies before it ever reported, or a spawn that fails, gives way to the in-process
-  writer, which takes the unacknowledged batches: the fallback.
-- ``close()`` flushes, closes the pipe and waits for the child to drain (``close_timeout``);
-  a child that does not exit in time is killed and what it did not acknowledge is spooled here.
-- Feedback finds ids just submitted: :class:`gateway.recording.handle.RecorderHandle` remembers
-them.
-- One child per gateway process: each worker of ``--workers N`` starts its own.
-
-``store.writer_process: false`` (and an in-memory SQLite database, which another process cannot
-open) keeps the writer in the gateway process.
+nothing lost (every batch is kept until acknowledged; a dead child is replaced and sent them
+again, inserts being idempotent by id; a child that never reported, or a failed spawn, gives way
+to the in-process writer, which takes them); ``close()`` flushes, waits ``close_timeout`` for the
+child to drain, then kills it and spools here what it did not acknowledge; feedback finds ids
+just submitted (:class:`~gateway.recording.handle.RecorderHandle`); one child per gateway process
+(each worker of ``--workers N``). ``store.writer_process: false``, or an in-memory SQLite
+database (another process cannot open it), keeps the writer in the gateway process.
 """
 
 from __future__ import annotations
@@ -97,10 +81,10 @@ class Batch:
     On the pipe, after the frame's length (:data:`FRAME`): :data:`LAYOUT` (the pickle's length,
     the number of buffers), each buffer's length (``<I``), the pickle, the buffers.
 
-    Why out of band: a 256-token stream's raw bytes are ~67 KB; pickled into the frame, each
-    batch (~2.3 MB at 700 long streams/s) was a fresh copy in new pages, every one of them
-    faulted in on the serving loop (12 minor faults a request, against 0.1-0.5 not recording)
-    and pushed through its core's 2 MB L2 cache (docs/recording.md)."""
+    Why out of band: a long stream's raw bytes (~67 KB for 256 tokens) pickled into the frame
+    made each batch a fresh copy in new pages, every one of them faulted in on the serving loop
+    and pushed through its core's cache (docs/recording.md, "Long streams, and the bytes that go
+    beside the pickle")."""
 
     layout: bytes
     pickled: bytes
@@ -125,8 +109,8 @@ def encode_batch(seq: int, items: Sequence[Item]) -> Batch:
     bytes are marked to travel out of band.
 
     The frame goes in one vectored write (:meth:`WriterProcess._send`), its parts never joined:
-    a joined copy, freshly mapped pages each time, cost the serving loop 1.8 us a record
-    (measured on batches captured from a gateway: 3.8 -> 1.9 us a record with the pickling)."""
+    a joined copy, in freshly mapped pages each time, cost the serving loop as much as the
+    pickling itself (docs/recording.md, "What the serving loop pays a frame")."""
     wire = [to_wire(i) if isinstance(i, InferenceDraft) else i for i in items]
     buffers: list[bytes | memoryview] = []
 
@@ -307,7 +291,7 @@ class WriterProcess:
         except (pickle.PicklingError, TypeError, AttributeError, RecursionError):
             items = self._set_aside_unpicklable(items)
             batch = encode_batch(self._seq, items)
-        size = FRAME.size + batch.size  # as the child counts it (recorder_child._Acks)
+        size = FRAME.size + batch.size  # as the child counts it (child._Acks)
         if self._in_flight and self._in_flight_bytes + size > self._cfg.queue_bytes:
             # Long answers (a 256-token stream is ~50 KB of raw bytes) fill memory long before
             # queue_size records do: the batch waits on disk instead (a batch always goes when

@@ -78,8 +78,8 @@ def _holds_unsigned(message: Any) -> bool:
     (:func:`_unsigned`, written out here).
 
     Every request of a long agent session passes each turn here (Claude Code resends the whole
-    history, ~200 turns): 108-173 us for 201 turns with a generator and a call per block, 58-88
-    written out (a slow 2-core box)."""
+    history, ~200 turns): written out, the check takes about half the time of a generator with
+    a call per block (docs/hot_path.md)."""
     if type(message) is not dict or message.get("role") != "assistant":
         return False
     content = message.get("content")

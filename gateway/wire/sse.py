@@ -78,9 +78,10 @@ def plain_json_events(blob: bytes) -> list[dict[str, Any]] | None:
     """The JSON objects of a stream whose every event is one ``data:`` line (after an optional
     ``event:`` line), LF only, as OpenAI, vLLM and Anthropic send them, read with one
     ``orjson.loads``: each event boundary becomes a comma of one JSON array. One call instead of
-    one per event takes a 16-token answer from ~25-40 us to ~11 us, and this runs for every
-    recorded stream. A JSON string cannot hold a raw newline, so in a well-formed stream a
-    boundary occurs only between events, and the result is the per-event reading's.
+    one per event reads a short answer in a quarter to a half of the time (docs/recording.md,
+    "Reading a stream's text deltas"), and this runs for every recorded stream. A JSON string
+    cannot hold a raw newline, so in a well-formed stream a boundary occurs only between
+    events, and the result is the per-event reading's.
 
     None (read it event by event) for anything else: a comment or multi-line event, CRLF,
     ``[DONE]`` before the end, an event that is not a JSON object, a malformed event. The count

@@ -3,12 +3,13 @@ their text are read as one template and one JSON array of their texts.
 
 Why: the writer process assembles every recorded stream, and a 16-token OpenAI stream's 18
 events parsed as objects (one ``orjson.loads`` over the whole stream, then the assembler's loop
-over 18 chunks) cost ~20 us of the ~56 us the writer spends per streamed record (measured,
-2026-11-28). Those events are byte for byte the same but for the text (``{"id":..., "choices":
-[{"index":0,"delta":{"content":"<text>"},...}]}``), so: take one event as the template, read it
-once, and read only the texts of the events that match it. No library does this (a JSON parser
-reads every byte it is given into objects), and the assembler's result is the same (tested over
-generated streams against the per-event reading).
+over 18 chunks) cost about a third of what the writer spends per streamed record
+(docs/recording.md, "Reading a stream's text deltas"). Those events are byte for byte the same
+but for the text (``{"id":..., "choices": [{"index":0,"delta":{"content":"<text>"},...}]}``),
+so: take one event as the template, read it once, and read only the texts of the events that
+match it. No library does this (a JSON parser reads every byte it is given into objects), and
+the assembler's result is the same (tested over generated streams against the per-event
+reading).
 
 When is an event "the template with another text"? When it starts with the template's bytes
 before the text and ends with its bytes after it, and what lies between reads, together with the

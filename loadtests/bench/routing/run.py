@@ -35,9 +35,8 @@ Method
    target); and the fitted scorer on the evaluation items' own texts.
 
 Caveats (the local weights change between rounds; skipped shadow calls): ``docs/routing.md``.
-Output: a table per policy, the targets, a per-family table, ``bench-routing.png`` and
-``bench-routing.json`` in ``--out`` (default: the run directory); progress on stderr; the last
-line of stdout is one JSON object with every figure.
+Output in ``--out`` (default: the run directory): tables, ``bench-routing.png`` and ``.json``;
+the last line of stdout is one JSON object with every figure.
 """
 
 from __future__ import annotations
