@@ -4,7 +4,8 @@ The credential is read from the environment variable ``gateway.admin_token_env``
 it is unset, admin and console are off. Wrong credentials are throttled per client address
 (:mod:`gateway.auth.login_throttle`): :func:`check_admin_token` refuses a throttled address with
 429 before comparing (a right token is refused too) and counts a wrong one. The admin API, the
-console's login form and its bearer header all go through it.
+console's login form and its bearer header all go through it; :func:`require_admin` is the admin
+API's FastAPI dependency (throttle, then credential).
 """
 
 from __future__ import annotations
@@ -62,7 +63,31 @@ def bearer_token(request: Request) -> str:
     return request.headers.get("authorization", "").removeprefix("Bearer ").strip()
 
 
+# The request state's key under which a request that require_admin passed keeps the state.
+_ADMIN_PASSED = "switchyard_admin"
+
+
+async def require_admin(request: Request) -> GatewayState:
+    """The admin API's guard, a FastAPI dependency of every ``/admin`` route: the wrong-token
+    throttle first (:func:`check_admin_token`, surface ``admin_api``: 429 with ``Retry-After``
+    while the address is throttled, a wrong token counted), then the credential
+    (:func:`check_admin`: 403 while admin is off, 401 for a wrong or missing token). Returns the
+    gateway's state. Checks once a request: a request it passed carries that state (a route
+    whose body FastAPI would read before any dependency calls it first, FastAPI again)."""
+    passed = getattr(request.state, _ADMIN_PASSED, None)
+    if isinstance(passed, GatewayState):
+        return passed
+    state: GatewayState = request.app.state.switchyard
+    await check_admin_token(request, state, "admin_api", bearer_token(request))
+    checked = check_admin(request)
+    setattr(request.state, _ADMIN_PASSED, checked)
+    return checked
+
+
 def check_admin(request: Request) -> GatewayState:
+    """The gateway's state when ``request`` carries the admin credential; raises
+    :class:`~gateway.errors.PermissionDeniedError` while admin is off (403
+    ``admin_disabled``) and :class:`~gateway.errors.AuthenticationError` otherwise (401)."""
     state: GatewayState = request.app.state.switchyard
     expected = admin_token(state)
     if not expected:

@@ -18,14 +18,15 @@ GatewayError                      status  OpenAI type
  +-- AllBackendsFailedError        last failure's status; collects every attempt's error
 
 Router errors (``router.errors``) and the traffic store's (``traffic.store.errors``: unreachable
-503 ``store_unavailable``, anything else it refuses 500 ``store_error``) are mapped here too.
+503 ``store_unavailable``, anything else it refuses 500 ``store_error``) are mapped here too, and
+so are validation failures (:func:`invalid_request`: a 400 naming the field).
 :func:`error_response_parts` is the only place that turns an exception into a status, headers and
 body.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 import orjson
@@ -207,6 +208,32 @@ def upstream_error_for_status(
 # What a handler turns into its error answer (error_response_parts maps each by name): the
 # gateway's own errors, the router's, and the traffic store's (handlers that read or write it).
 MAPPED_ERRORS: Final = (GatewayError, RoutingError, StoreError)
+
+
+# The parts of a request a validation error's location starts with (FastAPI's ``loc``).
+_REQUEST_PARTS: Final = ("body", "query", "path", "header", "cookie")
+
+
+def invalid_request(errors: Sequence[Mapping[str, Any]]) -> InvalidRequestError:
+    """A request that failed validation, as a 400: ``errors`` as pydantic and FastAPI list them
+    (``loc``, ``msg``, ``type``). The message names each failure where it is (at most five);
+    ``param`` is the first one's field, dotted, without the part of the request it is in
+    (``body``, ``query``); ``code`` is ``invalid_json`` for a body that is not JSON."""
+    shown = [_located(e) for e in errors[:5]]
+    more = f" (and {len(errors) - 5} more)" if len(errors) > 5 else ""
+    first: Mapping[str, Any] = errors[0] if errors else {}
+    if first.get("type") == "json_invalid":
+        reason = (first.get("ctx") or {}).get("error") or first.get("msg")
+        return InvalidRequestError(f"the body is not JSON: {reason}", code="invalid_json")
+    loc = [str(p) for p in first.get("loc", ())]
+    field = loc[1:] if loc and loc[0] in _REQUEST_PARTS else loc
+    message = "invalid request: " + "; ".join(shown) + more
+    return InvalidRequestError(message, param=".".join(field) or None)
+
+
+def _located(error: Mapping[str, Any]) -> str:
+    where = ".".join(str(p) for p in error.get("loc", ()))
+    return f"{where}: {error.get('msg')}" if where else str(error.get("msg"))
 
 
 def error_body(

@@ -12,49 +12,28 @@
   its inferences, written as ``episode_sft`` (TRL conversational with tools) or ``episode_rl``
   records; answers the manifest.
 
-Both need the admin credential (``gateway.admin.api.check_admin``). A step is ``local`` when its
-route target is a ``kind: vllm`` back-end of the running config.
+Both are routes of the admin router (:mod:`gateway.admin.router`: the admin token, typed
+models). A step is ``local`` when its route target is a ``kind: vllm`` back-end of the running
+config.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from fastapi import APIRouter
 
-import orjson
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
-from starlette.requests import Request
-from starlette.responses import Response
-from starlette.routing import BaseRoute, Route
-
-from gateway.access import check_admin
+from gateway.admin.dependencies import AdminState, Store
 from gateway.admin.legacy_records import LIVE_TRANSLATOR
-from gateway.admin.operations import recorder
+from gateway.admin.models import EpisodeExportRequest, EpisodeView
 from gateway.config import SwitchyardConfig
-from gateway.doors.skeleton import read_body
-from gateway.errors import (
-    MAPPED_ERRORS,
-    InvalidRequestError,
-    NotFoundError,
-    json_error_response,
-)
+from gateway.errors import NotFoundError
 from traffic.export import (
     TRAFFIC_QUERY,
-    EpisodeExportConfig,
+    EpisodeExportManifest,
     RouteKinds,
     episode_view,
     export_episodes_from_store,
     load_episode,
 )
-from traffic.store import InferenceFilter
-
-EPISODE_BODY_LIMIT = 1024 * 1024
-
-
-class EpisodeExportRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    query: InferenceFilter = Field(default_factory=InferenceFilter)
-    export: EpisodeExportConfig
 
 
 def route_kinds(config: SwitchyardConfig) -> RouteKinds:
@@ -63,48 +42,31 @@ def route_kinds(config: SwitchyardConfig) -> RouteKinds:
     return RouteKinds(local=local)
 
 
-def _json(data: Any, status: int = 200) -> Response:
-    return Response(orjson.dumps(data), status, media_type="application/json")
+async def get_episode(episode_id: str, state: AdminState, handle: Store) -> EpisodeView:
+    """The episode rebuilt from every inference that carries its id (404: none does)."""
+    episode = await load_episode(
+        handle.backend, episode_id, legacy=LIVE_TRANSLATOR, routes=route_kinds(state.config)
+    )
+    if episode is None:
+        raise NotFoundError(f"no inference in episode {episode_id[:200]}", code="not_found")
+    return EpisodeView.model_validate(episode_view(episode))
 
 
-async def get_episode(request: Request) -> Response:
-    try:
-        state = check_admin(request)
-        handle = recorder(request)
-        episode_id = request.path_params["episode_id"]
-        episode = await load_episode(
-            handle.backend, episode_id, legacy=LIVE_TRANSLATOR, routes=route_kinds(state.config)
-        )
-        if episode is None:
-            raise NotFoundError(f"no inference in episode {episode_id[:200]}", code="not_found")
-    except MAPPED_ERRORS as exc:
-        return json_error_response(exc)
-    return _json(episode_view(episode))
+async def export_episodes(
+    state: AdminState, handle: Store, body: EpisodeExportRequest
+) -> EpisodeExportManifest:
+    """Export every episode the filter touches as SFT or RL records; answers the manifest."""
+    return await export_episodes_from_store(
+        handle.backend,
+        body.query,
+        body.export,
+        filters=TRAFFIC_QUERY.dump_python(body.query, mode="json"),
+        legacy=LIVE_TRANSLATOR,
+        routes=route_kinds(state.config),
+    )
 
 
-async def export_episodes(request: Request) -> Response:
-    try:
-        state = check_admin(request)
-        handle = recorder(request)
-        raw = await read_body(request, EPISODE_BODY_LIMIT)
-        req = EpisodeExportRequest.model_validate(orjson.loads(raw or b"{}"))
-        manifest = await export_episodes_from_store(
-            handle.backend,
-            req.query,
-            req.export,
-            filters=TRAFFIC_QUERY.dump_python(req.query, mode="json"),
-            legacy=LIVE_TRANSLATOR,
-            routes=route_kinds(state.config),
-        )
-    except (orjson.JSONDecodeError, ValidationError) as exc:
-        return json_error_response(InvalidRequestError(f"invalid episode export request: {exc}"))
-    except MAPPED_ERRORS as exc:
-        return json_error_response(exc)
-    return _json(manifest.model_dump(mode="json"))
-
-
-def routes() -> list[BaseRoute]:
-    return [
-        Route("/admin/episodes/export", export_episodes, methods=["POST"]),
-        Route("/admin/episodes/{episode_id}", get_episode, methods=["GET"]),
-    ]
+def add_routes(router: APIRouter) -> None:
+    """The episode routes, on the admin router."""
+    router.add_api_route("/episodes/export", export_episodes, methods=["POST"])
+    router.add_api_route("/episodes/{episode_id}", get_episode, methods=["GET"])

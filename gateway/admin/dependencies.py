@@ -1,0 +1,30 @@
+"""What an admin route declares it needs (FastAPI dependencies), each resolved once a request.
+
+- :data:`AdminState`: the gateway's state, once the request passed the admin guard
+  (:func:`gateway.access.require_admin`: throttle, then credential), which the admin router
+  also applies to every route, so a route that names it pays no second check;
+- :data:`Store`: the traffic store's handle; 404 while ``store.enabled`` is false, before the
+  route's query or body is validated (as the admin API always answered).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import Depends
+from starlette.requests import Request
+
+from gateway.access import require_admin
+from gateway.admin.operations import recorder
+from gateway.recording.handle import RecorderHandle
+from gateway.state import GatewayState
+
+
+async def store_handle(request: Request) -> RecorderHandle:
+    """The traffic store's handle (404 while the store is off); async, so FastAPI calls it on
+    the loop rather than in a worker thread."""
+    return recorder(request)
+
+
+AdminState = Annotated[GatewayState, Depends(require_admin)]
+Store = Annotated[RecorderHandle, Depends(store_handle)]
