@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
 
 from traffic.store.spool import Spool, SpoolClaim, SpoolRecord
 from traffic.store.writer_stats import Rejected, WriterStats
@@ -28,13 +29,27 @@ async def replay_spool(
     """Store every segment of ``spool`` this process can claim; counts into ``stats``."""
     await asyncio.to_thread(spool.seal)
     for path in await asyncio.to_thread(spool.segments):
-        claim = await asyncio.to_thread(spool.claim, path)
+        claim = await _claim(spool, path)
         if claim is None:
             continue
         try:
             await _replay_claim(spool, claim, store, reject, batch_size, stats)
         finally:
             claim.release()
+
+
+async def _claim(spool: Spool, path: Path) -> SpoolClaim | None:
+    """:meth:`Spool.claim` in a thread. Cancelled while the thread runs (close() stopping the
+    replay task), it waits for the thread and gives the lock back: a claim left to the garbage
+    collector would keep its segment's flock, and the writer's final replay would skip it."""
+    claiming = asyncio.ensure_future(asyncio.to_thread(spool.claim, path))
+    try:
+        return await asyncio.shield(claiming)
+    except asyncio.CancelledError:
+        late = await asyncio.gather(claiming, return_exceptions=True)
+        if isinstance(late[0], SpoolClaim):
+            late[0].release()
+        raise
 
 
 async def _replay_claim(
