@@ -42,6 +42,7 @@ from gateway.metrics import GatewayMetrics
 from gateway.recording.handle import RecorderHandle, open_recorder
 from gateway.recording.process import CLOSE_DEADLINE_S
 from gateway.recording.sink import RecordSink
+from gateway.routing.release import LiveRelease
 from gateway.startup import build_state, join_fleet
 from gateway.state import GatewayState
 from gateway.tracing import TRACES_CLOSE_S, build_tracer, close_tracer
@@ -167,12 +168,16 @@ def create_app(
         state = build_state(config, config_path, session, sink, metrics, prices, handle)
         state.tracer_provider, state.tracer = build_tracer(config.telemetry, span_exporter)
         metrics.add_live_gauges(_live_gauges(state, handle))
+        store = handle if handle is not None else _as_handle(sink)
+        if store is not None:  # a promotion kept in the store outlives this process
+            state.reloader.release = LiveRelease(store.backend)
         fleet = await join_fleet(state)  # the state other gateway processes share
+        await state.reloader.restore()
         # The tool-call validator for agent steps' fallback, imported off the loop.
         warming = asyncio.get_running_loop().run_in_executor(None, warm_tool_calls)
         metrics.in_flight.set_function(lambda: state.requests.count)  # was declared, never set
         app.state.switchyard = state
-        app.state.recorder = handle if handle is not None else _as_handle(sink)
+        app.state.recorder = store
         if console is not None:
             console.start(app)
         # Startup objects (litellm alone leaves ~300k) never die; keeping them out of the

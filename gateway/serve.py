@@ -23,6 +23,7 @@ from pathlib import Path
 import uvicorn
 from starlette.applications import Starlette
 
+from gateway.admin.changes import SIGHUP_ACTOR, record_reload
 from gateway.admin.subcommand import Subcommand, run_alone
 from gateway.app import ABORT_GRACE_S, create_app, stop_deadline_s
 from gateway.config import ConfigFileError, SwitchyardConfig, load_config
@@ -38,12 +39,15 @@ async def _reload(app: Starlette) -> None:
     state: GatewayState | None = getattr(app.state, "switchyard", None)
     if state is None:
         return
+    previous = state.routing.policy.version
     try:
         routing = await state.reloader.reload()
     except (ConfigFileError, ValueError) as exc:
         log.error("SIGHUP reload refused, keeping the running policy: %s", exc)
         return
-    log.info("routing reloaded on SIGHUP: policy %s", routing.policy.version)
+    version = routing.policy.version
+    log.info("routing reloaded on SIGHUP: policy %s", version)
+    await record_reload(getattr(app.state, "recorder", None), SIGHUP_ACTOR, previous, version)
 
 
 class GatewayServer(uvicorn.Server):

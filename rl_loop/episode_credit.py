@@ -14,7 +14,8 @@ Credit, per step of an episode whose verdict sits on its last step:
   (``traffic.tool_calls.check_call``): rejected, whatever the episode's end (the step penalty of
   the RL side, ``rl_loop.agent.episode_rl``);
 - a local step after which the gateway fell back to the frontier
-  (``router.episode_fallback``: the next step's policy reason starts ``episode_fallback:``):
+  (``router.episode_fallback``: the next step's recorded ``decision_kind`` is
+  ``episode_fallback``):
   rejected, the gateway saw it fail;
 - any other step: the episode's verdict (the terminal reward, shared by its steps).
 
@@ -29,8 +30,9 @@ from collections.abc import Iterable
 from traffic.export.episodes import Episode, RouteKinds, group_episodes
 from traffic.store import InferenceRow
 
-#: The policy reason the gateway records on a step sent to the frontier after a local failure.
-FALLBACK_REASON_PREFIX = "episode_fallback:"
+#: The decision kind the gateway records on a step sent to the frontier after a local failure
+#: (rows written before the store's migration 6 carry none: no fallback is read from them).
+FALLBACK_KIND = "episode_fallback"
 
 
 def _judged_last(episode: Episode) -> bool:
@@ -51,8 +53,8 @@ def episode_step_verdicts(
         for i, step in enumerate(steps[:-1]):
             if not step.record.ok:
                 continue
-            following = steps[i + 1].record.policy_reason or ""
-            fell_back = step.route_kind == "local" and following.startswith(FALLBACK_REASON_PREFIX)
+            following = steps[i + 1].record.decision_kind
+            fell_back = step.route_kind == "local" and following == FALLBACK_KIND
             broken = any(not call.valid for call in step.calls)
             out[step.record.id] = accepted and not fell_back and not broken
     return out

@@ -329,6 +329,7 @@ async def ship_candidate(
             admin_token=services.admin_token,
             target=services.local_target,
             served_model_name=config.served_model_name,
+            actor="flywheel",
         )
         swap = await promote(
             services.store,

@@ -142,7 +142,8 @@ async def reload_gateway(gateway_url: str, admin_token: str) -> str:
     async with httpx.AsyncClient(timeout=60.0) as client:
         response = await client.post(
             f"{gateway_url.rstrip('/')}/admin/reload",
-            headers={"authorization": f"Bearer {admin_token}"},
+            # The change log names the automation that reloaded (gateway.admin.changes).
+            headers={"authorization": f"Bearer {admin_token}", "x-switchyard-actor": "flywheel"},
         )
     if response.status_code != 200:
         raise RuntimeError(f"gateway reload failed ({response.status_code}): {response.text}")

@@ -19,6 +19,7 @@ DecisionKind = Literal[
     "episode_fallback",  # a failed local agent step sent the episode's next turns on
     "episode_loop",  # an agent loop goes on on the model its earlier steps ran on
 ]
+ReleaseArm = Literal["candidate", "live"]  # which policy of a running canary decided
 PINNED_KINDS: frozenset[DecisionKind] = frozenset({"alias", "target"})
 LEARNED_KINDS: frozenset[DecisionKind] = frozenset(
     {"learned_local", "learned_explore", "learned_frontier"}
@@ -27,14 +28,32 @@ LEARNED_KINDS: frozenset[DecisionKind] = frozenset(
 
 @dataclass(frozen=True, slots=True)
 class RouteDecision:
-    """``targets[0]`` is tried first; the rest is the fallback chain, in order."""
+    """``targets[0]`` is tried first; the rest is the fallback chain, in order.
+
+    What off-policy estimates need is kept typed, never only in ``reason``: ``propensity`` is
+    the probability that the deciding policy sends this request to its local target,
+    exploration included (1 or 0 for a deterministic choice; None where the policy has no
+    local target); ``decided`` the target the policy chose before an episode's fallback
+    replaced it; ``release_*`` the canary arm that decided and its assignment probability."""
 
     targets: tuple[str, ...]
     reason: str
     policy_version: str
     p_local: float | None = None  # the learned scorer's estimate, when one decided
     kind: DecisionKind = field(kw_only=True)
+    threshold: float | None = field(default=None, kw_only=True)  # the learned cut p_local met
+    propensity: float | None = field(default=None, kw_only=True)
+    state_version: str | None = field(default=None, kw_only=True)  # the learned state's
+    decided: str | None = field(default=None, kw_only=True)  # None: targets[0]
+    release_id: str | None = field(default=None, kw_only=True)  # the canary's policy version
+    release_arm: ReleaseArm | None = field(default=None, kw_only=True)
+    release_p: float | None = field(default=None, kw_only=True)  # the arm's assignment prob.
 
     @property
     def target(self) -> str:
         return self.targets[0]
+
+    @property
+    def decided_target(self) -> str:
+        """The target the policy chose, before an episode's fallback (or loop) replaced it."""
+        return self.decided if self.decided is not None else self.targets[0]

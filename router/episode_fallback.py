@@ -141,8 +141,14 @@ def fallback_decision(
     its fallbacks), the reason naming the failure and the turn."""
     total = "rest" if config.sticky_turns is None else str(config.sticky_turns)
     reason = f"episode_fallback:{memory.fallback_reason} turn={turn}/{total}"
-    return RouteDecision(
-        chain, reason, decision.policy_version, decision.p_local, kind="episode_fallback"
+    return replace(
+        decision,
+        targets=chain,
+        reason=reason,
+        kind="episode_fallback",
+        decided=decision.decided_target,
+        # The fallback leaves the local target for certain (None: the policy names no local).
+        propensity=None if decision.propensity is None else 0.0,
     )
 
 
@@ -168,11 +174,14 @@ def loop_decision(
     if previous_local == (decision.target == local_chain[0]):
         return decision  # the loop's model already
     if previous_local:  # a fallback in force still applies after this
-        reason = f"{LOOP_LOCAL} {decision.reason}"
-        return RouteDecision(
-            local_chain, reason, decision.policy_version, decision.p_local, kind="episode_loop"
-        )
-    reason = f"{LOOP_FRONTIER} {decision.reason}"
-    return RouteDecision(
-        frontier_chain, reason, decision.policy_version, decision.p_local, kind="episode_loop"
+        chain, reason = local_chain, f"{LOOP_LOCAL} {decision.reason}"
+    else:
+        chain, reason = frontier_chain, f"{LOOP_FRONTIER} {decision.reason}"
+    return replace(
+        decision,
+        targets=chain,
+        reason=reason,
+        kind="episode_loop",
+        decided=decision.decided_target,
+        propensity=1.0 if chain is local_chain else 0.0,  # the loop's model, for certain
     )

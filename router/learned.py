@@ -224,9 +224,10 @@ class LearnedPolicy:
 
     def decide(self, features: RequestFeatures) -> RouteDecision:
         base = self._rules.decide(features)
-        if base.kind != "default":
-            return RouteDecision(base.targets, base.reason, self._version, kind=base.kind)
         cfg = self._config
+        if base.kind != "default":
+            local = 1.0 if base.target == cfg.local_target else 0.0
+            return self._decision(base.target, base.reason, None, base.kind, local)
         p = self.predict_local_accept(features)
         scorer = self._state.scorer
         if p is None or scorer is None:
@@ -234,12 +235,35 @@ class LearnedPolicy:
         else:
             why = f"p_local={p:.3f} threshold={self.threshold:.3f} scorer={scorer.version}"
             if p >= self.threshold:
-                return self._decision(cfg.local_target, f"learned:local {why}", p, "learned_local")
-        if unit_hash(features.request_id or "", "explore") < cfg.exploration_share:
-            return self._decision(cfg.local_target, f"learned:explore {why}", p, "learned_explore")
-        return self._decision(cfg.frontier_target, f"learned:frontier {why}", p, "learned_frontier")
+                return self._decision(
+                    cfg.local_target, f"learned:local {why}", p, "learned_local", 1.0
+                )
+        # Below the cut, local only by the exploration draw: its probability is the propensity.
+        explore = cfg.exploration_share
+        if unit_hash(features.request_id or "", "explore") < explore:
+            return self._decision(
+                cfg.local_target, f"learned:explore {why}", p, "learned_explore", explore
+            )
+        return self._decision(
+            cfg.frontier_target, f"learned:frontier {why}", p, "learned_frontier", explore
+        )
 
     def _decision(
-        self, target: str, reason: str, p_local: float | None, kind: DecisionKind
+        self,
+        target: str,
+        reason: str,
+        p_local: float | None,
+        kind: DecisionKind,
+        propensity: float,
     ) -> RouteDecision:
-        return RouteDecision(self._rules.chain(target), reason, self._version, p_local, kind=kind)
+        threshold = self.threshold if math.isfinite(self.threshold) else None
+        return RouteDecision(
+            self._rules.chain(target),
+            reason,
+            self._version,
+            p_local,
+            kind=kind,
+            threshold=threshold,
+            propensity=propensity,
+            state_version=self._state.version,
+        )

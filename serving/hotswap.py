@@ -120,6 +120,11 @@ class HotSwapConfig(BaseModel):
         "cannot be reached (a drain or undrain through any one reaches the whole fleet).",
     )
     admin_token: str = Field(min_length=1, repr=False, description="Gateway admin credential.")
+    actor: str = Field(
+        default="hotswap",
+        pattern=r"^[a-z][a-z0-9-]{0,31}$",
+        description="Who the gateways' change log names for the drains and undrains.",
+    )
     target: str = Field(default="local", description="Gateway backend holding the replicas.")
     served_model_name: str = LOCAL_MODEL_NAME
     drain_timeout_s: float = Field(default=60.0, gt=0)
@@ -231,7 +236,10 @@ class _Publisher:
                 response = await self.client.post(
                     f"{gateway.rstrip('/')}/admin/replicas/{path}",
                     json={"target": self.config.target, **body},
-                    headers={"authorization": f"Bearer {self.config.admin_token}"},
+                    headers={
+                        "authorization": f"Bearer {self.config.admin_token}",
+                        "x-switchyard-actor": self.config.actor,  # named in the change log
+                    },
                 )
             except httpx.TransportError:
                 if last:

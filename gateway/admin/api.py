@@ -27,6 +27,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from gateway.admin import changes
+from gateway.admin.changes import api_actor
 from gateway.admin.dependencies import AdminState, Store
 from gateway.admin.legacy_records import LIVE_TRANSLATOR
 from gateway.admin.models import (
@@ -75,7 +76,7 @@ from traffic.export import export_from_store, summarize
 
 async def create_key(request: Request, spec: KeyCreate) -> CreatedKey:
     """A new API key with its limits; the plaintext key is in this answer and nowhere else."""
-    record, plaintext = await create(request, changes.API_ACTOR, spec)
+    record, plaintext = await create(request, api_actor(request.headers), spec)
     return CreatedKey(**public_view(record), key=plaintext)
 
 
@@ -87,14 +88,14 @@ async def list_keys(request: Request) -> KeyList:
 
 async def revoke_key(request: Request, key_id: str) -> RevokedKey:
     """Revoke a key: refused at once by this process (404 when not active)."""
-    await revoke(request, changes.API_ACTOR, key_id)
+    await revoke(request, api_actor(request.headers), key_id)
     return RevokedKey(id=key_id, revoked=True)
 
 
 async def set_canary(request: Request, state: AdminState, body: CanaryRequest) -> CanaryStarted:
     """A candidate routing decides ``share`` of the requests, on every gateway of the fleet."""
     try:
-        canary = await start_canary(request, changes.API_ACTOR, body.routing, body.share)
+        canary = await start_canary(request, api_actor(request.headers), body.routing, body.share)
     except (ValueError, KeyError) as exc:
         raise InvalidRequestError(f"invalid canary: {exc}") from exc
     current = state.routing.policy.version
@@ -103,12 +104,12 @@ async def set_canary(request: Request, state: AdminState, body: CanaryRequest) -
 
 async def promote_canary(request: Request) -> CanaryPromoted:
     """The canary decides every request from now on (404: no canary)."""
-    return CanaryPromoted(promoted=await promote(request, changes.API_ACTOR))
+    return CanaryPromoted(promoted=await promote(request, api_actor(request.headers)))
 
 
 async def drop_canary(request: Request, state: AdminState) -> CanaryDropped:
     """Roll the canary back: the live policy decides all."""
-    dropped = await drop(request, changes.API_ACTOR)
+    dropped = await drop(request, api_actor(request.headers))
     return CanaryDropped(dropped=dropped, current=state.routing.policy.version)
 
 
@@ -136,25 +137,30 @@ async def traffic_export(handle: Store, body: ExportRequest) -> TrafficExportMan
 
 async def drain_replica(request: Request, cmd: ReplicaCommand) -> ReplicaDrained:
     """Take a replica out of rotation and wait up to ``timeout_s`` for its requests."""
-    url, left = await drain(request, changes.API_ACTOR, cmd.target, cmd.replica, cmd.timeout_s)
+    actor = api_actor(request.headers)
+    url, left = await drain(request, actor, cmd.target, cmd.replica, cmd.timeout_s)
     return ReplicaDrained(replica=url, drained=left == 0, in_flight=left)
 
 
 async def undrain_replica(request: Request, cmd: ReplicaCommand) -> ReplicaUndrained:
     """Put a replica back into rotation, with the weights version it now serves if given."""
     url, version = await undrain(
-        request, changes.API_ACTOR, cmd.target, cmd.replica, cmd.weights_version
+        request, api_actor(request.headers), cmd.target, cmd.replica, cmd.weights_version
     )
     return ReplicaUndrained(replica=url, drained=False, weights_version=version)
 
 
-async def reload_config(state: AdminState) -> Reloaded:
-    """Read the config file again and apply its routing (400 ``invalid_config``: kept the old)."""
+async def reload_config(request: Request, state: AdminState) -> Reloaded:
+    """Read the config file again and apply its routing (400 ``invalid_config``: kept the old);
+    recorded in the change log with the caller's actor (``x-switchyard-actor``)."""
+    previous = state.routing.policy.version
     try:
         routing = await state.reloader.reload()
     except ConfigFileError as exc:
         raise InvalidRequestError(str(exc), code="invalid_config") from exc
     version = routing.policy.version
+    actor = api_actor(request.headers)
+    await changes.record_reload(request.app.state.recorder, actor, previous, version)
     return Reloaded(reloaded=True, policy_version=version, reloads=state.decider.reloads)
 
 

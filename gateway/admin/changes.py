@@ -10,6 +10,8 @@ rollback; the failure is logged and the answer says the change went unrecorded.
 from __future__ import annotations
 
 import logging
+import re
+from collections.abc import Mapping
 from typing import Any
 
 from gateway.recording.handle import RecorderHandle
@@ -20,6 +22,18 @@ from traffic.store.records import ChangeRecord
 log = logging.getLogger(__name__)
 
 API_ACTOR = "admin-api"  # changes made through the JSON admin API (one shared credential)
+# An automatic caller of the admin API names itself (the flywheel's refit, a weight swap), so
+# that the change log says which automation acted; the admin credential is required either way.
+ACTOR_HEADER = "x-switchyard-actor"
+SIGHUP_ACTOR = "sighup"  # a reload by signal
+_ACTOR = re.compile(r"[a-z][a-z0-9-]{0,31}")
+
+
+def api_actor(headers: Mapping[str, str]) -> str:
+    """Who made an admin API change: the name the caller gave in ``x-switchyard-actor`` (lower
+    case letters, digits and dashes, at most 32), else ``admin-api``."""
+    named = headers.get(ACTOR_HEADER, "")
+    return named if _ACTOR.fullmatch(named) else API_ACTOR
 
 
 async def record(
@@ -50,3 +64,11 @@ async def record(
         log.error("change not recorded: %s %s by %s: %s", action, subject, actor, exc)
         return False
     return True
+
+
+async def record_reload(
+    handle: RecorderHandle | None, actor: str, previous: str, version: str
+) -> bool:
+    """A reload (admin API, SIGHUP): the policy version it served before and serves now."""
+    detail = {"previous": previous, "changed": previous != version}
+    return await record(handle, actor, "routing.reload", version, detail)

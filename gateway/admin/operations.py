@@ -25,6 +25,7 @@ from gateway.auth.keys import KeyService
 from gateway.backends.replica_pool import ReplicaPool
 from gateway.errors import InvalidRequestError, NotFoundError
 from gateway.recording.handle import RecorderHandle
+from gateway.routing.release import LIVE, release_config
 from gateway.routing.table import Canary, build_policy, read_learned_state
 from gateway.state import GatewayState
 from router.config import RoutingConfig
@@ -104,6 +105,7 @@ async def promote(request: Request, actor: str) -> str:
     # A candidate scorer (its own state file) goes live with the state it was tried with.
     policy = canary.policy
     learned = policy.state if isinstance(policy, LearnedPolicy) else state.decider.learned_state
+    file_routing = state.reloader.file_routing()
     await state.reloader.promote(canary.routing, learned)  # every gateway, with its canary
     version = state.routing.policy.version
     handle = request.app.state.recorder
@@ -114,7 +116,8 @@ async def promote(request: Request, actor: str) -> str:
         "routing.promote",
         version,
         detail,
-        policy=(canary.routing.model_dump(mode="json"), "live"),
+        # The live release: what a restart or reload serves (gateway.routing.release).
+        policy=(release_config(canary.routing.model_dump(mode="json"), file_routing), LIVE),
     )
     if previous != version:
         old = {"replaced_by": version}

@@ -83,6 +83,8 @@ class Exchange:
     served_model: str | None = None
     replica: str | None = None
     weights_version: str | None = None
+    shadow_p: float | None = None  # the shadow draw's probability (None: no shadow configured)
+    shadow_skipped: bool | None = None  # a sampled shadow skipped for want of room
     attempts: list[dict[str, Any]] = field(default_factory=list)
     ttft_s: float | None = None
     door: FrontDoor | None = None

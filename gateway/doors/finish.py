@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import time
+from typing import Any
 
 import orjson
 
@@ -14,6 +15,7 @@ from gateway.backends.base import Usage
 from gateway.doors.exchange import Exchange
 from gateway.recording.draft import Deferred, InferenceDraft, ready
 from gateway.state import GatewayState
+from router.decision import RouteDecision
 from router.features import RequestFeatures
 
 log = logging.getLogger(__name__)
@@ -72,9 +74,27 @@ def finish(state: GatewayState, ex: Exchange) -> float | None:
         tags=_tags(f, ex),
         attempts=ex.attempts,
         request_json=ex.request_json,
+        shadow_p=ex.shadow_p,
+        shadow_skipped=ex.shadow_skipped,
+        **(_decided(decision) if decision is not None else {}),
     )
     state.recorder.submit_draft(draft)  # the record is built where it is written
     return cost
+
+
+def _decided(d: RouteDecision) -> dict[str, Any]:
+    """The decision's typed columns (traffic.store.records.InferenceRecord's ``decision_*``)."""
+    return {
+        "decision_kind": d.kind,
+        "decision_target": d.decided_target,
+        "decision_p_local": d.p_local,
+        "decision_threshold": d.threshold,
+        "decision_propensity": d.propensity,
+        "decision_state_version": d.state_version,
+        "release_id": d.release_id,
+        "release_arm": d.release_arm,
+        "release_p": d.release_p,
+    }
 
 
 def _measure(

@@ -41,7 +41,7 @@ from gateway.backends.base import Backend, UpstreamCall, UpstreamResult, Upstrea
 from gateway.client_watch import WatchedStream
 from gateway.doors.exchange import Exchange, StreamEncoder
 from gateway.doors.finish import finish
-from gateway.doors.shadow import should_shadow, start_shadow
+from gateway.doors.shadow import shadow_probability, should_shadow, start_shadow
 from gateway.errors import (
     AllBackendsFailedError,
     GatewayError,
@@ -203,9 +203,12 @@ async def serve_unary(
 
 
 def _after_success(state: GatewayState, ex: Exchange, call: UpstreamCall) -> None:
+    """The shadow draw, kept on the exchange for the record (its probability, and whether a
+    sampled shadow was skipped for want of room)."""
     p_local = ex.decision.p_local if ex.decision is not None else None
-    if should_shadow(state, ex.id, ex.target, p_local):
-        start_shadow(state, ex.id, call)
+    ex.shadow_p = share = shadow_probability(state, ex.target, p_local)
+    if should_shadow(ex.id, share):
+        ex.shadow_skipped = not start_shadow(state, ex.id, call)
 
 
 async def serve_stream(
@@ -293,9 +296,12 @@ async def _relay(
             except Exception:  # the record keeps the exchange, without its answer
                 log.exception("stream %s: the answer could not be kept for the record", ex.id)
         ex.settle(status, answers, stream.outcome.usage, error, stream=True)
+        if status == 200:  # before the record, which keeps the shadow draw
+            try:
+                _after_success(state, ex, call)
+            except Exception:  # a shadow must never cost the exchange its record
+                log.exception("stream %s: the shadow could not be started", ex.id)
         finish(state, ex)
-        if status == 200:
-            _after_success(state, ex, call)
         await _close_quietly(stream)
 
 

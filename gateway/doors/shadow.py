@@ -27,29 +27,34 @@ from traffic.store import ShadowRecord
 log = logging.getLogger(__name__)
 
 
-def should_shadow(
-    state: GatewayState, inference_id: str, served_target: str | None, p_local: float | None
-) -> bool:
+def shadow_probability(
+    state: GatewayState, served_target: str | None, p_local: float | None
+) -> float | None:
+    """The probability that a request served by ``served_target`` is shadowed (module
+    docstring); None when no shadow is configured, 0 for a target that is never shadowed."""
     cfg = state.config.shadow
-    if cfg.share <= 0 or cfg.target is None or served_target is None:
-        return False
-    served = state.config.backends.get(served_target)
-    share = shadow_share(cfg.share, p_local)
-    return (
-        served is not None
-        and served.kind == "litellm"
-        and (unit_hash(inference_id, "shadow") < share)
-    )
+    if cfg.share <= 0 or cfg.target is None:
+        return None
+    served = state.config.backends.get(served_target) if served_target is not None else None
+    if served is None or served.kind != "litellm":
+        return 0.0
+    return shadow_share(cfg.share, p_local)
 
 
-def start_shadow(state: GatewayState, inference_id: str, call: UpstreamCall) -> None:
-    """Fire the shadow call if there is room (sync; the work happens in a task)."""
+def should_shadow(inference_id: str, share: float | None) -> bool:
+    return share is not None and unit_hash(inference_id, "shadow") < share
+
+
+def start_shadow(state: GatewayState, inference_id: str, call: UpstreamCall) -> bool:
+    """Fire the shadow call if there is room (sync; the work happens in a task); False when it
+    was skipped for want of room."""
     cfg = state.config.shadow
     if state.shadows_in_flight >= cfg.max_in_flight:
         state.metrics.shadows.labels("skipped").inc()
-        return
+        return False
     state.shadows_in_flight += 1
     state.background.spawn(_run(state, inference_id, call))
+    return True
 
 
 async def _run(state: GatewayState, inference_id: str, call: UpstreamCall) -> None:

@@ -82,12 +82,24 @@ class InferenceDraft(NamedTuple):
     tags: dict[str, str]
     attempts: list[dict[str, Any]]
     request_json: bytes | None = None  # the body ``request`` was parsed from, as it came
+    decision_kind: str | None = None
+    decision_target: str | None = None
+    decision_p_local: float | None = None
+    decision_threshold: float | None = None
+    decision_propensity: float | None = None
+    decision_state_version: str | None = None
+    release_id: str | None = None
+    release_arm: str | None = None
+    release_p: float | None = None
+    shadow_p: float | None = None
+    shadow_skipped: bool | None = None
 
 
 _ANSWERS: Final = InferenceDraft._fields.index("answers")
 _REQUEST: Final = InferenceDraft._fields.index("request")
 _CANONICAL: Final = InferenceDraft._fields.index("canonical_request")
-_REQUEST_JSON: Final = len(InferenceDraft._fields)  # in the flat tuple: Deferred takes two
+# In the flat tuple (to_wire) the fields after ``answers`` are one further on: Deferred takes two.
+_REQUEST_JSON: Final = InferenceDraft._fields.index("request_json") + 1
 # What goes out of band, beside the batch's pickle (gateway.recording.process.Batch): a body or a
 # stream's bytes this large (a 256-token stream is ~64 KB, a Claude Code body ~90 KB). Smaller
 # ones are copied into the pickle and freed at the flush, as a 16-token stream's 4.5 KB: held
@@ -175,6 +187,17 @@ def build_record(draft: InferenceDraft) -> InferenceRecord:
         cost_usd=draft.cost_usd,
         tags=draft.tags,
         attempts=draft.attempts,
+        decision_kind=draft.decision_kind,
+        decision_target=draft.decision_target,
+        decision_p_local=draft.decision_p_local,
+        decision_threshold=draft.decision_threshold,
+        decision_propensity=draft.decision_propensity,
+        decision_state_version=draft.decision_state_version,
+        release_id=draft.release_id,
+        release_arm=draft.release_arm,
+        release_p=draft.release_p,
+        shadow_p=draft.shadow_p,
+        shadow_skipped=draft.shadow_skipped,
     )
 
 

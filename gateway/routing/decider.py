@@ -12,6 +12,7 @@ reload authority, changes it (:meth:`Decider.swap`) with no await between the pa
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from gateway.routing.episodes import EpisodeRouting
@@ -53,10 +54,22 @@ class Decider:
         """The decision for ``features`` (module docstring); ``tools``: what the request offers,
         against which an agent episode's last local step is checked."""
         canary = view.canary
-        if canary is not None and unit_hash(features.request_id or "", "canary") < canary.share:
-            decision = canary.policy.decide(features)
-        else:
+        if canary is None:
             decision = view.routing.policy.decide(features)
+        elif unit_hash(features.request_id or "", "canary") < canary.share:
+            decision = replace(
+                canary.policy.decide(features),
+                release_id=canary.routing.version,
+                release_arm="candidate",
+                release_p=canary.share,
+            )
+        else:
+            decision = replace(
+                view.routing.policy.decide(features),
+                release_id=canary.routing.version,
+                release_arm="live",
+                release_p=1.0 - canary.share,
+            )
         return await self.episodes.route(view.routing, features, tools, decision)
 
     def swap(self, view: RoutingView, learned_state: LearnedState | None) -> None:

@@ -12,7 +12,8 @@ this process keeps serving what it served.
 Operations (the admin API, the console, SIGHUP):
 
 - :meth:`Reloader.reload`: re-read this process's config file and learned state, publish their
-  routing document;
+  routing document (or the live release promoted over it: :mod:`gateway.routing.release`;
+  :meth:`Reloader.restore` does the same at start-up);
 - :meth:`Reloader.start_canary` / :meth:`promote` / :meth:`drop_canary`;
 - :meth:`Reloader.drain`: publish the replica as drained; every member stops routing to it and
   reports, under the drain's id, its requests still in flight there once they are done (or at
@@ -47,6 +48,7 @@ from gateway.fleet.snapshot import (
     split_replica_key,
 )
 from gateway.routing.decider import Decider
+from gateway.routing.release import LiveRelease
 from gateway.routing.table import (
     Canary,
     Routing,
@@ -102,6 +104,7 @@ class Reloader:
         self._spawn = spawn
         self._lock = asyncio.Lock()
         self._reported: dict[str, None] = {}  # drain ids this member reports on (the newest)
+        self.release: LiveRelease | None = None  # the store's live release (a store is set)
 
     def seed(self) -> FleetSnapshot:
         """This process's state as a first snapshot (the fleet's if it has none yet)."""
@@ -219,15 +222,48 @@ class Reloader:
     # Operations.
 
     async def reload(self) -> Routing:
-        """Re-read the config file and learned state here; every member serves them. Raises
-        on an invalid file; the running routing is kept then."""
+        """Re-read the config file and learned state here; every member serves them, or the
+        live release promoted over that file (:mod:`gateway.routing.release`). Raises on an
+        invalid file; the running routing is kept then."""
         config = self.decider.routing.config  # no file: the routing served, its state re-read
         if self.config_path is not None:
             config = await asyncio.to_thread(load_config, self.config_path)
             self.local = config
+        elif self.release is not None:
+            config = self.local  # the routing started with stands for the file
+        config = await self._released(config)
         learned = await asyncio.to_thread(load_learned_state, config)
         await self.fleet.publish(FleetChange(routing=routing_doc(config, learned)))
         return self.decider.routing
+
+    async def restore(self) -> None:
+        """At start-up: serve the live release instead of the file's routing, if one was
+        promoted over it (:mod:`gateway.routing.release`)."""
+        config = await self._released(self.local)
+        if config is self.local:
+            return
+        learned = await asyncio.to_thread(load_learned_state, config)
+        await self.fleet.publish(FleetChange(routing=routing_doc(config, learned)))
+
+    def file_routing(self) -> dict[str, Any]:
+        """The routing document of the config file as loaded (what a promotion is over)."""
+        return self.local.routing.model_dump(mode="json")
+
+    async def _released(self, config: SwitchyardConfig) -> SwitchyardConfig:
+        """``config`` with the live release's routing in place of its own, when one was promoted
+        over it; ``config`` itself otherwise."""
+        if self.release is None:
+            return config
+        promoted = await self.release.over(config.routing.model_dump(mode="json"))
+        if promoted is None:
+            return config
+        try:
+            return SwitchyardConfig.model_validate(
+                {**config.model_dump(mode="json"), "routing": promoted}
+            )
+        except ValidationError as exc:  # e.g. a target the file no longer defines
+            log.error("live release does not fit the config file; serving the file's: %s", exc)
+            return config
 
     async def start_canary(
         self, routing: RoutingConfig, share: float, own_learned: LearnedState | None

@@ -156,6 +156,43 @@ def test_shadow_answers_are_recorded_for_frontier_served_requests(
     assert len(shadows) == 1 and shadows[0].target == "local"
     assert shadows[0].response["choices"][0]["message"]["content"]
     assert rows[local.headers["x-request-id"]].shadows == []  # local answers are not shadowed
+    # The draw is recorded: its probability (the full share: no score), and no skip for room.
+    frontier_row = rows[frontier.headers["x-request-id"]].inference
+    assert (frontier_row.shadow_p, frontier_row.shadow_skipped) == (1.0, False)
+    local_row = rows[local.headers["x-request-id"]].inference
+    assert (local_row.shadow_p, local_row.shadow_skipped) == (0.0, None)  # never shadowed
+
+
+def test_each_canary_decision_records_its_arm_and_the_arms_probability(
+    frontier_sim: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SWITCHYARD_ADMIN_TOKEN", "ops-admin")
+    url = f"sqlite:///{tmp_path / 'canary.db'}"
+    gw = store_gateway(frontier_sim.base_url, url, tmp_path / "spool", auth={"required": False})
+    gw.start()
+    try:
+        routing = gw.state.config.routing.model_dump(mode="json")
+        candidate = {**routing, "version": "cand-9", "default": "frontier-openai"}
+        r = httpx.post(
+            gw.base_url + "/admin/canary", json={"routing": candidate, "share": 0.3}, headers=ADMIN
+        )
+        assert r.status_code == 200, r.text
+        during = [httpx.post(gw.base_url + "/v1/chat/completions", json=CHAT) for _ in range(30)]
+        assert httpx.delete(gw.base_url + "/admin/canary", headers=ADMIN).status_code == 200
+        after = httpx.post(gw.base_url + "/v1/chat/completions", json=CHAT)
+    finally:
+        gw.stop()
+    rows = {r.inference.id: r.inference for r in _rows(url)}
+    arms = set()
+    for resp in during:
+        row = rows[resp.headers["x-request-id"]]
+        arm = "candidate" if resp.headers["x-switchyard-policy-version"] == "cand-9" else "live"
+        assert (row.release_id, row.release_arm) == ("cand-9", arm)
+        assert row.release_p == pytest.approx(0.3 if arm == "candidate" else 0.7)
+        assert row.decision_kind == "default" and row.decision_target == row.route_target
+        arms.add(arm)
+    assert arms == {"candidate", "live"}
+    assert rows[after.headers["x-request-id"]].release_id is None  # no canary: no arm
 
 
 def test_learned_policy_moves_a_kind_of_request_local_after_a_refit_and_reload(

@@ -118,3 +118,27 @@ def test_the_reason_names_score_threshold_and_scorer(learned_gateway: GatewayThr
     assert fields["scorer"] == "fit-odd"
     record = learned_gateway.sink.wait_for(r.headers["x-request-id"])
     assert record.policy_reason == reason
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_every_learned_decision_is_recorded_with_its_typed_fields(
+    learned_gateway: GatewayThread, stream: bool
+) -> None:
+    """The record carries the decision as columns (propensity, score, threshold, the state's
+    version, the target as decided), not only as the reason's rounded words."""
+    url = learned_gateway.base_url + "/v1/chat/completions"
+    seen = set()
+    for i, question in enumerate(["What type does f return?", "Write tests for f."] * 3):
+        r = httpx.post(url, json={**_ask(question, 100 + i), "stream": stream}, timeout=60)
+        assert r.status_code == 200, r.text
+        record = learned_gateway.sink.wait_for(r.headers["x-request-id"])
+        assert record.decision_kind in ("learned_local", "learned_explore", "learned_frontier")
+        assert record.decision_state_version == "fit-odd"
+        assert record.decision_p_local is not None and record.decision_threshold is not None
+        assert f"p_local={record.decision_p_local:.3f}" in (record.policy_reason or "")
+        assert record.decision_target == record.route_target == r.headers["x-switchyard-target"]
+        local = record.decision_p_local >= record.decision_threshold
+        assert record.decision_propensity == (1.0 if local else 0.05)  # exploration_share
+        assert record.release_id is None and record.release_arm is None  # no canary running
+        seen.add(record.decision_kind)
+    assert "learned_local" in seen and len(seen) >= 2

@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 
 from rl_loop.config import RefitConfig
-from rl_loop.episode_credit import FALLBACK_REASON_PREFIX, step_verdicts
+from rl_loop.episode_credit import FALLBACK_KIND, step_verdicts
 from rl_loop.outcomes import VerdictCache
 from rl_loop.refit import refit_policy
 from router.chat_text import request_text
@@ -28,10 +28,11 @@ def _credits(rows: list[InferenceRow]) -> dict[str, bool]:
 
 
 def _fell_back(row: InferenceRow) -> InferenceRow:
-    reason = f"{FALLBACK_REASON_PREFIX}invalid_call failed_step=1 turn=2/3"
-    return dataclasses.replace(
-        row, inference=dataclasses.replace(row.inference, policy_reason=reason)
+    reason = "episode_fallback:invalid_call failed_step=1 turn=2/3"
+    inference = dataclasses.replace(
+        row.inference, policy_reason=reason, decision_kind=FALLBACK_KIND
     )
+    return dataclasses.replace(row, inference=inference)
 
 
 def test_the_steps_of_an_accepted_episode_share_its_verdict() -> None:

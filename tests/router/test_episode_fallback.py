@@ -137,9 +137,13 @@ def test_the_fallback_lasts_its_sticky_turns_or_the_rest_of_the_episode() -> Non
 
 def test_the_fallback_decision_names_the_failure_and_the_turn() -> None:
     memory = EpisodeMemory(frozenset({0}), 1, "invalid_tool_call failed_step=0 problem=p")
-    policy = RouteDecision(("local", "frontier"), "default", "v1", 0.9, kind="default")
+    policy = RouteDecision(
+        ("local", "frontier"), "default", "v1", 0.9, kind="default", propensity=1.0
+    )
     decided = fallback_decision(policy, ("frontier", "other"), memory, 2, CFG)
     assert decided.targets == ("frontier", "other")
+    # The record keeps what the policy chose and that the fallback left local for certain.
+    assert decided.decided_target == "local" and decided.propensity == 0.0
     assert decided.reason == "episode_fallback:invalid_tool_call failed_step=0 problem=p turn=2/3"
     assert decided.kind == "episode_fallback"
     assert (decided.policy_version, decided.p_local) == ("v1", 0.9)
@@ -206,6 +210,7 @@ def test_an_agent_loop_that_went_local_stays_local_and_says_why() -> None:
     assert kept.reason == "episode_loop:local learned:frontier p_local=0.100"
     assert kept.kind == "episode_loop"
     assert (kept.policy_version, kept.p_local) == ("v1", 0.1)
+    assert kept.decided_target == "frontier" and kept.propensity == 1.0
 
 
 def test_exploration_starts_only_at_a_loops_first_step() -> None:

@@ -189,3 +189,34 @@ def test_replay_predicts_local_share_cost_and_accept_rate_of_a_candidate() -> No
     # the quality target (0.95 of frontier-only) leaves room for a few of the hard ones
     assert report.per_class["write_test"].local_share <= 0.15
     assert report.overall.cost_per_1k_usd < current.overall.cost_per_1k_usd
+
+
+def test_every_decision_carries_its_propensity_score_threshold_and_state_version() -> None:
+    outcomes = (
+        _outcomes("rename", "local", 95, 5)
+        + _outcomes("rename", "frontier", 97, 3)
+        + _outcomes("write_test", "local", 5, 95)
+        + _outcomes("write_test", "frontier", 90, 10)
+    )
+    policy = LearnedPolicy(_rules(), CFG, fit(outcomes, "fit-1"))
+    local = policy.decide(_f("rename", i=1000))
+    assert local.kind == "learned_local" and local.propensity == 1.0
+    assert local.threshold == policy.threshold and local.state_version == "fit-1"
+    assert local.p_local is not None and local.p_local >= local.threshold
+    decided = [policy.decide(_f("write_test", f"r{i}", i=i)) for i in range(400)]
+    hard = [d for d in decided if d.kind != "learned_local"]
+    assert {d.kind for d in hard} == {"learned_explore", "learned_frontier"}
+    # Below the cut a request goes local only by the exploration draw: both outcomes of the
+    # draw carry its probability, the full precision the reason's three digits lose.
+    assert {d.propensity for d in hard} == {CFG.exploration_share}
+    assert all(d.p_local is not None and d.p_local < policy.threshold for d in hard)
+    assert all(d.decided_target == d.target for d in hard)
+    pinned = policy.decide(_f("rename", model="big"))
+    assert pinned.kind == "alias" and pinned.propensity == 0.0  # pinned to the frontier
+
+
+def test_a_cold_policy_records_no_threshold_and_the_exploration_propensity() -> None:
+    policy = LearnedPolicy(_rules(), CFG, LearnedState(version="cold"))
+    d = policy.decide(_f("rename"))
+    assert d.threshold is None and d.p_local is None  # nothing fitted: no cut to record
+    assert d.propensity == CFG.exploration_share and d.state_version == "cold"

@@ -168,15 +168,18 @@ def group_sql(group: str, codec: Codec) -> tuple[str, list[Any]]:
         reason = "coalesce(i.policy_reason, '')"
         return f"substr({reason}, 1, instr({reason} || ' ', ' ') - 1)", []
     if group == "p_local":
+        # The typed score (migration 6); older rows: the score their reason text names.
         if pg:
-            score = "substring(i.policy_reason from 'p_local=([0-9.]+)')::float8"
-            return f"floor({score} * 10) / 10", []
+            legacy = "substring(i.policy_reason from 'p_local=([0-9.]+)')::float8"
+            return f"floor(coalesce(i.decision_p_local, {legacy}) * 10) / 10", []
         at = "instr(i.policy_reason, 'p_local=') + 8"
-        return (
+        legacy = (
             f"CASE WHEN instr(i.policy_reason, 'p_local=') > 0"
             f" AND substr(i.policy_reason, {at}, 1) BETWEEN '0' AND '9'"
-            f" THEN CAST(CAST(substr(i.policy_reason, {at}, 5) AS REAL) * 10 AS INTEGER) / 10.0"
-            " END",
+            f" THEN CAST(substr(i.policy_reason, {at}, 5) AS REAL) END"
+        )
+        return (
+            f"CAST(coalesce(i.decision_p_local, {legacy}) * 10 AS INTEGER) / 10.0",
             [],
         )
     name = group.removeprefix(TAG_GROUP_PREFIX)

@@ -76,6 +76,13 @@ MIGRATIONS: Final = (
         " inference (served_model, id) index",
     ),
     Migration(5, "inference key and episode indexes: partial (rows with none are not indexed)"),
+    # Rows written before it read back with every one None: their decisions are unknown.
+    Migration(
+        6,
+        "inference decision_* and release_*, shadow_p, shadow_skipped: the routing decision typed"
+        " (kind, target before fallback, p_local, threshold, propensity, state version, canary"
+        " arm and its probability, the shadow draw)",
+    ),
 )
 
 

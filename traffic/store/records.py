@@ -144,6 +144,20 @@ class InferenceRecord:
     tags: dict[str, str] = field(default_factory=dict)
     # Provider calls made to serve this request: {"target", "status", "error", "latency_ms", ...}.
     attempts: list[dict[str, Any]] = field(default_factory=list)
+    # The routing decision (router.decision.RouteDecision's fields; None: not decided, or
+    # written before migration 6). ``decision_propensity``: the probability that the deciding
+    # policy sent it local, exploration included.
+    decision_kind: str | None = None
+    decision_target: str | None = None  # the target the policy chose, before an episode fallback
+    decision_p_local: float | None = None
+    decision_threshold: float | None = None
+    decision_propensity: float | None = None
+    decision_state_version: str | None = None  # the learned state's version
+    release_id: str | None = None  # the canary running when it was decided
+    release_arm: str | None = None  # "candidate" or "live"
+    release_p: float | None = None  # the probability of being assigned that arm
+    shadow_p: float | None = None  # the probability it was shadowed (None: no shadow configured)
+    shadow_skipped: bool | None = None  # sampled, but skipped for want of room
 
     def __post_init__(self) -> None:
         _normalise_times(self, "ts")

@@ -161,6 +161,18 @@ INFERENCE: Final = Table(
         _opt("cost_usd", _T.FLOAT),
         _req("tags", _T.JSON),
         _req("attempts", _T.JSON),
+        # The routing decision, typed (migration 6): what off-policy estimates read.
+        _opt("decision_kind", _T.TEXT, since=6),
+        _opt("decision_target", _T.TEXT, since=6),
+        _opt("decision_p_local", _T.FLOAT, since=6),
+        _opt("decision_threshold", _T.FLOAT, since=6),
+        _opt("decision_propensity", _T.FLOAT, since=6),
+        _opt("decision_state_version", _T.TEXT, since=6),
+        _opt("release_id", _T.TEXT, since=6),
+        _opt("release_arm", _T.TEXT, since=6),
+        _opt("release_p", _T.FLOAT, since=6),
+        _opt("shadow_p", _T.FLOAT, since=6),
+        _opt("shadow_skipped", _T.BOOL, since=6),
     ),
 )
 FEEDBACK: Final = Table(

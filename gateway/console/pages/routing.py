@@ -13,10 +13,11 @@ and a per-class table, with the form that applies the very candidate it showed a
 (``POST /ui/routing/canary``); ``/promote`` and ``/rollback`` end the canary. Each is the admin
 API's own operation (:mod:`gateway.admin.operations`), recorded with the operator's name.
 
-A promotion changes what the gateways serve, not the YAML file: the next restart or SIGHUP
-reload re-reads the file and serves its routing again. The page says so beside the button, and
-after a promotion (``/ui/routing?promoted=<version>``) shows the promoted ``routing:`` section as
-YAML, to be written into the file to keep it.
+A promotion is kept in the store as the live release (:mod:`gateway.routing.release`): a
+restart or SIGHUP reload serves it again while the file's routing is the one it was promoted
+over. The page says so beside the button, and after a promotion
+(``/ui/routing?promoted=<version>``) shows the promoted ``routing:`` section as YAML, to make it
+the file's own.
 """
 
 from __future__ import annotations

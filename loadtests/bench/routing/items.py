@@ -67,7 +67,7 @@ from rl_loop.replay import VERDICTS_FILE
 from router.config import LearnedConfig, RoutingConfig
 from router.scorer import Scorer, shadow_share
 from tasks.ide import TaskIdError, task_from_id, verify_reply
-from traffic.store import InferenceFilter, InferenceRow, StoreConfig, open_store
+from traffic.store import InferenceFilter, InferenceRecord, InferenceRow, StoreConfig, open_store
 
 LABELS_FILE = "labels.json"
 UNLABELLED = "unlabelled"
@@ -253,10 +253,13 @@ class FrontierPrior:
 _P_LOCAL = re.compile(r"p_local=([0-9.]+)")
 
 
-def shadow_probability(policy_reason: str | None, share: float) -> float:
-    """The chance that the gateway shadowed a frontier-served request, at the decision's
-    ``p_local`` (recorded in its reason): ``router.scorer.shadow_share``, as the gateway."""
-    found = _P_LOCAL.search(policy_reason or "")
+def shadow_probability(inf: InferenceRecord, share: float) -> float:
+    """The chance that the gateway shadowed a frontier-served request: as recorded
+    (``shadow_p``), or for rows from before the store's migration 6 at the ``p_local`` their
+    reason names (``router.scorer.shadow_share``, as the gateway)."""
+    if inf.shadow_p:
+        return inf.shadow_p
+    found = _P_LOCAL.search(inf.policy_reason or "")
     return shadow_share(share, None if found is None else float(found.group(1)))
 
 
@@ -299,7 +302,7 @@ def eval_items(
                 price_in, price_out = inputs.local_prices
                 local_cost = ((inf.prompt_tokens or 0) * price_in + completion * price_out) / 1e6
             share = inputs.shadow_share
-            weight = 1.0 if share is None else 1.0 / shadow_probability(inf.policy_reason, share)
+            weight = 1.0 if share is None else 1.0 / shadow_probability(inf, share)
         text = recorded_text(inf)
         t0 = time.perf_counter_ns()
         p = scorer.predict_local(text)

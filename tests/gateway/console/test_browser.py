@@ -126,8 +126,8 @@ def test_a_routing_change_is_previewed_then_canaried_then_promoted_or_rolled_bac
     assert site.gw.state.decider.canary is None
     promoted = site.gw.state.routing.policy.version
     assert promoted != live and promoted.startswith("v1-c1+")
-    notice = page.inner_text("#promoted")  # what lasts, and the YAML that keeps it
-    assert promoted in notice and "next restart or SIGHUP reload" in notice
+    notice = page.inner_text("#promoted")  # that it is kept, and the YAML to make it the file's
+    assert promoted in notice and "restart or SIGHUP reload" in notice and "live release" in notice
     assert "version: v1-c1" in page.inner_text("#promoted-yaml")
     learned = site.gw.state.config.routing.learned
     assert learned is not None and learned.quality_target == 0.5

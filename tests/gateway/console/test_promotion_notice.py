@@ -1,7 +1,8 @@
-"""A promotion made in the console lasts until the next restart or SIGHUP reload, which re-reads
-the YAML file: the routing page says so beside its buttons, and after a promotion shows the
-promoted ``routing:`` section as YAML to write into the file. Plain HTTP with the bearer token
-(the browser test clicks the same buttons)."""
+"""A promotion made in the console is kept as the live release, served again after a restart or
+SIGHUP reload while the YAML file's routing is the one it was promoted over: the routing page
+says so beside its buttons, and after a promotion shows the promoted ``routing:`` section as YAML
+to make it the file's own. Plain HTTP with the bearer token (the browser test clicks the same
+buttons)."""
 
 from __future__ import annotations
 
@@ -41,7 +42,7 @@ def test_the_routing_page_says_how_long_a_promotion_lasts_and_how_to_keep_it(sit
     assert location.startswith("/ui/routing?promoted=") and unquote(location).endswith(version)
     after = httpx.get(site.url + location, headers=BEARER)
     assert after.status_code == 200 and 'id="promoted"' in after.text
-    assert "next restart or" in after.text and "re-reads the YAML file" in after.text
+    assert "live release" in after.text and "serves it again" in after.text
     section = after.text.split('<pre id="promoted-yaml">', 1)[1].split("</pre>", 1)[0]
     written = yaml.safe_load(html.unescape(section))
     assert RoutingConfig.model_validate(written["routing"]) == site.gw.state.config.routing

@@ -241,3 +241,31 @@ async def test_migration_5_indexes_only_the_rows_with_a_key_or_an_episode(
         for column in ("api_key_id", "episode_id"):
             assert f"inference_{column}_id" not in defs  # the full index is gone
             assert defs[f"inference_{column}_set"].endswith(f"WHERE {column} IS NOT NULL")
+
+
+@pytest.mark.parametrize("dialect", DIALECTS)
+async def test_migration_6_types_the_decision_and_old_rows_read_none(request, tmp_path, dialect):
+    old_row = inference(
+        policy_version="v1+s1", policy_reason="learned:explore p_local=0.210 threshold=0.640"
+    )
+    new_row = inference(
+        policy_version="v1+s1",
+        policy_reason="learned:explore p_local=0.210 threshold=0.640",
+        decision_kind="learned_explore",
+        decision_target="local",
+        decision_p_local=0.2103,
+        decision_threshold=0.6417,
+        decision_propensity=0.05,
+        decision_state_version="s1",
+        release_id="v2",
+        release_arm="live",
+        release_p=0.7,
+        shadow_p=0.0,
+        shadow_skipped=False,
+    )
+    rows = await _migrated_rows(request, tmp_path, dialect, 5, old_row, new_row)
+    assert rows[old_row.id] == old_row  # every decision column None: not known, not zero
+    assert rows[old_row.id].decision_propensity is None
+    assert rows[new_row.id] == new_row  # full precision, not the reason's three digits
+    assert rows[new_row.id].decision_p_local == 0.2103
+    assert rows[new_row.id].shadow_skipped is False
