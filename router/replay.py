@@ -37,6 +37,7 @@ class ReplayItem:
     latency_ms: float
     shadow_accepted: bool | None = None
     class_key: str = "*"
+    logged_local_p: float | None = None  # the recorded decision_propensity (router.ope)
 
 
 @dataclass(slots=True)

@@ -6,8 +6,10 @@ recorded request (:func:`features_of`, the reading ``python -m rl_loop.replay`` 
 prompt size estimated from the messages, tags without ``note.*``, the scorer's text from the
 exporter's conversation), the arm that served it (a ``vllm`` target is local, any other
 frontier), the user's verdict (the latest accepted / rejected feedback), its cost and latency,
-and the verdict of a shadow answer when the RL loop recorded one
-(``comparison["verdict"]``). The class of an item is the console's class tag.
+the verdict of a shadow answer when the RL loop recorded one (``comparison["verdict"]``), and
+the logged propensity (``decision_propensity``). The class of an item is the console's class
+tag. Beside the replay, the candidate's off-policy estimate (:func:`router.ope.off_policy`:
+doubly robust accept and SNIPS cost with 95% intervals, the share the replay imputes).
 
 Reading the rows is the store's work; replaying is pure CPU and runs on a worker thread.
 """
@@ -21,6 +23,7 @@ from dataclasses import dataclass
 from router.chat_text import request_text
 from router.features import RequestFeatures, recorded_features
 from router.learned import class_key
+from router.ope import OffPolicy, off_policy
 from router.policy import RoutingPolicy
 from router.replay import Arm, ReplayItem, ReplayReport, replay
 from traffic.export.conversation import canonical_body
@@ -35,6 +38,7 @@ class Preview:
     candidate: ReplayReport
     replayed: int  # recorded exchanges replayed
     judged: int  # of which with a user verdict or a shadow verdict
+    off_policy: OffPolicy  # the candidate by its logged propensities (router.ope)
 
 
 def features_of(inf: InferenceRecord) -> RequestFeatures:
@@ -76,6 +80,7 @@ def replay_items(
                 latency_ms=inf.latency_ms,
                 shadow_accepted=shadow,
                 class_key=class_key(features, [class_tag]),
+                logged_local_p=inf.decision_propensity,
             )
         )
     return items
@@ -94,8 +99,13 @@ def _compare(
         return arms.get(target, "frontier")
 
     judged = sum(1 for i in items if i.accepted is not None or i.shadow_accepted is not None)
+    oldest_first = items[::-1]  # recent_ok reads newest first; cross-fitting folds by time
     return Preview(
-        replay(live, items, arm_of), replay(candidate, items, arm_of), len(items), judged
+        replay(live, items, arm_of),
+        replay(candidate, items, arm_of),
+        len(items),
+        judged,
+        off_policy(candidate, oldest_first, arm_of),
     )
 
 

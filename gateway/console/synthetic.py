@@ -167,9 +167,29 @@ def _decide(rng: random.Random, cls: TrafficClass, frac: float, k: int) -> tuple
     why = f"p_local={p:.3f} threshold={THRESHOLD:.3f} scorer=fit-r{k}"
     if goes_local:
         return "auto", LOCAL, f"learned:local {why}"
-    if rng.random() < 0.05:
+    if rng.random() < EXPLORE_SHARE:
         return "auto", LOCAL, f"learned:explore {why}"
     return "auto", OPENAI, f"learned:frontier {why}"
+
+
+EXPLORE_SHARE = 0.05  # what _decide sends local below the threshold
+
+
+def _decision_columns(reason: str, target: str, k: int) -> dict[str, Any]:
+    """The typed decision the gateway records (traffic.store.records, ``decision_*``)."""
+    head = reason.split(" ", 1)[0]
+    kind = head.split(":", 1)[0] if not head.startswith("learned:") else head.replace(":", "_")
+    learned = kind.startswith("learned_")
+    p_local = float(reason.split("p_local=", 1)[1].split(" ", 1)[0]) if learned else None
+    local_p = 1.0 if kind == "learned_local" else EXPLORE_SHARE if learned else 0.0
+    return {
+        "decision_kind": kind,
+        "decision_target": target,
+        "decision_p_local": p_local,
+        "decision_threshold": THRESHOLD if learned else None,
+        "decision_propensity": local_p,
+        "decision_state_version": f"fit-r{k}" if learned else None,
+    }
 
 
 def _one(
@@ -206,6 +226,7 @@ def _one(
         replica=f"http://10.0.0.{1 + rng.getrandbits(1)}:8000" if local else None,
         policy_version=f"v1+fit-r{k}",
         policy_reason=reason,
+        **_decision_columns(reason, target, k),
         status=502 if failed else 200,
         error="upstream error" if failed else None,
         stream=stream,

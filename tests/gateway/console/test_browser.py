@@ -112,6 +112,9 @@ def test_a_routing_change_is_previewed_then_canaried_then_promoted_or_rolled_bac
     assert _drawn_charts(page) == 4
     table = page.inner_text("#preview-table")
     assert "overall" in table
+    # Beside the replay, the estimate from the logged propensities, with its interval.
+    ope = page.inner_text("#off-policy")
+    assert "doubly robust" in ope and "[" in ope and "imputes" in ope
     page.screenshot(path=str(shots / "routing-preview.png"), full_page=True)
     page.fill("input[name=share]", "0.25")
     page.click("#apply-canary")

@@ -1,0 +1,120 @@
+"""An anytime-valid test of a release: does the candidate arm lose accept rate against live?
+
+A release assigns each request to the candidate arm with probability ``share`` (a hash of the
+request id, independent of the request). Only the requests on which the arms decide differently
+can tell them apart; the verdicts of those served by each arm estimate that arm's accept rate on
+them, and ``delta`` is the candidate's minus live's.
+
+Each arm's accept rate gets a confidence sequence that holds at every step at once with
+probability ``1 - alpha/2`` (so the two together hold with ``1 - alpha``, a union bound), and
+``delta``'s interval is their difference; the decision may look after every verdict without
+inflating its error. The sequence is the predictable plug-in empirical-Bernstein one for
+variables in [0, 1] (Waudby-Smith and Ramdas 2024, "Estimating means of bounded random variables
+by betting", Theorem 2)::
+
+    lambda_t = min(sqrt(2 log(2/a) / (s2_{t-1} t log(1 + t))), 1/2)
+    centre   = sum(lambda_i x_i) / sum(lambda_i)
+    radius   = (log(2/a) + sum(v_i psi_E(lambda_i))) / sum(lambda_i)
+    v_i = 4 (x_i - m_{i-1})^2,  psi_E(l) = (-log(1 - l) - l) / 4
+
+with ``m`` and ``s2`` the running mean and variance (started at 1/2 and 1/4). It adapts to the
+variance: at an accept rate of 0.9 it is about twice as tight as Hoeffding's bound.
+
+The decision (:meth:`ReleaseTest.decide`):
+
+- ``promote`` once the lower bound of ``delta`` is above ``-margin`` (the candidate is not worse
+  by more than the margin);
+- ``rollback`` once the upper bound is below ``-margin`` (it is worse), or when ``max_n``
+  differing verdicts passed without either (no evidence is not a pass: fail safe);
+- ``continue`` otherwise.
+
+Written here, not taken from a library: the confidence-sequence package (``confseq``) builds C++
+extensions for many bounds; this one is twenty lines, tested for time-uniform coverage and by
+simulation (A/A false rollbacks, a bad candidate caught) in ``tests/router/test_sequential.py``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Literal
+
+Decision = Literal["promote", "rollback", "continue"]
+
+
+LAMBDA_MAX = 0.5  # the bet's cap (the paper's c)
+
+
+@dataclass(slots=True)
+class Arm:
+    """One arm's verdicts and its confidence sequence (module docstring) at level ``alpha``."""
+
+    alpha: float
+    n: int = 0
+    accepted: int = 0
+    _mean: float = 0.5  # m_{t-1}: the running mean, started at 1/2
+    _var: float = 0.25  # s2_{t-1}: the running variance, started at 1/4
+    _sum_sq: float = 0.0
+    _lam: float = 0.0  # sum of lambda_i
+    _lam_x: float = 0.0  # sum of lambda_i x_i
+    _penalty: float = 0.0  # sum of v_i psi_E(lambda_i)
+
+    def add(self, accepted: bool) -> None:
+        x = 1.0 if accepted else 0.0
+        self.n += 1
+        t = self.n
+        log_term = math.log(2 / self.alpha)
+        lam = min(math.sqrt(2 * log_term / (self._var * t * math.log(1 + t))), LAMBDA_MAX)
+        self._penalty += 4 * (x - self._mean) ** 2 * (-math.log(1 - lam) - lam) / 4
+        self._lam += lam
+        self._lam_x += lam * x
+        self.accepted += accepted
+        self._mean = (0.5 + self.accepted) / (t + 1)
+        self._sum_sq += (x - self._mean) ** 2
+        self._var = (0.25 + self._sum_sq) / (t + 1)
+
+    def interval(self) -> tuple[float, float]:
+        if self.n == 0:
+            return 0.0, 1.0
+        centre = self._lam_x / self._lam
+        half = (math.log(2 / self.alpha) + self._penalty) / self._lam
+        return max(0.0, centre - half), min(1.0, centre + half)
+
+
+@dataclass(slots=True)
+class ReleaseTest:
+    """Verdicts in, a decision out (module docstring); ``share``: the candidate arm's."""
+
+    share: float
+    margin: float = 0.1
+    alpha: float = 0.05
+    max_n: int = 4000  # differing verdicts before a release without evidence is rolled back
+    candidate: Arm = field(init=False)
+    live: Arm = field(init=False)
+
+    def __post_init__(self) -> None:
+        if not 0 < self.share < 1:
+            raise ValueError("share must be strictly between 0 and 1")
+        self.candidate, self.live = Arm(self.alpha / 2), Arm(self.alpha / 2)
+
+    @property
+    def n(self) -> int:
+        return self.candidate.n + self.live.n
+
+    def add(self, candidate_served: bool, accepted: bool) -> None:
+        """One verdict on a request the arms decided differently."""
+        (self.candidate if candidate_served else self.live).add(accepted)
+
+    def bounds(self) -> tuple[float, float]:
+        """The anytime-valid interval of ``delta`` now."""
+        c_lo, c_hi = self.candidate.interval()
+        l_lo, l_hi = self.live.interval()
+        return c_lo - l_hi, c_hi - l_lo
+
+    def decide(self) -> Decision:
+        low, high = self.bounds()
+        if low > -self.margin:
+            return "promote"
+        if high < -self.margin or self.n >= self.max_n:
+            return "rollback"
+        return "continue"
