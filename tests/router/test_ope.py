@@ -21,7 +21,7 @@ from router.ope import (
     snips,
 )
 from router.policy import RulePolicy
-from router.replay import ReplayItem
+from router.replay import Arm, ReplayItem
 
 # Two kinds of request; the local model is good at the first only. Accept probabilities:
 ACCEPT = {("easy", True): 0.9, ("easy", False): 0.95, ("hard", True): 0.2, ("hard", False): 0.9}
@@ -142,11 +142,14 @@ def test_the_preview_estimate_covers_the_candidates_true_accept_and_says_what_it
             )
         )
     truth = 0.6 * ACCEPT[("easy", True)] + 0.4 * ACCEPT[("hard", True)]
-    est = off_policy(candidate, items, lambda t: "local" if t == "local" else "frontier")
+    def arm_of(target: str) -> Arm:
+        return "local" if target == "local" else "frontier"
+
+    est = off_policy(candidate, items, arm_of)
     assert est.accept is not None and est.accept.covers(truth), est
     assert est.local_share == 1.0 and est.rows == 1500 and est.without_propensity == 0
     assert est.cost_per_1k is not None and est.cost_per_1k.covers(0.0)
     hard_at_frontier = sum(1 for i in items if i.served_arm == "frontier") / len(items)
     assert est.replay_imputed == pytest.approx(hard_at_frontier)
     old = [dataclasses.replace(i, logged_local_p=None) for i in items]
-    assert off_policy(candidate, old, lambda t: t).accept is None  # no propensity, no estimate
+    assert off_policy(candidate, old, arm_of).accept is None  # no propensity, no estimate
