@@ -123,8 +123,15 @@ def shapes() -> dict[str, Callable[[str], tuple[str, dict[str, Any]]]]:
         )
 
     def string(door: str) -> tuple[str, dict[str, Any]]:
-        chars = min(MAX_STRING_CHARS, max_body_bytes(door) - 64 * 1024) - 1024
-        return _body(door, _turns(1, chars), [])
+        # The longest string allowed, shortened until the body (its escapes included) fits.
+        limit = max_body_bytes(door) - 64 * 1024
+        chars = min(MAX_STRING_CHARS, limit) - 1024
+        while True:
+            path, body = _body(door, _turns(1, chars), [])
+            size = len(json.dumps(body))
+            if size <= limit:
+                return path, body
+            chars -= size - limit + 1024
 
     return {"messages": messages, "tools": tools, "string": string}
 
