@@ -60,13 +60,18 @@ def _outcomes(family: str, arm: Arm, acc: int, rej: int) -> list[Outcome]:
     return [Outcome(family, arm, v, text=_text(family, i)) for i, v in enumerate(verdicts)]
 
 
-def test_a_request_goes_local_when_its_score_clears_the_calibrated_threshold() -> None:
-    outcomes = (
+def _renames_local_tests_frontier() -> list[Outcome]:
+    """The local model does renames as well as the frontier, and fails at writing tests."""
+    return (
         _outcomes("rename", "local", 95, 5)
         + _outcomes("rename", "frontier", 97, 3)
         + _outcomes("write_test", "local", 5, 95)
         + _outcomes("write_test", "frontier", 90, 10)
     )
+
+
+def test_a_request_goes_local_when_its_score_clears_the_calibrated_threshold() -> None:
+    outcomes = _renames_local_tests_frontier()
     state = fit(outcomes, "fit-1")
     assert state.scorer is not None and len(state.calibration.scores) >= CFG.min_samples
     policy = LearnedPolicy(_rules(), CFG, state)
@@ -192,12 +197,7 @@ def test_replay_predicts_local_share_cost_and_accept_rate_of_a_candidate() -> No
 
 
 def test_every_decision_carries_its_propensity_score_threshold_and_state_version() -> None:
-    outcomes = (
-        _outcomes("rename", "local", 95, 5)
-        + _outcomes("rename", "frontier", 97, 3)
-        + _outcomes("write_test", "local", 5, 95)
-        + _outcomes("write_test", "frontier", 90, 10)
-    )
+    outcomes = _renames_local_tests_frontier()
     policy = LearnedPolicy(_rules(), CFG, fit(outcomes, "fit-1"))
     local = policy.decide(_f("rename", i=1000))
     assert local.kind == "learned_local" and local.propensity == 1.0
