@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import gc
 import logging
 import time
@@ -29,6 +30,7 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
 from gateway.admin import api as api_admin
+from gateway.admin.operations import act_on_release
 from gateway.admin.router import admin_router
 from gateway.backends.pricing import PriceBook
 from gateway.config import LimitsConfig, SwitchyardConfig
@@ -173,6 +175,9 @@ def create_app(
             state.reloader.release = LiveRelease(store.backend)
         fleet = await join_fleet(state)  # the state other gateway processes share
         await state.reloader.restore()
+        monitor = state.release_monitor
+        if monitor is not None:  # its decisions carried out by the admin operations
+            monitor.act = functools.partial(act_on_release, state, store)
         # The tool-call validator for agent steps' fallback, imported off the loop.
         warming = asyncio.get_running_loop().run_in_executor(None, warm_tool_calls)
         metrics.in_flight.set_function(lambda: state.requests.count)  # was declared, never set

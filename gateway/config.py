@@ -304,6 +304,28 @@ class ShadowConfig(BaseModel):
     )
 
 
+class ReleaseMonitorConfig(BaseModel):
+    """``release``: the automatic decision on a running canary (router/sequential.py,
+    gateway/routing/release_monitor.py)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    enabled: bool = Field(default=True, description="Roll a worse canary back automatically.")
+    auto_promote: bool = Field(
+        default=False, description="Also promote a canary the test finds not worse."
+    )
+    margin: float = Field(
+        default=0.1, gt=0, lt=1, description="Accept-rate loss (candidate - live) tolerated."
+    )
+    alpha: float = Field(default=0.05, gt=0, lt=1, description="The test's error rate.")
+    max_verdicts: int = Field(
+        default=4000, ge=10, description="Differing verdicts before no evidence means rollback."
+    )
+    max_pending: int = Field(
+        default=100_000, ge=1, description="Requests awaiting a verdict, kept in memory."
+    )
+
+
 WindowName = Literal["1h", "6h", "24h", "7d", "30d"]  # the console's time windows
 
 
@@ -352,6 +374,7 @@ class SwitchyardConfig(BaseModel):
     store: StoreSection = Field(default_factory=StoreSection)
     telemetry: TelemetryConfig = Field(default_factory=TelemetryConfig)
     shadow: ShadowConfig = Field(default_factory=ShadowConfig)
+    release: ReleaseMonitorConfig = Field(default_factory=ReleaseMonitorConfig)
     auth: AuthConfig = Field(default_factory=AuthConfig)
     console: ConsoleConfig = Field(default_factory=ConsoleConfig)
     fleet: FleetConfig = Field(

@@ -37,6 +37,7 @@ from gateway.redis_scripts import redis_client
 from gateway.resilience import RetryBudget
 from gateway.routing.decider import Decider
 from gateway.routing.episodes import build_episode_routing
+from gateway.routing.release_monitor import ReleaseMonitor
 from gateway.routing.reload import Reloader, routing_for
 from gateway.routing.table import load_learned_state
 from gateway.routing.targets import Targets
@@ -76,6 +77,7 @@ def build_state(
             budget,
         )
     r = config.gateway.retry
+    monitor = ReleaseMonitor(config.release, background.spawn)
     return GatewayState(
         config_path=config_path,
         session=session,
@@ -89,6 +91,7 @@ def build_state(
         admission=admission,
         login_throttle=LoginThrottle.from_config(config.auth, metrics),
         background=background,
+        release_monitor=monitor,
     )
 
 

@@ -24,6 +24,7 @@ from gateway.metrics import GatewayMetrics
 from gateway.recording.sink import RecordSink
 from gateway.resilience import CircuitBreaker, RetryBudget
 from gateway.routing.decider import Decider
+from gateway.routing.release_monitor import ReleaseMonitor
 from gateway.routing.reload import Reloader
 from gateway.routing.table import Routing
 from gateway.routing.targets import Targets
@@ -52,6 +53,7 @@ class GatewayState:
     tracer: Tracer | None = None
     tracer_provider: TracerProvider | None = None
     shadows_in_flight: int = 0
+    release_monitor: ReleaseMonitor | None = None  # the running canary's test
 
     @property
     def config(self) -> SwitchyardConfig:

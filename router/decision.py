@@ -48,6 +48,7 @@ class RouteDecision:
     release_id: str | None = field(default=None, kw_only=True)  # the canary's policy version
     release_arm: ReleaseArm | None = field(default=None, kw_only=True)
     release_p: float | None = field(default=None, kw_only=True)  # the arm's assignment prob.
+    release_other: str | None = field(default=None, kw_only=True)  # the other arm's target
 
     @property
     def target(self) -> str:

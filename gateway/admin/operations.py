@@ -15,6 +15,7 @@ canary that cannot be built), mapped to HTTP by each caller.
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import Final
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -26,6 +27,7 @@ from gateway.backends.replica_pool import ReplicaPool
 from gateway.errors import InvalidRequestError, NotFoundError
 from gateway.recording.handle import RecorderHandle
 from gateway.routing.release import LIVE, release_config
+from gateway.routing.release_monitor import ReleaseEvent
 from gateway.routing.table import Canary, build_policy, read_learned_state
 from gateway.state import GatewayState
 from router.config import RoutingConfig
@@ -33,6 +35,8 @@ from router.errors import PolicyConfigError
 from router.learned import LearnedPolicy
 from router.policy import RoutingPolicy
 from traffic.store import ApiKeyRecord
+
+log = logging.getLogger(__name__)
 
 MAX_LIMIT: Final = 2**31 - 1  # requests or tokens per minute: far beyond any real limit
 
@@ -98,6 +102,16 @@ async def start_canary(
 async def promote(request: Request, actor: str) -> str:
     """The canary decides every request from now on; returns its version (404: no canary)."""
     state: GatewayState = request.app.state.switchyard
+    return await promote_canary(state, request.app.state.recorder, actor)
+
+
+async def promote_canary(
+    state: GatewayState,
+    handle: RecorderHandle | None,
+    actor: str,
+    why: dict[str, object] | None = None,
+) -> str:
+    """:func:`promote` for any caller (the release monitor passes ``why``, its test's figures)."""
     canary = state.decider.canary
     if canary is None:
         raise NotFoundError("no canary to promote")
@@ -108,8 +122,7 @@ async def promote(request: Request, actor: str) -> str:
     file_routing = state.reloader.file_routing()
     await state.reloader.promote(canary.routing, learned)  # every gateway, with its canary
     version = state.routing.policy.version
-    handle = request.app.state.recorder
-    detail = {"previous": previous, "share_before": canary.share}
+    detail: dict[str, object] = {"previous": previous, "share_before": canary.share, **(why or {})}
     await changes.record(
         handle,
         actor,
@@ -128,13 +141,23 @@ async def promote(request: Request, actor: str) -> str:
 async def drop(request: Request, actor: str) -> str | None:
     """Roll the canary back (the live policy decides all); returns its version, if any."""
     state: GatewayState = request.app.state.switchyard
+    return await drop_canary(state, request.app.state.recorder, actor)
+
+
+async def drop_canary(
+    state: GatewayState,
+    handle: RecorderHandle | None,
+    actor: str,
+    why: dict[str, object] | None = None,
+) -> str | None:
+    """:func:`drop` for any caller (the release monitor passes ``why``)."""
     canary = state.decider.canary
     if canary is None:
         return None
     await state.reloader.drop_canary()  # every gateway's
-    detail = {"current": state.routing.policy.version, "share": canary.share}
+    detail = {"current": state.routing.policy.version, "share": canary.share, **(why or {})}
     await changes.record(
-        request.app.state.recorder,
+        handle,
         actor,
         "routing.rollback",
         canary.policy.version,
@@ -142,6 +165,27 @@ async def drop(request: Request, actor: str) -> str | None:
         policy=(canary.routing.model_dump(mode="json"), "rolled_back"),
     )
     return canary.policy.version
+
+
+RELEASE_MONITOR = "release-monitor"  # the change log's actor of automatic release decisions
+
+
+async def act_on_release(
+    state: GatewayState, handle: RecorderHandle | None, event: ReleaseEvent
+) -> None:
+    """The release monitor's decision (gateway.routing.release_monitor), carried out on the
+    canary it was made for (a canary replaced meanwhile is left alone)."""
+    canary = state.decider.canary
+    if canary is None or canary.routing.version != event.release_id:
+        return
+    why = event.detail()
+    try:
+        if event.decision == "rollback":
+            await drop_canary(state, handle, RELEASE_MONITOR, why)
+        elif event.decision == "promote":
+            await promote_canary(state, handle, RELEASE_MONITOR, why)
+    except Exception:  # the canary stays; the operator sees it and the log says why
+        log.exception("release %s: could not %s", event.release_id, event.decision)
 
 
 def key_service(request: Request) -> KeyService:

@@ -89,6 +89,9 @@ async def post_feedback(request: Request) -> Response:
         inference_id=fb.inference_id, kind=fb.kind, value=fb.value, payload=fb.payload
     )
     recorder.submit_feedback(record)
+    monitor = state.release_monitor
+    if monitor is not None and fb.kind in ("accepted", "rejected"):
+        monitor.verdict(fb.inference_id, fb.kind == "accepted")  # a running release's test
     out = {"id": record.id, "object": "feedback", "inference_id": fb.inference_id, "kind": fb.kind}
     return Response(orjson.dumps(out), 200, media_type="application/json")
 

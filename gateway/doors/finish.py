@@ -42,9 +42,13 @@ def finish(state: GatewayState, ex: Exchange) -> float | None:
             _span(state, ex, status, latency)
     except Exception:
         log.exception("exchange %s: the key's spend or the trace span failed", ex.id)
+    decision = ex.decision
+    monitor = state.release_monitor
+    if decision is not None and decision.release_id is not None and monitor is not None:
+        monitor.observe(ex.id, decision)  # the release's test waits for its verdict
     if state.recorder is None:
         return cost
-    f, decision, answer = ex.features, ex.decision, ex.answer
+    f, answer = ex.features, ex.answer
     draft = InferenceDraft(
         id=ex.id,
         ts=time.time(),
@@ -94,6 +98,7 @@ def _decided(d: RouteDecision) -> dict[str, Any]:
         "release_id": d.release_id,
         "release_arm": d.release_arm,
         "release_p": d.release_p,
+        "release_other_target": d.release_other,
     }
 
 

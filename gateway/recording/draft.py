@@ -91,6 +91,7 @@ class InferenceDraft(NamedTuple):
     release_id: str | None = None
     release_arm: str | None = None
     release_p: float | None = None
+    release_other_target: str | None = None
     shadow_p: float | None = None
     shadow_skipped: bool | None = None
 
@@ -196,6 +197,7 @@ def build_record(draft: InferenceDraft) -> InferenceRecord:
         release_id=draft.release_id,
         release_arm=draft.release_arm,
         release_p=draft.release_p,
+        release_other_target=draft.release_other_target,
         shadow_p=draft.shadow_p,
         shadow_skipped=draft.shadow_skipped,
     )

@@ -56,20 +56,27 @@ class Decider:
         canary = view.canary
         if canary is None:
             decision = view.routing.policy.decide(features)
-        elif unit_hash(features.request_id or "", "canary") < canary.share:
-            decision = replace(
-                canary.policy.decide(features),
-                release_id=canary.routing.version,
-                release_arm="candidate",
-                release_p=canary.share,
-            )
         else:
-            decision = replace(
-                view.routing.policy.decide(features),
-                release_id=canary.routing.version,
-                release_arm="live",
-                release_p=1.0 - canary.share,
-            )
+            # Both arms decide every request: the record keeps the other arm's target, and the
+            # release's test reads only the requests on which they differ.
+            candidate = canary.policy.decide(features)
+            live = view.routing.policy.decide(features)
+            if unit_hash(features.request_id or "", "canary") < canary.share:
+                decision = replace(
+                    candidate,
+                    release_id=canary.routing.version,
+                    release_arm="candidate",
+                    release_p=canary.share,
+                    release_other=live.target,
+                )
+            else:
+                decision = replace(
+                    live,
+                    release_id=canary.routing.version,
+                    release_arm="live",
+                    release_p=1.0 - canary.share,
+                    release_other=candidate.target,
+                )
         return await self.episodes.route(view.routing, features, tools, decision)
 
     def swap(self, view: RoutingView, learned_state: LearnedState | None) -> None:

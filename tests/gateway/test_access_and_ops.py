@@ -190,6 +190,8 @@ def test_each_canary_decision_records_its_arm_and_the_arms_probability(
         assert (row.release_id, row.release_arm) == ("cand-9", arm)
         assert row.release_p == pytest.approx(0.3 if arm == "candidate" else 0.7)
         assert row.decision_kind == "default" and row.decision_target == row.route_target
+        # Both arms decided: the record keeps the other one's target.
+        assert row.release_other_target == ("local" if arm == "candidate" else "frontier-openai")
         arms.add(arm)
     assert arms == {"candidate", "live"}
     assert rows[after.headers["x-request-id"]].release_id is None  # no canary: no arm

@@ -142,6 +142,7 @@ def test_the_preview_estimate_covers_the_candidates_true_accept_and_says_what_it
             )
         )
     truth = 0.6 * ACCEPT[("easy", True)] + 0.4 * ACCEPT[("hard", True)]
+
     def arm_of(target: str) -> Arm:
         return "local" if target == "local" else "frontier"
 

@@ -83,6 +83,7 @@ MIGRATIONS: Final = (
         " (kind, target before fallback, p_local, threshold, propensity, state version, canary"
         " arm and its probability, the shadow draw)",
     ),
+    Migration(7, "inference.release_other_target: the other canary arm's decision"),
 )
 
 

@@ -156,6 +156,7 @@ class InferenceRecord:
     release_id: str | None = None  # the canary running when it was decided
     release_arm: str | None = None  # "candidate" or "live"
     release_p: float | None = None  # the probability of being assigned that arm
+    release_other_target: str | None = None  # what the other arm decided (migration 7)
     shadow_p: float | None = None  # the probability it was shadowed (None: no shadow configured)
     shadow_skipped: bool | None = None  # sampled, but skipped for want of room
 

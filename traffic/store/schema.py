@@ -171,6 +171,7 @@ INFERENCE: Final = Table(
         _opt("release_id", _T.TEXT, since=6),
         _opt("release_arm", _T.TEXT, since=6),
         _opt("release_p", _T.FLOAT, since=6),
+        _opt("release_other_target", _T.TEXT, since=7),  # the other arm's decision
         _opt("shadow_p", _T.FLOAT, since=6),
         _opt("shadow_skipped", _T.BOOL, since=6),
     ),

@@ -269,3 +269,16 @@ async def test_migration_6_types_the_decision_and_old_rows_read_none(request, tm
     assert rows[new_row.id] == new_row  # full precision, not the reason's three digits
     assert rows[new_row.id].decision_p_local == 0.2103
     assert rows[new_row.id].shadow_skipped is False
+
+
+@pytest.mark.parametrize("dialect", DIALECTS)
+async def test_migration_7_keeps_the_other_arms_target_and_old_rows_read_none(
+    request, tmp_path, dialect
+):
+    old_row = inference(release_id="v2", release_arm="live", release_p=0.7)
+    new_row = inference(
+        release_id="v2", release_arm="live", release_p=0.7, release_other_target="local"
+    )
+    rows = await _migrated_rows(request, tmp_path, dialect, 6, old_row, new_row)
+    assert rows[old_row.id] == old_row and rows[old_row.id].release_other_target is None
+    assert rows[new_row.id] == new_row
