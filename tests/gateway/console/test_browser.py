@@ -16,6 +16,7 @@ import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 from playwright.sync_api import (
     Browser,
@@ -252,3 +253,34 @@ def test_a_browser_without_a_session_lands_on_the_login(browser: Browser, site: 
     tab.click("button[type=submit]")
     assert "Wrong admin token" in tab.inner_text("main")
     context.close()
+
+
+def test_an_automatic_rollback_shows_in_the_change_log(page: Page, site: Site) -> None:
+    """A canary whose answers users reject is rolled back by the release monitor, and the
+    Changes page names it: real requests and feedback through the site's gateway."""
+    base = site.url
+    routing = site.gw.state.config.routing.model_dump(mode="json")
+    aliases = {**routing["aliases"], "gpt-4o-mini": "local"}  # live pins it to the frontier
+    candidate = {**routing, "version": "v1-auto", "aliases": aliases}
+    bearer = {"authorization": f"Bearer {ADMIN_TOKEN}"}
+    started = httpx.post(
+        base + "/admin/canary", json={"routing": candidate, "share": 0.5}, headers=bearer
+    )
+    assert started.status_code == 200, started.text
+    body = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "hi"}]}
+    for _ in range(400):
+        if site.gw.state.decider.canary is None:
+            break
+        answer = httpx.post(base + "/v1/chat/completions", json=body, timeout=30)
+        on_candidate = answer.headers["x-switchyard-policy-version"].startswith("v1-auto")
+        wait_recorded(site.gw)  # feedback is taken on a recorded inference
+        verdict = {
+            "inference_id": answer.headers["x-request-id"],
+            "kind": "rejected" if on_candidate else "accepted",
+        }
+        httpx.post(base + "/v1/feedback", json=verdict, timeout=10).raise_for_status()
+    assert site.gw.state.decider.canary is None
+    wait_recorded(site.gw)
+    page.goto("/ui/history")
+    row = page.locator("#changes tr", has_text="release-monitor").first
+    assert "routing.rollback" in row.inner_text() and "v1-auto" in row.inner_text()
