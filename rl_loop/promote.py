@@ -30,7 +30,13 @@ from pathlib import Path
 
 from rl_loop.model_registry import list_checkpoints, record_checkpoint
 from serving.build import read_version
-from serving.hotswap import HotSwapConfig, SwapReport, publish_weights
+from serving.hotswap import (
+    HotSwapConfig,
+    SwapReport,
+    add_probe_arguments,
+    publish_weights,
+    tolerance_from,
+)
 from serving.names import ADMIN_TOKEN_ENV
 from traffic.store import ModelVersionRecord, StoreBackend, StoreConfig, open_store
 
@@ -109,7 +115,12 @@ async def _main(args: argparse.Namespace) -> int:
         if not token:
             print(f"set {ADMIN_TOKEN_ENV} to the gateway's admin token", file=sys.stderr)
             return 2
-        config = HotSwapConfig(gateway_url=args.gateway, admin_token=token, target=args.target)
+        config = HotSwapConfig(
+            gateway_url=args.gateway,
+            admin_token=token,
+            target=args.target,
+            tolerance=tolerance_from(args),
+        )
         if args.command == "rollback":
             old, new, report = await rollback(store, args.replica, config)
             print(f"rollback {old} -> {new}")
@@ -142,6 +153,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         p.add_argument("--gateway", required=True, help="Gateway base URL (admin API).")
         p.add_argument("--replica", action="append", required=True, help="Replica base URL.")
         p.add_argument("--target", default=HotSwapConfig.model_fields["target"].default)
+        add_probe_arguments(p)
         if name == "publish":
             p.add_argument("--checkpoint", type=Path, required=True)
             p.add_argument("--previous", type=Path, default=None, help="Default: the promoted one.")

@@ -13,13 +13,17 @@ The protocol, per replica, in the order given (`publish_weights`):
    (docs/deploy.md, "Weight hot-swap"). The replica runs with `dev_mode=True` and
    `worker_extension_cls=RELOAD_WORKER_EXTENSION`, and sees `dir` on its own filesystem.
 3. Version. `POST /update_weight_version {"new_version": id}`; `GET /weight_info` must echo it.
-4. Prefix cache. `POST /reset_prefix_cache` until it succeeds: no KV block of the old weights
-   may serve the new ones.
+4. Prefix cache. `POST /reset_prefix_cache?reset_external=true` until it succeeds: no KV
+   block of the old weights may serve the new ones (the connector's tier included; LMCache's
+   connector reports success without clearing: docs/deploy.md, "Hot swap and the KV tiers").
 5. Probe. `POST /v1/completions` with the checkpoint's probe prompt (token ids),
    `max_tokens=1`, `prompt_logprobs=0`: the served logprob of every prompt token is compared
    with the trainer's own (`CheckpointVersion.probe`, float32 math on the saved weights). It
    fails when the mean absolute difference exceeds `tolerance.mean_abs` or one exceeds
-   `tolerance.max_abs`: loose enough for bf16 serving, tight enough for wrong weights.
+   `tolerance.max_abs`: 0.1 / 1.5 nats for a bf16 checkpoint, 0.3 / 3.0 for an fp8 one (its
+   activations add drift), or what `--probe-mean-abs` / `--probe-max-abs` set. It reads the
+   prompt's logprobs, so it checks the weights, not the cache (a `prompt_logprobs` request
+   skips prefix-cache reads).
 6. Undrain. `POST {gateway}/admin/replicas/undrain {"target", "replica", "weights_version"}`:
    the gateway routes to it again and tags its responses with the new version.
 
@@ -29,8 +33,10 @@ version), one at a time: the fleet never serves two versions for longer than one
 report says `rolled_back=True`; `HotSwapError` only if the rollback itself fails (that replica
 is left drained: it serves nothing rather than unknown weights).
 
-Preflight, before anything is drained: the new checkpoint has the same architecture (`spec`)
-and byte-identical tokenizer files as the previous one (an in-place reload changes neither), its
+Preflight, before anything is drained: the new checkpoint has the same architecture (`spec`),
+the same quantization (config.json's `quantization_config`: a bf16 checkpoint cannot be reloaded
+into fp8 replicas) and byte-identical tokenizer files as the previous one (an in-place reload
+changes none of them), its
 weights match its version id (optional digest check), and every replica answers the reload
 extension and serves one probe request (warming vLLM's prompt-logprobs path, slow on first use).
 
@@ -42,13 +48,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import logging
 import os
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Protocol, cast
+from typing import Any, Final, Literal, Protocol, cast
 
 import httpx
 from pydantic import BaseModel, ConfigDict, Field
@@ -108,6 +115,11 @@ class ProbeTolerance(BaseModel):
     max_abs: float = Field(default=1.5, gt=0, description="Largest single |difference|.")
 
 
+# fp8 activations (per-token dynamic) add drift on top of the weights' own; the trainer's
+# reference is float32 math on the dequantized weights (tests/serving/test_fp8.py serves it).
+FP8_PROBE_TOLERANCE: Final = ProbeTolerance(mean_abs=0.3, max_abs=3.0)
+
+
 class HotSwapConfig(BaseModel):
     """Where the gateway fleet is and how patient and strict a publish is."""
 
@@ -131,7 +143,10 @@ class HotSwapConfig(BaseModel):
     request_timeout_s: float = Field(default=120.0, gt=0, description="Per replica/admin call.")
     reset_attempts: int = Field(default=50, ge=1, description="Tries of reset_prefix_cache.")
     verify_digest: bool = Field(default=True, description="Re-hash the new weights first.")
-    tolerance: ProbeTolerance = ProbeTolerance()
+    tolerance: ProbeTolerance | None = Field(
+        default=None,
+        description="The probe's bound; None: by the checkpoint's format (bf16 or fp8).",
+    )
 
 
 class HotSwapError(Exception):
@@ -212,6 +227,13 @@ def check_compatible(new: Path, previous: Path, *, verify_digest: bool = True) -
             f"{new_version.version_id} has another architecture than {old_version.version_id}; "
             "an in-place reload cannot change it: start new replicas instead"
         )
+    new_quant, old_quant = _quantization(new), _quantization(previous)
+    if new_quant != old_quant:
+        raise HotSwapError(
+            f"{new_version.version_id} is {new_quant} and the replicas serve {old_quant}"
+            f" ({old_version.version_id}): an in-place reload cannot change the quantization;"
+            " export the candidate to the served format first (serving.fp8 for fp8 replicas)"
+        )
     for name in TOKENIZER_FILES:
         if (new / name).read_bytes() != (previous / name).read_bytes():
             raise HotSwapError(f"{name} differs between {new} and {previous}: reload keeps it")
@@ -219,6 +241,40 @@ def check_compatible(new: Path, previous: Path, *, verify_digest: bool = True) -
         kind = new_version.version_id.rsplit("-", 1)[0]
         if make_version_id(kind, checkpoint_digest(new)) != new_version.version_id:
             raise HotSwapError(f"weights in {new} do not match {new_version.version_id}")
+
+
+def probe_tolerance(config: HotSwapConfig, checkpoint: Path) -> ProbeTolerance:
+    """The probe's bound for ``checkpoint``: the configured one, else by its format."""
+    if config.tolerance is not None:
+        return config.tolerance
+    return ProbeTolerance() if _quantization(checkpoint) == "unquantized" else FP8_PROBE_TOLERANCE
+
+
+def add_probe_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--probe-mean-abs`` / ``--probe-max-abs``: override the probe's bound."""
+    parser.add_argument("--probe-mean-abs", type=float, default=None, help="Probe bound (nats).")
+    parser.add_argument("--probe-max-abs", type=float, default=None, help="Probe bound (nats).")
+
+
+def tolerance_from(args: argparse.Namespace) -> ProbeTolerance | None:
+    """The bound the CLI asked for (None: by the checkpoint's format)."""
+    if args.probe_mean_abs is None and args.probe_max_abs is None:
+        return None
+    default = ProbeTolerance()
+    return ProbeTolerance(
+        mean_abs=args.probe_mean_abs if args.probe_mean_abs is not None else default.mean_abs,
+        max_abs=args.probe_max_abs if args.probe_max_abs is not None else default.max_abs,
+    )
+
+
+def _quantization(checkpoint: Path) -> str:
+    """A checkpoint's weight format as its config.json says: ``unquantized`` or the
+    ``quantization_config``'s method and format (e.g. ``compressed-tensors/float-quantized``)."""
+    config = json.loads((checkpoint / "config.json").read_text())
+    quant = config.get("quantization_config")
+    if not isinstance(quant, dict):
+        return "unquantized"
+    return f"{quant.get('quant_method')}/{quant.get('format', '')}".rstrip("/")
 
 
 class _Publisher:
@@ -298,20 +354,21 @@ class _Publisher:
         if info.get("weight_version") != version:
             raise HotSwapError(f"{replica} reports weights {info}, not {version}")
         for _ in range(self.config.reset_attempts):
-            if (await self._post(f"{replica}/reset_prefix_cache")).json().get("success"):
+            # reset_external: the connector's tier too (LMCache), not only vLLM's own blocks.
+            reset = f"{replica}/reset_prefix_cache?reset_external=true"
+            if (await self._post(reset)).json().get("success"):
                 break
             await asyncio.sleep(0.1)
         else:
             raise HotSwapError(f"{replica} kept refusing to reset its prefix cache")
         served = await self.served_logprobs(replica, side.probe)
-        result = compare_probe(side.probe, served, self.tolerance)
+        result = compare_probe(side.probe, served, self.tolerance_for(Path(side.path)))
         if not result.passed:
             raise _ProbeFailed(result)
         return result
 
-    @property
-    def tolerance(self) -> ProbeTolerance:
-        return self.config.tolerance
+    def tolerance_for(self, checkpoint: Path) -> ProbeTolerance:
+        return probe_tolerance(self.config, checkpoint)
 
     async def served_logprobs(self, replica: str, probe: ProbeReference) -> list[float]:
         """The replica's prompt logprobs of the probe's tokens 1..n."""
@@ -436,6 +493,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--target", default=HotSwapConfig.model_fields["target"].default)
     parser.add_argument("--replica", action="append", required=True, help="Replica base URL.")
+    add_probe_arguments(parser)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     token = os.environ.get(ADMIN_TOKEN_ENV)
@@ -446,6 +504,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         more_gateways=tuple(args.gateway[1:]),
         admin_token=token,
         target=args.target,
+        tolerance=tolerance_from(args),
     )
     report = asyncio.run(publish_weights(args.checkpoint, args.previous, args.replica, config))
     for step in report.replicas:

@@ -8,7 +8,9 @@ replica's cores never change):
   gets k = max(1, C // N) cores, slot i the k allowed cores starting at position (i * k) mod C,
   passed as `VLLM_CPU_OMP_THREADS_BIND` (e.g. "0" and "1" for 2 replicas on 2 cores). Replicas
   therefore never share an OpenMP core unless N > C.
-- GPU: slot i sees device i mod G through `CUDA_VISIBLE_DEVICES` (one replica per device).
+- GPU: slot i sees the i-th device this process may use through `CUDA_VISIBLE_DEVICES` (a
+  scheduler's assigned list is kept: slot i gets its i-th entry); more replicas than devices is
+  refused (`gpu_device`).
 
 Each slot runs this loop until `stop()`:
 
@@ -177,7 +179,7 @@ class ReplicaSupervisor:
                 slot_config = template.model_copy(update={"port": port, "cpu": cpu})
                 placement = f"cpu:{bind}"
             else:
-                device = str(i % (gpu_count or _cuda_device_count()))
+                device = gpu_device(i, config.replicas, env, gpu_count)
                 slot_env["CUDA_VISIBLE_DEVICES"] = device
                 slot_config = template.model_copy(update={"port": port})
                 placement = f"cuda:{device}"
@@ -313,6 +315,27 @@ class ReplicaSupervisor:
                 unhealthy_since = unhealthy_since or time.monotonic()
                 if time.monotonic() - unhealthy_since >= self.config.unhealthy_after_s:
                     return f"/health failing for {self.config.unhealthy_after_s:.0f}s"
+
+
+def gpu_device(
+    index: int, replicas: int, env: Mapping[str, str], gpu_count: int | None = None
+) -> str:
+    """The GPU of slot ``index``: the ``index``-th of the devices this process may use (the
+    ``CUDA_VISIBLE_DEVICES`` list a scheduler assigned, else ``0..count-1``), one replica per
+    device. More replicas than devices is refused: two replicas on one GPU would each reserve
+    ``gpu_memory_utilization`` of it."""
+    assigned = env.get("CUDA_VISIBLE_DEVICES")
+    if assigned is not None and assigned.strip():
+        devices = [d.strip() for d in assigned.split(",") if d.strip()]
+    else:
+        devices = [str(d) for d in range(gpu_count or _cuda_device_count())]
+    if replicas > len(devices):
+        raise SupervisorError(
+            f"{replicas} GPU replicas for {len(devices)} device(s) ({', '.join(devices)}):"
+            " one replica per GPU (a tensor-parallel replica takes its devices through"
+            " extra_args)"
+        )
+    return devices[index]
 
 
 def _cuda_device_count() -> int:

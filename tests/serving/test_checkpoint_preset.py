@@ -4,6 +4,7 @@ written by transformers' own `save_pretrained`."""
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
 import re
@@ -31,7 +32,17 @@ from serving.checkpoint_preset import (
     main,
 )
 from serving.fp8 import FP8_DTYPE, export_fp8, is_quantized
-from serving.hotswap import HotSwapConfig, check_compatible, publish_weights
+from serving.hotswap import (
+    FP8_PROBE_TOLERANCE,
+    HotSwapConfig,
+    HotSwapError,
+    ProbeTolerance,
+    add_probe_arguments,
+    check_compatible,
+    probe_tolerance,
+    publish_weights,
+    tolerance_from,
+)
 from serving.names import LOCAL_MODEL_NAME
 from serving.replica import VllmReplica, find_free_port
 from serving.tokenizer import TokenizerSpec, load_tokenizer, train_tokenizer
@@ -257,6 +268,20 @@ def test_fp8_export_accepts_the_adopted_checkpoint_and_hot_swap_preflight_passes
     assert export.drift.mean_abs_logprob_diff < 0.05
     check_compatible(export.dequantized_dir, adopted)
     check_compatible(adopted, export.dequantized_dir)
+    # A bf16 candidate cannot be reloaded into replicas serving the fp8 export: refused up front.
+    with pytest.raises(HotSwapError, match="cannot change the quantization"):
+        check_compatible(adopted, export.fp8_dir)
+    check_compatible(export.fp8_dir, export.fp8_dir)
+    # The probe's bound follows the format served, unless the operator sets one.
+    config = HotSwapConfig(gateway_url="http://127.0.0.1:1", admin_token="t")
+    assert probe_tolerance(config, export.fp8_dir) == FP8_PROBE_TOLERANCE
+    assert probe_tolerance(config, adopted) == ProbeTolerance()
+    parser = argparse.ArgumentParser()
+    add_probe_arguments(parser)
+    asked = tolerance_from(parser.parse_args(["--probe-mean-abs", "0.5"]))
+    assert asked == ProbeTolerance(mean_abs=0.5)
+    assert probe_tolerance(config.model_copy(update={"tolerance": asked}), export.fp8_dir) == asked
+    assert tolerance_from(parser.parse_args([])) is None
 
 
 @pytest.fixture(scope="module")

@@ -152,7 +152,7 @@ def test_gpu_vllm_serves_the_fp8_checkpoint_within_probe_tolerance(
 ) -> None:
     import httpx
 
-    from serving.hotswap import ProbeTolerance, compare_probe
+    from serving.hotswap import FP8_PROBE_TOLERANCE, compare_probe
 
     export = export_fp8(trained_dir, tmp_path, drift_window_count=2)
     config = VllmLaunchConfig(
@@ -185,7 +185,7 @@ def test_gpu_vllm_serves_the_fp8_checkpoint_within_probe_tolerance(
             e[str(t)]["logprob"] for e, t in zip(entries, probe.prompt_token_ids[1:], strict=True)
         ]
         # fp8 activations add drift on top of the weights' own: a looser bound than bf16's.
-        result = compare_probe(probe, served, ProbeTolerance(mean_abs=0.3, max_abs=3.0))
+        result = compare_probe(probe, served, FP8_PROBE_TOLERANCE)
         assert result.passed, result
     finally:
         replica.stop()

@@ -33,6 +33,7 @@ from serving.hotswap import (
     HotSwapError,
     SwapReport,
     compare_probe,
+    probe_tolerance,
     publish_weights,
 )
 from serving.logprob_probe import checkpoint_probe
@@ -253,7 +254,8 @@ async def test_failed_probe_rolls_back_to_the_previous_weights(
                 e[str(t)]["logprob"]
                 for e, t in zip(entries, probe.prompt_token_ids[1:], strict=True)
             ]
-            assert compare_probe(probe, served, swap_config(gateway).tolerance).passed
+            bound = probe_tolerance(swap_config(gateway), trained_dir)
+            assert compare_probe(probe, served, bound).passed
 
 
 async def test_preflight_refuses_a_replica_without_the_reload_extension(

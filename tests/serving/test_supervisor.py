@@ -29,6 +29,7 @@ from serving.supervisor import (
     SupervisorError,
     backoff_delay,
     cpu_binding,
+    gpu_device,
 )
 from serving.vllm_config import VllmLaunchConfig
 from tests.fixtures.gateway_fixture import GatewayThread
@@ -215,3 +216,15 @@ async def test_gateway_stops_routing_to_a_killed_replica_within_a_second(
     finally:
         gw.stop()
         await supervisor.stop()
+
+
+def test_gpu_replicas_take_the_assigned_devices_one_each() -> None:
+    """A scheduler's CUDA_VISIBLE_DEVICES list is kept (slot i gets its i-th entry), and more
+    replicas than devices is refused instead of doubling up on one GPU."""
+    assigned = {"CUDA_VISIBLE_DEVICES": "3,5"}
+    assert [gpu_device(i, 2, assigned) for i in range(2)] == ["3", "5"]
+    assert [gpu_device(i, 2, {}, gpu_count=2) for i in range(2)] == ["0", "1"]
+    with pytest.raises(SupervisorError, match="3 GPU replicas for 2 device"):
+        gpu_device(2, 3, assigned)
+    with pytest.raises(SupervisorError, match="one replica per GPU"):
+        gpu_device(1, 2, {}, gpu_count=1)
