@@ -185,3 +185,21 @@ def test_gpu_replicas_request_a_gpu_and_run_the_launch_preset_command() -> None:
     find(docs, "PersistentVolumeClaim", claim)
     tolerations = statefulset["spec"]["template"]["spec"]["tolerations"]
     assert any(t["key"] == "nvidia.com/gpu" for t in tolerations)
+
+
+@pytest.mark.parametrize("directory", [BASE, GPU], ids=["base", "gpu"])
+def test_only_the_gateways_reach_the_replicas_dev_routes(directory: Path) -> None:
+    """The replicas' port (with vLLM's dev routes for the hot swap) admits the gateway pods,
+    labelled clients and a labelled metrics namespace, and selects the replicas' own pods."""
+    docs = render(directory)
+    policy = find(docs, "NetworkPolicy", "vllm-ingress")
+    replicas = find(docs, "StatefulSet", "vllm")
+    labels = replicas["spec"]["template"]["metadata"]["labels"]
+    selected = policy["spec"]["podSelector"]["matchLabels"]
+    assert selected.items() <= labels.items()
+    (rule,) = policy["spec"]["ingress"]
+    gateway = find(docs, "Deployment", "switchyard-gateway")["spec"]["template"]["metadata"]
+    sources = [peer.get("podSelector", {}).get("matchLabels", {}) for peer in rule["from"]]
+    assert any(s and s.items() <= gateway["labels"].items() for s in sources)
+    assert rule["ports"] == [{"port": 8000, "protocol": "TCP"}]
+    assert policy["spec"]["policyTypes"] == ["Ingress"]
