@@ -30,14 +30,9 @@ from pathlib import Path
 
 from rl_loop.model_registry import list_checkpoints, record_checkpoint
 from serving.build import read_version
-from serving.hotswap import (
-    HotSwapConfig,
-    SwapReport,
-    add_probe_arguments,
-    publish_weights,
-    tolerance_from,
-)
+from serving.hotswap import HotSwapConfig, SwapReport, publish_weights
 from serving.names import ADMIN_TOKEN_ENV
+from serving.swap_checks import add_probe_arguments, tolerance_from
 from traffic.store import ModelVersionRecord, StoreBackend, StoreConfig, open_store
 
 

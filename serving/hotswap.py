@@ -18,12 +18,9 @@ The protocol, per replica, in the order given (`publish_weights`):
    connector reports success without clearing: docs/deploy.md, "Hot swap and the KV tiers").
 5. Probe. `POST /v1/completions` with the checkpoint's probe prompt (token ids),
    `max_tokens=1`, `prompt_logprobs=0`: the served logprob of every prompt token is compared
-   with the trainer's own (`CheckpointVersion.probe`, float32 math on the saved weights). It
-   fails when the mean absolute difference exceeds `tolerance.mean_abs` or one exceeds
-   `tolerance.max_abs`: 0.1 / 1.5 nats for a bf16 checkpoint, 0.3 / 3.0 for an fp8 one (its
-   activations add drift), or what `--probe-mean-abs` / `--probe-max-abs` set. It reads the
-   prompt's logprobs, so it checks the weights, not the cache (a `prompt_logprobs` request
-   skips prefix-cache reads).
+   with the trainer's own (`CheckpointVersion.probe`, float32 math on the saved weights), within
+   the checkpoint format's bound (:func:`serving.swap_checks.probe_tolerance`). It checks the
+   weights, not the cache (a `prompt_logprobs` request skips prefix-cache reads).
 6. Undrain. `POST {gateway}/admin/replicas/undrain {"target", "replica", "weights_version"}`:
    the gateway routes to it again and tags its responses with the new version.
 
@@ -33,12 +30,9 @@ version), one at a time: the fleet never serves two versions for longer than one
 report says `rolled_back=True`; `HotSwapError` only if the rollback itself fails (that replica
 is left drained: it serves nothing rather than unknown weights).
 
-Preflight, before anything is drained: the new checkpoint has the same architecture (`spec`),
-the same quantization (config.json's `quantization_config`: a bf16 checkpoint cannot be reloaded
-into fp8 replicas) and byte-identical tokenizer files as the previous one (an in-place reload
-changes none of them), its
-weights match its version id (optional digest check), and every replica answers the reload
-extension and serves one probe request (warming vLLM's prompt-logprobs path, slow on first use).
+Preflight, before anything is drained: the checkpoints' checks (:mod:`serving.swap_checks`),
+and every replica answers the reload extension and serves one probe request (warming vLLM's
+prompt-logprobs path, slow on first use).
 
 CLI: `python -m serving.hotswap --checkpoint NEW --previous OLD --gateway URL [--gateway URL ...]
 --replica URL ...` (admin token from `$SWITCHYARD_ADMIN_TOKEN`).
@@ -48,23 +42,31 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import logging
 import os
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final, Literal, Protocol, cast
+from typing import Any, Literal, Protocol, cast
 
 import httpx
 from pydantic import BaseModel, ConfigDict, Field
 
-from serving.build import checkpoint_digest, make_version_id, read_version
+from serving.build import read_version
 from serving.logprob_probe import checkpoint_probe
 from serving.model_config import CheckpointVersion, ProbeReference
 from serving.names import ADMIN_TOKEN_ENV, LOCAL_MODEL_NAME
-from serving.tokenizer import TOKENIZER_FILES
+from serving.swap_checks import (
+    HotSwapError,
+    ProbeResult,
+    ProbeTolerance,
+    add_probe_arguments,
+    check_compatible,
+    compare_probe,
+    probe_tolerance,
+    tolerance_from,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -106,20 +108,6 @@ class ReloadWorkerExtension:
         return checkpoint_dir
 
 
-class ProbeTolerance(BaseModel):
-    """How far served prompt logprobs may be from the trainer's (nats)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    mean_abs: float = Field(default=0.1, gt=0, description="Mean |served - reference|.")
-    max_abs: float = Field(default=1.5, gt=0, description="Largest single |difference|.")
-
-
-# fp8 activations (per-token dynamic) add drift on top of the weights' own; the trainer's
-# reference is float32 math on the dequantized weights (tests/serving/test_fp8.py serves it).
-FP8_PROBE_TOLERANCE: Final = ProbeTolerance(mean_abs=0.3, max_abs=3.0)
-
-
 class HotSwapConfig(BaseModel):
     """Where the gateway fleet is and how patient and strict a publish is."""
 
@@ -147,20 +135,6 @@ class HotSwapConfig(BaseModel):
         default=None,
         description="The probe's bound; None: by the checkpoint's format (bf16 or fp8).",
     )
-
-
-class HotSwapError(Exception):
-    """A publish could not be completed or rolled back; the message says where it stopped."""
-
-
-@dataclass(frozen=True)
-class ProbeResult:
-    """Served vs reference logprobs of the probe prompt on one replica."""
-
-    tokens: int
-    mean_abs_diff: float
-    max_abs_diff: float
-    passed: bool
 
 
 @dataclass
@@ -205,76 +179,6 @@ class _ProbeFailed(Exception):
             f"probe mismatch: mean |diff| {result.mean_abs_diff:.4f}, max {result.max_abs_diff:.4f}"
         )
         self.result = result
-
-
-def compare_probe(
-    reference: ProbeReference, served: Sequence[float], tolerance: ProbeTolerance
-) -> ProbeResult:
-    """Compare served prompt logprobs (one per predicted token) with the reference."""
-    if len(served) != len(reference.logprobs):
-        raise ValueError(f"{len(served)} served logprobs for {len(reference.logprobs)} expected")
-    diffs = [abs(a - b) for a, b in zip(served, reference.logprobs, strict=True)]
-    mean, worst = sum(diffs) / len(diffs), max(diffs)
-    passed = mean <= tolerance.mean_abs and worst <= tolerance.max_abs
-    return ProbeResult(len(diffs), mean, worst, passed)
-
-
-def check_compatible(new: Path, previous: Path, *, verify_digest: bool = True) -> None:
-    """Preflight on the checkpoints (see the module docstring); raises HotSwapError."""
-    new_version, old_version = read_version(new), read_version(previous)
-    if new_version.spec != old_version.spec:
-        raise HotSwapError(
-            f"{new_version.version_id} has another architecture than {old_version.version_id}; "
-            "an in-place reload cannot change it: start new replicas instead"
-        )
-    new_quant, old_quant = _quantization(new), _quantization(previous)
-    if new_quant != old_quant:
-        raise HotSwapError(
-            f"{new_version.version_id} is {new_quant} and the replicas serve {old_quant}"
-            f" ({old_version.version_id}): an in-place reload cannot change the quantization;"
-            " export the candidate to the served format first (serving.fp8 for fp8 replicas)"
-        )
-    for name in TOKENIZER_FILES:
-        if (new / name).read_bytes() != (previous / name).read_bytes():
-            raise HotSwapError(f"{name} differs between {new} and {previous}: reload keeps it")
-    if verify_digest:
-        kind = new_version.version_id.rsplit("-", 1)[0]
-        if make_version_id(kind, checkpoint_digest(new)) != new_version.version_id:
-            raise HotSwapError(f"weights in {new} do not match {new_version.version_id}")
-
-
-def probe_tolerance(config: HotSwapConfig, checkpoint: Path) -> ProbeTolerance:
-    """The probe's bound for ``checkpoint``: the configured one, else by its format."""
-    if config.tolerance is not None:
-        return config.tolerance
-    return ProbeTolerance() if _quantization(checkpoint) == "unquantized" else FP8_PROBE_TOLERANCE
-
-
-def add_probe_arguments(parser: argparse.ArgumentParser) -> None:
-    """``--probe-mean-abs`` / ``--probe-max-abs``: override the probe's bound."""
-    parser.add_argument("--probe-mean-abs", type=float, default=None, help="Probe bound (nats).")
-    parser.add_argument("--probe-max-abs", type=float, default=None, help="Probe bound (nats).")
-
-
-def tolerance_from(args: argparse.Namespace) -> ProbeTolerance | None:
-    """The bound the CLI asked for (None: by the checkpoint's format)."""
-    if args.probe_mean_abs is None and args.probe_max_abs is None:
-        return None
-    default = ProbeTolerance()
-    return ProbeTolerance(
-        mean_abs=args.probe_mean_abs if args.probe_mean_abs is not None else default.mean_abs,
-        max_abs=args.probe_max_abs if args.probe_max_abs is not None else default.max_abs,
-    )
-
-
-def _quantization(checkpoint: Path) -> str:
-    """A checkpoint's weight format as its config.json says: ``unquantized`` or the
-    ``quantization_config``'s method and format (e.g. ``compressed-tensors/float-quantized``)."""
-    config = json.loads((checkpoint / "config.json").read_text())
-    quant = config.get("quantization_config")
-    if not isinstance(quant, dict):
-        return "unquantized"
-    return f"{quant.get('quant_method')}/{quant.get('format', '')}".rstrip("/")
 
 
 class _Publisher:
@@ -362,13 +266,11 @@ class _Publisher:
         else:
             raise HotSwapError(f"{replica} kept refusing to reset its prefix cache")
         served = await self.served_logprobs(replica, side.probe)
-        result = compare_probe(side.probe, served, self.tolerance_for(Path(side.path)))
+        bound = probe_tolerance(self.config.tolerance, Path(side.path))
+        result = compare_probe(side.probe, served, bound)
         if not result.passed:
             raise _ProbeFailed(result)
         return result
-
-    def tolerance_for(self, checkpoint: Path) -> ProbeTolerance:
-        return probe_tolerance(self.config, checkpoint)
 
     async def served_logprobs(self, replica: str, probe: ProbeReference) -> list[float]:
         """The replica's prompt logprobs of the probe's tokens 1..n."""

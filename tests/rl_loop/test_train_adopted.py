@@ -17,7 +17,7 @@ from rl_loop.train import main
 from serving.build import read_version
 from serving.checkpoint_preset import HfCheckpointPreset, adopt_hf_checkpoint
 from serving.fp8 import export_fp8
-from serving.hotswap import check_compatible
+from serving.swap_checks import check_compatible
 from serving.tokenizer import TokenizerSpec, train_tokenizer
 from tests.fixtures.hf_release import save_release
 

@@ -32,19 +32,18 @@ from serving.checkpoint_preset import (
     main,
 )
 from serving.fp8 import FP8_DTYPE, export_fp8, is_quantized
-from serving.hotswap import (
+from serving.hotswap import HotSwapConfig, publish_weights
+from serving.names import LOCAL_MODEL_NAME
+from serving.replica import VllmReplica, find_free_port
+from serving.swap_checks import (
     FP8_PROBE_TOLERANCE,
-    HotSwapConfig,
     HotSwapError,
     ProbeTolerance,
     add_probe_arguments,
     check_compatible,
     probe_tolerance,
-    publish_weights,
     tolerance_from,
 )
-from serving.names import LOCAL_MODEL_NAME
-from serving.replica import VllmReplica, find_free_port
 from serving.tokenizer import TokenizerSpec, load_tokenizer, train_tokenizer
 from serving.training import load_float32
 from tests.fixtures.gateway_fixture import GatewayThread
@@ -273,14 +272,13 @@ def test_fp8_export_accepts_the_adopted_checkpoint_and_hot_swap_preflight_passes
         check_compatible(adopted, export.fp8_dir)
     check_compatible(export.fp8_dir, export.fp8_dir)
     # The probe's bound follows the format served, unless the operator sets one.
-    config = HotSwapConfig(gateway_url="http://127.0.0.1:1", admin_token="t")
-    assert probe_tolerance(config, export.fp8_dir) == FP8_PROBE_TOLERANCE
-    assert probe_tolerance(config, adopted) == ProbeTolerance()
+    assert probe_tolerance(None, export.fp8_dir) == FP8_PROBE_TOLERANCE
+    assert probe_tolerance(None, adopted) == ProbeTolerance()
     parser = argparse.ArgumentParser()
     add_probe_arguments(parser)
     asked = tolerance_from(parser.parse_args(["--probe-mean-abs", "0.5"]))
     assert asked == ProbeTolerance(mean_abs=0.5)
-    assert probe_tolerance(config.model_copy(update={"tolerance": asked}), export.fp8_dir) == asked
+    assert probe_tolerance(asked, export.fp8_dir) == asked
     assert tolerance_from(parser.parse_args([])) is None
 
 

@@ -152,7 +152,7 @@ def test_gpu_vllm_serves_the_fp8_checkpoint_within_probe_tolerance(
 ) -> None:
     import httpx
 
-    from serving.hotswap import FP8_PROBE_TOLERANCE, compare_probe
+    from serving.swap_checks import FP8_PROBE_TOLERANCE, compare_probe
 
     export = export_fp8(trained_dir, tmp_path, drift_window_count=2)
     config = VllmLaunchConfig(

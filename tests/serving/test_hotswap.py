@@ -30,15 +30,13 @@ from serving.build import (
 from serving.hotswap import (
     RELOAD_WORKER_EXTENSION,
     HotSwapConfig,
-    HotSwapError,
     SwapReport,
-    compare_probe,
-    probe_tolerance,
     publish_weights,
 )
 from serving.logprob_probe import checkpoint_probe
 from serving.names import ADMIN_TOKEN_ENV, LOCAL_MODEL_NAME
 from serving.supervisor import ReplicaSupervisor, SupervisorConfig
+from serving.swap_checks import HotSwapError, compare_probe, probe_tolerance
 from serving.train_base import QUICK_TRAINING
 from serving.vllm_config import VllmLaunchConfig
 from tests.fixtures.gateway_fixture import GatewayThread
@@ -254,7 +252,7 @@ async def test_failed_probe_rolls_back_to_the_previous_weights(
                 e[str(t)]["logprob"]
                 for e, t in zip(entries, probe.prompt_token_ids[1:], strict=True)
             ]
-            bound = probe_tolerance(swap_config(gateway), trained_dir)
+            bound = probe_tolerance(swap_config(gateway).tolerance, trained_dir)
             assert compare_probe(probe, served, bound).passed
 
 
