@@ -51,13 +51,18 @@ ROOMS: dict[str, tuple[str, ...]] = {
 
 
 def _project_imports(path: Path) -> list[tuple[int, str]]:
+    """The project's modules ``path`` imports (``from gateway import serve`` names
+    ``gateway.serve``: a package's own import names its module)."""
     tree = ast.parse(path.read_text(), filename=str(path))
     found: list[tuple[int, str]] = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             found.extend((node.lineno, a.name) for a in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            found.append((node.lineno, node.module))
+            if node.module in PACKAGES:
+                found.extend((node.lineno, f"{node.module}.{a.name}") for a in node.names)
+            else:
+                found.append((node.lineno, node.module))
     return [(n, m) for n, m in found if m.split(".")[0] in PACKAGES]
 
 
@@ -136,19 +141,8 @@ def _gateway_room(module: str) -> str:
 
 
 def _gateway_imports(path: Path) -> list[tuple[int, str]]:
-    """``gateway.*`` modules ``path`` imports (``from gateway import serve`` names
-    ``gateway.serve``)."""
-    tree = ast.parse(path.read_text(), filename=str(path))
-    found: list[tuple[int, str]] = []
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            found.extend((node.lineno, a.name) for a in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            if node.module == "gateway":
-                found.extend((node.lineno, f"gateway.{a.name}") for a in node.names)
-            else:
-                found.append((node.lineno, node.module))
-    return [(n, m) for n, m in found if m.startswith("gateway.")]
+    """``gateway.*`` modules ``path`` imports."""
+    return [(n, m) for n, m in _project_imports(path) if m.startswith("gateway.")]
 
 
 def test_the_gateway_rooms_import_downward_only() -> None:

@@ -27,8 +27,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from gateway.admin import changes
-from gateway.admin.changes import api_actor
-from gateway.admin.dependencies import AdminState, Store
+from gateway.admin.dependencies import Actor, AdminState, Store
 from gateway.admin.legacy_records import LIVE_TRANSLATOR
 from gateway.admin.models import (
     BackendState,
@@ -74,9 +73,9 @@ from router.config import RoutingConfig
 from traffic.export import export_from_store, summarize
 
 
-async def create_key(request: Request, spec: KeyCreate) -> CreatedKey:
+async def create_key(request: Request, actor: Actor, spec: KeyCreate) -> CreatedKey:
     """A new API key with its limits; the plaintext key is in this answer and nowhere else."""
-    record, plaintext = await create(request, api_actor(request.headers), spec)
+    record, plaintext = await create(request, actor, spec)
     return CreatedKey(**public_view(record), key=plaintext)
 
 
@@ -86,30 +85,32 @@ async def list_keys(request: Request) -> KeyList:
     return KeyList(data=[KeyView(**public_view(r)) for r in records])
 
 
-async def revoke_key(request: Request, key_id: str) -> RevokedKey:
+async def revoke_key(request: Request, actor: Actor, key_id: str) -> RevokedKey:
     """Revoke a key: refused at once by this process (404 when not active)."""
-    await revoke(request, api_actor(request.headers), key_id)
+    await revoke(request, actor, key_id)
     return RevokedKey(id=key_id, revoked=True)
 
 
-async def set_canary(request: Request, state: AdminState, body: CanaryRequest) -> CanaryStarted:
+async def set_canary(
+    request: Request, state: AdminState, actor: Actor, body: CanaryRequest
+) -> CanaryStarted:
     """A candidate routing decides ``share`` of the requests, on every gateway of the fleet."""
     try:
-        canary = await start_canary(request, api_actor(request.headers), body.routing, body.share)
+        canary = await start_canary(request, actor, body.routing, body.share)
     except (ValueError, KeyError) as exc:
         raise InvalidRequestError(f"invalid canary: {exc}") from exc
     current = state.routing.policy.version
     return CanaryStarted(canary=canary.policy.version, share=canary.share, current=current)
 
 
-async def promote_canary(request: Request) -> CanaryPromoted:
+async def promote_canary(request: Request, actor: Actor) -> CanaryPromoted:
     """The canary decides every request from now on (404: no canary)."""
-    return CanaryPromoted(promoted=await promote(request, api_actor(request.headers)))
+    return CanaryPromoted(promoted=await promote(request, actor))
 
 
-async def drop_canary(request: Request, state: AdminState) -> CanaryDropped:
+async def drop_canary(request: Request, state: AdminState, actor: Actor) -> CanaryDropped:
     """Roll the canary back: the live policy decides all."""
-    dropped = await drop(request, api_actor(request.headers))
+    dropped = await drop(request, actor)
     return CanaryDropped(dropped=dropped, current=state.routing.policy.version)
 
 
@@ -135,22 +136,19 @@ async def traffic_export(handle: Store, body: ExportRequest) -> TrafficExportMan
     return TrafficExportManifest.model_validate(manifest.model_dump(mode="json"))
 
 
-async def drain_replica(request: Request, cmd: ReplicaCommand) -> ReplicaDrained:
+async def drain_replica(request: Request, actor: Actor, cmd: ReplicaCommand) -> ReplicaDrained:
     """Take a replica out of rotation and wait up to ``timeout_s`` for its requests."""
-    actor = api_actor(request.headers)
     url, left = await drain(request, actor, cmd.target, cmd.replica, cmd.timeout_s)
     return ReplicaDrained(replica=url, drained=left == 0, in_flight=left)
 
 
-async def undrain_replica(request: Request, cmd: ReplicaCommand) -> ReplicaUndrained:
+async def undrain_replica(request: Request, actor: Actor, cmd: ReplicaCommand) -> ReplicaUndrained:
     """Put a replica back into rotation, with the weights version it now serves if given."""
-    url, version = await undrain(
-        request, api_actor(request.headers), cmd.target, cmd.replica, cmd.weights_version
-    )
+    url, version = await undrain(request, actor, cmd.target, cmd.replica, cmd.weights_version)
     return ReplicaUndrained(replica=url, drained=False, weights_version=version)
 
 
-async def reload_config(request: Request, state: AdminState) -> Reloaded:
+async def reload_config(request: Request, state: AdminState, actor: Actor) -> Reloaded:
     """Read the config file again and apply its routing (400 ``invalid_config``: kept the old);
     recorded in the change log with the caller's actor (``x-switchyard-actor``)."""
     previous = state.routing.policy.version
@@ -159,7 +157,6 @@ async def reload_config(request: Request, state: AdminState) -> Reloaded:
     except ConfigFileError as exc:
         raise InvalidRequestError(str(exc), code="invalid_config") from exc
     version = routing.policy.version
-    actor = api_actor(request.headers)
     await changes.record_reload(request.app.state.recorder, actor, previous, version)
     return Reloaded(reloaded=True, policy_version=version, reloads=state.decider.reloads)
 

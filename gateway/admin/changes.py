@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Mapping
 from typing import Any
 
 from gateway.recording.handle import RecorderHandle
@@ -22,18 +21,15 @@ from traffic.store.records import ChangeRecord
 log = logging.getLogger(__name__)
 
 API_ACTOR = "admin-api"  # changes made through the JSON admin API (one shared credential)
-# An automatic caller of the admin API names itself (the flywheel's refit, a weight swap), so
-# that the change log says which automation acted; the admin credential is required either way.
-ACTOR_HEADER = "x-switchyard-actor"
 SIGHUP_ACTOR = "sighup"  # a reload by signal
 _ACTOR = re.compile(r"[a-z][a-z0-9-]{0,31}")
 
 
-def api_actor(headers: Mapping[str, str]) -> str:
-    """Who made an admin API change: the name the caller gave in ``x-switchyard-actor`` (lower
-    case letters, digits and dashes, at most 32), else ``admin-api``."""
-    named = headers.get(ACTOR_HEADER, "")
-    return named if _ACTOR.fullmatch(named) else API_ACTOR
+def api_actor(named: str | None) -> str:
+    """Who made an admin API change: the name an automatic caller gave itself (the flywheel's
+    refit, a weight swap: ``X-Switchyard-Actor``, lower case letters, digits and dashes, at most
+    32; the admin credential is required either way), else ``admin-api``."""
+    return named if named is not None and _ACTOR.fullmatch(named) else API_ACTOR
 
 
 async def record(

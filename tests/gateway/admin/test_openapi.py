@@ -21,7 +21,7 @@ from fastapi.routing import APIRoute
 from openapi_spec_validator import validate
 from starlette.routing import Route
 
-from gateway.admin.models import TrafficSummaryQuery
+from gateway.admin.models import TrafficExportManifest, TrafficSummaryQuery
 from gateway.admin.router import ADMIN_BODY_LIMIT
 from gateway.auth.login_throttle import THROTTLED_CODE
 from tests.fixtures.gateway_fixture import GatewayThread
@@ -219,3 +219,11 @@ def test_the_summary_query_names_every_field_of_the_traffic_filter() -> None:
     filter_fields = {f.name for f in dataclasses.fields(InferenceFilter)}
     query_fields = set(TrafficSummaryQuery.model_fields)
     assert query_fields == (filter_fields - {"tags"}) | {"tag", "by"}
+
+
+def test_the_export_manifest_model_names_every_field_of_the_written_manifest() -> None:
+    """The admin API's manifest model restates ``traffic.export.ExportManifest`` (whose module
+    the gateway must not import at start-up): the two name the same fields."""
+    from traffic.export.export import ExportManifest
+
+    assert set(TrafficExportManifest.model_fields) == set(ExportManifest.model_fields)
