@@ -26,7 +26,7 @@ import random
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 from traffic.store import (
     ApiKeyRecord,
@@ -154,42 +154,47 @@ def _bodies(
     return request, response, prompt_tokens, completion_tokens
 
 
-def _decide(rng: random.Random, cls: TrafficClass, frac: float, k: int) -> tuple[str, str, str]:
-    """(model asked, target, reason) for one request at ``frac`` of the span, round ``k``."""
-    roll = rng.random()
-    if roll < 0.08:
-        return "gpt-4o-mini", OPENAI, "alias:gpt-4o-mini"
-    if roll < 0.13:
-        return "auto", ANTHROPIC, "rule:tools-to-frontier"
-    share = 0.25 + 0.55 * frac if cls.learnable else 0.0
-    goes_local = rng.random() < share
-    p = rng.uniform(THRESHOLD, 0.99) if goes_local else rng.uniform(0.05, THRESHOLD)
-    why = f"p_local={p:.3f} threshold={THRESHOLD:.3f} scorer=fit-r{k}"
-    if goes_local:
-        return "auto", LOCAL, f"learned:local {why}"
-    if rng.random() < EXPLORE_SHARE:
-        return "auto", LOCAL, f"learned:explore {why}"
-    return "auto", OPENAI, f"learned:frontier {why}"
-
-
 EXPLORE_SHARE = 0.05  # what _decide sends local below the threshold
 
 
-def _decision_columns(reason: str, target: str, k: int) -> dict[str, Any]:
-    """The typed decision the gateway records (traffic.store.records, ``decision_*``)."""
-    head = reason.split(" ", 1)[0]
-    kind = head.split(":", 1)[0] if not head.startswith("learned:") else head.replace(":", "_")
-    learned = kind.startswith("learned_")
-    p_local = float(reason.split("p_local=", 1)[1].split(" ", 1)[0]) if learned else None
-    local_p = 1.0 if kind == "learned_local" else EXPLORE_SHARE if learned else 0.0
-    return {
+class _Decided(NamedTuple):
+    model: str  # the model asked
+    target: str
+    reason: str
+    columns: dict[str, Any]  # the typed decision the gateway records (``decision_*``)
+
+
+def _decide(rng: random.Random, cls: TrafficClass, frac: float, k: int) -> _Decided:
+    """One request's decision at ``frac`` of the span, round ``k``."""
+    roll = rng.random()
+    if roll < 0.08:
+        return _pinned("gpt-4o-mini", OPENAI, "alias:gpt-4o-mini", "alias")
+    if roll < 0.13:
+        return _pinned("auto", ANTHROPIC, "rule:tools-to-frontier", "rule")
+    share = 0.25 + 0.55 * frac if cls.learnable else 0.0
+    goes_local = rng.random() < share
+    p = rng.uniform(THRESHOLD, 0.99) if goes_local else rng.uniform(0.05, THRESHOLD)
+    if goes_local:
+        kind, target, propensity = "learned_local", LOCAL, 1.0
+    elif rng.random() < EXPLORE_SHARE:
+        kind, target, propensity = "learned_explore", LOCAL, EXPLORE_SHARE
+    else:
+        kind, target, propensity = "learned_frontier", OPENAI, EXPLORE_SHARE
+    why = f"p_local={p:.3f} threshold={THRESHOLD:.3f} scorer=fit-r{k}"
+    columns = {
         "decision_kind": kind,
         "decision_target": target,
-        "decision_p_local": p_local,
-        "decision_threshold": THRESHOLD if learned else None,
-        "decision_propensity": local_p,
-        "decision_state_version": f"fit-r{k}" if learned else None,
+        "decision_p_local": float(f"{p:.3f}"),  # as the reason shows it
+        "decision_threshold": THRESHOLD,
+        "decision_propensity": propensity,
+        "decision_state_version": f"fit-r{k}",
     }
+    return _Decided("auto", target, f"{kind.replace('_', ':', 1)} {why}", columns)
+
+
+def _pinned(model: str, target: str, reason: str, kind: str) -> _Decided:
+    columns = {"decision_kind": kind, "decision_target": target, "decision_propensity": 0.0}
+    return _Decided(model, target, reason, columns)
 
 
 def _one(
@@ -197,7 +202,7 @@ def _one(
 ) -> tuple[InferenceRecord, list[FeedbackRecord]]:
     cls = rng.choices(CLASSES, [c.weight for c in CLASSES])[0]
     k = min(ROUNDS - 1, int(frac * ROUNDS))
-    model, target, reason = _decide(rng, cls, frac, k)
+    model, target, reason, decided = _decide(rng, cls, frac, k)
     stream = rng.random() < 0.4
     tools = reason.startswith("rule:")
     request, response, p_tok, c_tok = _bodies(rng, cls, model, tools, stream)
@@ -226,7 +231,7 @@ def _one(
         replica=f"http://10.0.0.{1 + rng.getrandbits(1)}:8000" if local else None,
         policy_version=f"v1+fit-r{k}",
         policy_reason=reason,
-        **_decision_columns(reason, target, k),
+        **decided,
         status=502 if failed else 200,
         error="upstream error" if failed else None,
         stream=stream,

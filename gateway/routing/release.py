@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Final
 
 import orjson
@@ -49,6 +49,7 @@ class Promoted:
     version: str
     routing: dict[str, Any]
     promoted_over: str
+    row: PolicyVersionRecord  # as stored
 
 
 class LiveRelease:
@@ -68,7 +69,7 @@ class LiveRelease:
         for row in reversed(rows):
             routing, over = row.config.get("routing"), row.config.get("promoted_over")
             if row.status == LIVE and isinstance(routing, dict) and isinstance(over, str):
-                found.append(Promoted(row.id, routing, over))
+                found.append(Promoted(row.id, routing, over, row))
         return found
 
     async def over(self, file_routing: dict[str, Any]) -> dict[str, Any] | None:
@@ -88,11 +89,8 @@ class LiveRelease:
             newest.version,
         )
         for promoted in live:
-            config = {"routing": promoted.routing, "promoted_over": promoted.promoted_over}
             try:
-                await self._backend.upsert_policy_version(
-                    PolicyVersionRecord(id=promoted.version, config=config, status=RETIRED)
-                )
+                await self._backend.upsert_policy_version(replace(promoted.row, status=RETIRED))
             except StoreError as exc:
                 log.warning("live release: could not retire %s: %s", promoted.version, exc)
         return None

@@ -231,17 +231,18 @@ class Reloader:
             self.local = config
         elif self.release is not None:
             config = self.local  # the routing started with stands for the file
-        config = await self._released(config)
-        learned = await asyncio.to_thread(load_learned_state, config)
-        await self.fleet.publish(FleetChange(routing=routing_doc(config, learned)))
+        await self._publish(await self._released(config))
         return self.decider.routing
 
     async def restore(self) -> None:
         """At start-up: serve the live release instead of the file's routing, if one was
         promoted over it (:mod:`gateway.routing.release`)."""
         config = await self._released(self.local)
-        if config is self.local:
-            return
+        if config is not self.local:
+            await self._publish(config)
+
+    async def _publish(self, config: SwitchyardConfig) -> None:
+        """Every member serves ``config``'s routing with its learned state, read now."""
         learned = await asyncio.to_thread(load_learned_state, config)
         await self.fleet.publish(FleetChange(routing=routing_doc(config, learned)))
 

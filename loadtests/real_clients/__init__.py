@@ -14,7 +14,12 @@
 
 from loadtests.real_clients.drivers import ClientRun, RunResult, run_client
 from loadtests.real_clients.install import ClientInstallError, InstalledClient, install
-from loadtests.real_clients.versions import CLIENTS, ClientSpec, resolve_version
+from loadtests.real_clients.versions import (
+    CLIENTS,
+    ClientSpec,
+    resolve_version,
+    versions_to_test,
+)
 
 __all__ = [
     "CLIENTS",
@@ -26,4 +31,5 @@ __all__ = [
     "install",
     "resolve_version",
     "run_client",
+    "versions_to_test",
 ]

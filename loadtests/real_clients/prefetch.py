@@ -20,22 +20,13 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from loadtests.real_clients.install import ClientInstallError, install
-from loadtests.real_clients.versions import CLIENTS, RegistryError, resolve_version
-
-VERSIONS = ("newest", "pinned")
-
-
-def wanted(client: str) -> list[str]:
-    """The exact versions of ``client`` the tests run (the pin only when it is not the newest)."""
-    newest = resolve_version(client, "newest")
-    pinned = resolve_version(client, "pinned")
-    return [newest] if pinned == newest else [newest, pinned]
+from loadtests.real_clients.versions import CLIENTS, RegistryError, versions_to_test
 
 
 def _one(client: str, cache_dir: Path | None) -> str:
     started = time.monotonic()
     try:
-        versions = wanted(client)
+        versions = list(versions_to_test(client).values())
         for exact in versions:
             install(client, exact, cache_dir)
     except (ClientInstallError, RegistryError) as exc:

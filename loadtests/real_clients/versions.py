@@ -137,6 +137,13 @@ def resolve_version(name: str, choice: str) -> str:
     return pypi_newest(spec.package)
 
 
+def versions_to_test(name: str) -> dict[str, str]:
+    """``{"newest": exact, "pinned": exact}`` for client ``name``, without the pin where the
+    registry's newest release is the pin (one install and one run, not two)."""
+    newest, pinned = resolve_version(name, "newest"), resolve_version(name, "pinned")
+    return {"newest": newest} if pinned == newest else {"newest": newest, "pinned": pinned}
+
+
 def node_major_required(engines_node: str | None) -> int | None:
     """The lowest Node major an ``engines.node`` range allows (``">=22.0.0"`` -> 22), or None.
 

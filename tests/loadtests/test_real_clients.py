@@ -38,6 +38,7 @@ from loadtests.real_clients import (
     install,
     resolve_version,
     run_client,
+    versions_to_test,
 )
 from tests.fixtures.real_clients_fixture import RealClientStack, real_client_stack  # noqa: F401
 
@@ -80,10 +81,11 @@ class Installs:
     def get(self, client: str, version: str) -> InstalledClient:
         if (client, version) not in self.made:
             try:
-                exact = resolve_version(client, version)
-                if version == "pinned" and exact == resolve_version(client, "newest"):
-                    pytest.skip(f"{client}: pinned {exact} is also the newest release")
-                self.made[(client, version)] = install(client, exact)
+                versions = versions_to_test(client)
+                if version not in versions:
+                    pinned = resolve_version(client, "pinned")
+                    pytest.skip(f"{client}: pinned {pinned} is also the newest release")
+                self.made[(client, version)] = install(client, versions[version])
             except ClientInstallError as exc:
                 pytest.fail(f"{client} {version}: {exc}")
         return self.made[(client, version)]
