@@ -95,8 +95,13 @@ fuzz: setup
 train-base: setup
 	$(PY) -m serving.train_base --preset tiny --steps 300 --out .cache/models
 
+# SEEDS=0,1,2: one run per seed, then one JSON line over every round of every seed.
 flywheel: setup
+ifdef SEEDS
+	SEEDS=$(SEEDS) $(PY) scripts/flywheel_seeds.py
+else
 	$(PY) scripts/flywheel.py
+endif
 
 clean-cache:
 	rm -rf .cache

@@ -161,6 +161,7 @@ def agent_targets(rounds: Sequence[AgentRoundFigures]) -> dict[str, Any]:
     overall = _success(last, "overall") or 0.0
     failed = sum(int(r.client.get("failed_requests", 0)) for r in rounds)
     validity = last.local_validity
+    ratios = [(_success(r, "overall") or 0.0) / frontier_only for r in rounds if frontier_only]
     return {
         "agent_local_share": {
             "per_round": [r.local_share for r in rounds],
@@ -174,6 +175,11 @@ def agent_targets(rounds: Sequence[AgentRoundFigures]) -> dict[str, Any]:
         "agent_local_tool_call_validity": {
             "per_round": [r.local_validity for r in rounds],
             "met": validity is not None and validity >= 0.98,
+        },
+        "agent_success_every_round": {
+            "ratio_per_round": [round(x, 4) for x in ratios],
+            "min": min(ratios) if ratios else None,
+            "met": bool(ratios) and min(ratios) >= 0.95,
         },
         "agent_zero_failed_requests": {"failed": failed, "met": failed == 0},
         "agent_gate": [r.gate.get("decision") for r in rounds if r.gate],

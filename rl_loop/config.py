@@ -267,6 +267,13 @@ class RefitConfig(_Strict):
         "evidence classes for reports and for inheriting evidence across a swap; routing "
         "itself reads the request text, never tags.",
     )
+    live_mix_requests: int = Field(
+        default=2000,
+        ge=0,
+        description="The latest requests the learned policy decided whose scores are the live "
+        "mix the threshold's held-out verdicts are weighted to (router/calibration.py); 0: the "
+        "held-out verdicts' own mix.",
+    )
     current_version_only: bool = Field(
         default=True,
         description="Count local outcomes only of the weights now served (older weights' "

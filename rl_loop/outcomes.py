@@ -126,6 +126,10 @@ class RecordedOutcome:
     cost_usd: float
     latency_ms: float
     text: RequestText | None = None
+    # The chance this verdict was observed at all (router.calibration weighs it by 1 / this):
+    # a live answer, the probability its decision sent it to that arm (exploration: the
+    # exploration share); a shadow, its sampling probability.
+    propensity: float = 1.0
 
 
 async def iter_rows(
@@ -176,6 +180,7 @@ def row_outcomes(
                 inf.cost_usd or 0.0,
                 inf.latency_ms,
                 features.text,
+                _observed(inf.decision_propensity if arm == "local" else None),
             )
         )
     for shadow in row.shadows:
@@ -195,6 +200,7 @@ def row_outcomes(
                 0.0,
                 float(shadow.comparison.get("latency_ms") or 0.0),
                 features.text,
+                _observed(inf.shadow_p),
             )
         )
     return out
@@ -220,6 +226,26 @@ def verify_shadows(
             cache.data[shadow.id] = bool(passed)
             done += 1
     return done
+
+
+def _observed(p: float | None) -> float:
+    """A recorded probability as a propensity: unknown (older rows, rules) or not positive
+    counts as certain, so it never divides by zero."""
+    return p if p is not None and 0 < p <= 1 else 1.0
+
+
+def live_texts(rows: list[InferenceRow], limit: int) -> list[RequestText]:
+    """What the latest ``limit`` requests the learned policy decided said (the live mix
+    ``router.calibration`` weights its pool to); rows decided before typed decisions count."""
+    out: list[RequestText] = []
+    for row in reversed(rows):
+        kind = row.inference.decision_kind
+        if kind is not None and not kind.startswith("learned"):
+            continue
+        out.append(recorded_text(row.inference))
+        if len(out) >= limit:
+            break
+    return out
 
 
 def _str_or_none(value: object) -> str | None:

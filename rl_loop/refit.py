@@ -43,11 +43,13 @@ from rl_loop.outcomes import (
     RecordedOutcome,
     VerdictCache,
     iter_rows,
+    live_texts,
     row_outcomes,
     verify_shadows,
 )
 from rl_loop.rewards import Verify
 from router.learned import LearnedState, Outcome, fit
+from router.request_text import RequestText
 from traffic.store import InferenceFilter, PolicyVersionRecord, StoreBackend
 
 
@@ -75,6 +77,14 @@ class RefitReport:
         }
 
 
+@dataclass(frozen=True, slots=True)
+class Gathered:
+    """The window's outcomes and the live mix the threshold is weighted to."""
+
+    outcomes: list[RecordedOutcome]
+    live: list[RequestText]
+
+
 async def gather_outcomes(
     store: StoreBackend,
     *,
@@ -83,9 +93,9 @@ async def gather_outcomes(
     config: RefitConfig,
     local_target: str,
     frontier_prefix: str,
-) -> list[RecordedOutcome]:
+) -> Gathered:
     """Every outcome recorded in the last ``config.window_days`` (step 2, before any version
-    filter)."""
+    filter), and the latest ``config.live_mix_requests`` requests' texts."""
     since = window_start(datetime.now(UTC), config.window_days)
     rows = [row async for row in iter_rows(store, InferenceFilter(ok_only=True, since=since))]
     if verify is not None:
@@ -102,7 +112,7 @@ async def gather_outcomes(
             cache=cache,
             credit=credits.get(row.inference.id),
         )
-    return out
+    return Gathered(out, live_texts(rows, config.live_mix_requests))
 
 
 def fit_state(
@@ -113,12 +123,13 @@ def fit_state(
     current_version_only: bool,
     extra: Sequence[Outcome] = (),
     inherited: Mapping[str, str] | None = None,
+    live: Sequence[RequestText] = (),
 ) -> LearnedState:
     """Step 3's fit, keeping local outcomes of ``weights_version`` only when asked, plus those
-    of ``inherited[class]`` for the classes it names (step 2)."""
+    of ``inherited[class]`` for the classes it names (step 2); ``live``: the live mix."""
     inherited = inherited or {}
     kept = list(extra) + [
-        Outcome(o.class_key, o.arm, o.accepted, text=o.text)
+        Outcome(o.class_key, o.arm, o.accepted, text=o.text, propensity=o.propensity)
         for o in outcomes
         if o.arm == "frontier"
         or not current_version_only
@@ -126,7 +137,7 @@ def fit_state(
         or o.weights_version == weights_version
         or (o.weights_version is not None and inherited.get(o.class_key) == o.weights_version)
     ]
-    return fit(kept, version)
+    return fit(kept, version, live=live)
 
 
 def write_state(state: LearnedState, path: Path) -> None:
@@ -169,7 +180,7 @@ async def refit_policy(
     """Outcomes (plus ``extra``, e.g. the gate's, and the ``inherited`` classes' outcomes of
     the weights named there) -> fitted state -> state file -> policy version -> reload."""
     started = time.perf_counter()
-    outcomes = await gather_outcomes(
+    gathered = await gather_outcomes(
         store,
         verify=verify,
         cache=cache,
@@ -179,12 +190,13 @@ async def refit_policy(
     )
     version = version or f"fit-{int(time.time())}-{weights_version or 'any'}"
     state = fit_state(
-        outcomes,
+        gathered.outcomes,
         version,
         weights_version=weights_version,
         current_version_only=config.current_version_only,
         extra=extra,
         inherited=inherited,
+        live=gathered.live,
     )
     write_state(state, state_file)
     await store.upsert_policy_version(

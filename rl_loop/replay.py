@@ -106,6 +106,7 @@ async def replay_items(
                 latency_ms=inf.latency_ms,
                 shadow_accepted=shadow,
                 class_key=class_key(features, class_tags),
+                logged_local_p=inf.decision_propensity,
             )
         )
     return items

@@ -15,6 +15,7 @@ Definitions (one round = the requests recorded in its traffic window):
 from __future__ import annotations
 
 import json
+import math
 import statistics
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
@@ -130,6 +131,7 @@ class RoundFigures:
     classes: dict[str, dict[str, Any]]
     client_errors: int
     swap_traffic: dict[str, Any] = field(default_factory=dict)
+    ope: dict[str, Any] = field(default_factory=dict)  # rl_loop.ope_check, after the refit
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -223,7 +225,19 @@ def check_targets(
         by_mix[name] = {"first": m0, "last": m1, "drop": drop}
     if by_mix:
         out["cost_per_1k_drop_reweighted"] = by_mix
+    ratios = [_get(r.overall, "accept_overall") / frontier_only for r in rounds]
+    out["overall_accept_every_round"] = {
+        "ratio_per_round": [round(x, 4) for x in ratios],
+        "min": min(ratios),
+        "met": min(ratios) >= 0.95,
+    }
     shares = [_get(r.beyond, "local_share") for r in rounds]
+    bounds = [beyond_bound(exploration_share, int(r.beyond.get("requests") or 0)) for r in rounds]
+    out["beyond_local_share_every_round"] = {
+        "per_round": shares,
+        "bound_per_round": [round(b, 4) for b in bounds],
+        "met": all(s <= b for s, b in zip(shares, bounds, strict=True)),
+    }
     # Sampling noise: a few hundred requests put a 5% share anywhere in about 2-9%.
     out["beyond_local_share_at_exploration"] = {
         "per_round": shares,
@@ -233,6 +247,15 @@ def check_targets(
     client_errors = sum(r.client_errors for r in rounds) + swap_failures
     out["zero_failed_client_requests"] = {"failed": client_errors, "met": client_errors == 0}
     return out
+
+
+def beyond_bound(exploration_share: float, requests: int) -> float:
+    """The most a round's beyond-model families may go local: the exploration share plus 3
+    binomial standard deviations at the round's count of their requests."""
+    if requests <= 0:
+        return 1.0
+    e = exploration_share
+    return e + 3 * math.sqrt(e * (1 - e) / requests)
 
 
 def plot_curves(rounds: Sequence[RoundFigures], path: Path) -> None:
@@ -343,6 +366,7 @@ def write_report(
     print(text)
     return {
         "preset": header.get("preset"),
+        "seed": header.get("seed"),
         "rounds": len(figures) - 1,
         "wall_s": round(wall_s, 1),
         "local_share": [f.overall["local_share"] for f in figures],

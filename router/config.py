@@ -84,9 +84,45 @@ class LearnedConfig(BaseModel):
         le=1.5,
         description="The routed mix keeps at least this share of frontier-only acceptance.",
     )
-    exploration_share: float = Field(default=0.05, ge=0, le=1)
+    exploration_share: float = Field(
+        default=0.05,
+        ge=0,
+        le=1,
+        description="Most of the below-threshold requests that go local to keep learning; less "
+        "where exploration's measured harm would spend more than `exploration_budget`.",
+    )
     min_samples: int = Field(
-        default=20, ge=1, description="Held-out local verdicts needed before any threshold."
+        default=20,
+        ge=1,
+        description="Held-out local verdicts a segment (plain / tools) needs before any threshold.",
+    )
+    calibration_delta: float = Field(
+        default=0.05,
+        gt=0,
+        lt=0.5,
+        description="Error rate of the threshold's test: the routed mix's lower bound at this "
+        "one-sided level must keep `quality_target` (router/calibration.py); lower is safer and "
+        "sends less local on thin evidence.",
+    )
+    live_mix_bins: int = Field(
+        default=10,
+        ge=1,
+        description="Score quantile bins the held-out verdicts are re-weighted in to the live "
+        "mix (1: no re-weighting); the pool's mix otherwise is whatever shadows and the gate "
+        "happened to judge, not what users send.",
+    )
+    exploration_budget: float = Field(
+        default=0.5,
+        ge=0,
+        le=1,
+        description="Share of the quality budget ((1 - quality_target) x frontier accept) "
+        "exploration's expected loss may spend; the rest is left to the threshold.",
+    )
+    explore_unproven_tools: bool = Field(
+        default=False,
+        description="Explore tool-bearing requests (agent steps) before their segment has "
+        "`min_samples` verdicts. Off: a failed step can spend a user's whole episode, so "
+        "their first evidence comes from shadows, off the user's path.",
     )
     state_file: str | None = Field(
         default=None, description="JSON file of the fitted state (written by the RL loop)."

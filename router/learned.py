@@ -40,12 +40,13 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from router.calibration import SEGMENTS, Knobs, Segment, SegmentPlan, SegmentPool, plan, segment_of
 from router.config import LearnedConfig
 from router.decision import DecisionKind, RouteDecision
 from router.features import RequestFeatures, unit_hash
 from router.policy import RulePolicy
 from router.request_text import RequestText
-from router.scorer import Example, Scorer, ScorerConfig, calibrate_threshold
+from router.scorer import Example, Scorer, ScorerConfig
 from router.scorer import fit as fit_scorer
 
 Arm = Literal["local", "frontier"]
@@ -74,21 +75,7 @@ class Outcome:
     accepted: bool
     weight: float = 1.0
     text: RequestText | None = None
-
-
-@dataclass(slots=True)
-class Calibration:
-    """Held-out local verdicts, scored by the fitted scorer."""
-
-    scores: list[float] = field(default_factory=list)
-    accepted: list[bool] = field(default_factory=list)
-
-    def threshold(self, p_frontier: float, quality_target: float, min_samples: int) -> float:
-        if len(self.scores) < min_samples:
-            return math.inf
-        return calibrate_threshold(
-            self.scores, self.accepted, p_frontier, quality_target, marginal=True
-        )
+    propensity: float = 1.0  # the chance this verdict was observed (router.calibration)
 
 
 @dataclass(slots=True)
@@ -98,7 +85,9 @@ class LearnedState:
     version: str
     classes: dict[str, dict[str, ArmCounts]] = field(default_factory=dict)
     scorer: Scorer | None = None
-    calibration: Calibration = field(default_factory=Calibration)
+    calibration: dict[Segment, SegmentPool] = field(
+        default_factory=lambda: {s: SegmentPool() for s in SEGMENTS}
+    )
 
     def counts(self, class_key: str, arm: Arm) -> ArmCounts:
         return self.classes.get(class_key, {}).get(arm, ArmCounts())
@@ -111,16 +100,15 @@ class LearnedState:
                 for c, arms in self.classes.items()
             },
             "scorer": self.scorer.to_json() if self.scorer is not None else None,
-            "calibration": {
-                "scores": [round(s, 6) for s in self.calibration.scores],
-                "accepted": self.calibration.accepted,
-            },
+            "calibration": {s: pool.to_json() for s, pool in self.calibration.items()},
         }
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> LearnedState:
         scorer = data.get("scorer")
         cal = data.get("calibration") or {}
+        if "scores" in cal:  # a state written before the segments: one pool, all plain
+            cal = {"plain": cal}
         return cls(
             str(data["version"]),
             {
@@ -128,10 +116,7 @@ class LearnedState:
                 for c, arms in data.get("classes", {}).items()
             },
             Scorer.from_json(scorer) if scorer else None,
-            Calibration(
-                [float(s) for s in cal.get("scores", [])],
-                [bool(a) for a in cal.get("accepted", [])],
-            ),
+            {s: SegmentPool.from_json(cal.get(s) or {}) for s in SEGMENTS},
         )
 
 
@@ -150,9 +135,12 @@ def fit(
     seed: int = 0,
     config: ScorerConfig | None = None,
     calibration_share: float = CALIBRATION_SHARE,
+    live: Iterable[RequestText] = (),
 ) -> LearnedState:
     """Counts per evidence group and arm, the scorer fitted on the outcomes that carry text
-    (but the calibration share), and that share scored for the threshold (module docstring)."""
+    (but the calibration share), that share scored into its segment's pool with its
+    propensity, and the ``live`` requests' scores as each segment's live mix
+    (``router.calibration``)."""
     state = LearnedState(version)
     local_seen = 0
     fitted: list[Example] = []
@@ -176,8 +164,13 @@ def fit(
         state.scorer = scorer
         for o in held_out:
             assert o.text is not None
-            state.calibration.scores.append(scorer.predict_local(o.text))
-            state.calibration.accepted.append(o.accepted)
+            pool = state.calibration[segment_of(o.text.has_tools)]
+            pool.add(scorer.predict_local(o.text), o.accepted, o.propensity)
+        live_scores: dict[Segment, list[float]] = {s: [] for s in SEGMENTS}
+        for text in live:
+            live_scores[segment_of(text.has_tools)].append(scorer.predict_local(text))
+        for segment, scores in live_scores.items():
+            state.calibration[segment].set_live(scores)
     return state
 
 
@@ -196,12 +189,25 @@ class LearnedPolicy:
         self._state = state
         self._version = f"{rules.version}+{state.version}"
         scorer = state.scorer
-        if scorer is None:
-            self.threshold = math.inf
-        else:
-            self.threshold = state.calibration.threshold(
-                scorer.frontier.mean(), config.quality_target, config.min_samples
+        self.plans: dict[Segment, SegmentPlan] = {}
+        for segment in SEGMENTS:
+            knobs = Knobs(
+                quality_target=config.quality_target,
+                exploration_share=config.exploration_share,
+                min_samples=config.min_samples,
+                delta=config.calibration_delta,
+                bins=config.live_mix_bins,
+                exploration_budget=config.exploration_budget,
+                explore_unproven=segment == "plain" or config.explore_unproven_tools,
             )
+            pool = state.calibration[segment] if scorer is not None else SegmentPool()
+            f = scorer.frontier.mean() if scorer is not None else 1.0
+            self.plans[segment] = plan(pool, f, knobs)
+
+    @property
+    def threshold(self) -> float:
+        """The plain segment's threshold (the console's headline; each segment has its own)."""
+        return self.plans["plain"].threshold
 
     @property
     def version(self) -> str:
@@ -227,25 +233,30 @@ class LearnedPolicy:
         cfg = self._config
         if base.kind != "default":
             local = 1.0 if base.target == cfg.local_target else 0.0
-            return self._decision(base.target, base.reason, None, base.kind, local)
+            return self._decision(base.target, base.reason, None, base.kind, local, None)
         p = self.predict_local_accept(features)
         scorer = self._state.scorer
+        segment = segment_of(features.has_tools)
+        cut = self.plans[segment]
         if p is None or scorer is None:
-            why = "p_local=none (no scorer fitted yet)"
+            why = f"p_local=none (no scorer fitted yet) segment={segment}"
         else:
-            why = f"p_local={p:.3f} threshold={self.threshold:.3f} scorer={scorer.version}"
-            if p >= self.threshold:
+            why = (
+                f"p_local={p:.3f} threshold={cut.threshold:.3f} segment={segment} "
+                f"scorer={scorer.version}"
+            )
+            if p >= cut.threshold:
                 return self._decision(
-                    cfg.local_target, f"learned:local {why}", p, "learned_local", 1.0
+                    cfg.local_target, f"learned:local {why}", p, "learned_local", 1.0, cut
                 )
         # Below the cut, local only by the exploration draw: its probability is the propensity.
-        explore = cfg.exploration_share
+        explore = cut.exploration_share
         if unit_hash(features.request_id or "", "explore") < explore:
             return self._decision(
-                cfg.local_target, f"learned:explore {why}", p, "learned_explore", explore
+                cfg.local_target, f"learned:explore {why}", p, "learned_explore", explore, cut
             )
         return self._decision(
-            cfg.frontier_target, f"learned:frontier {why}", p, "learned_frontier", explore
+            cfg.frontier_target, f"learned:frontier {why}", p, "learned_frontier", explore, cut
         )
 
     def _decision(
@@ -255,8 +266,9 @@ class LearnedPolicy:
         p_local: float | None,
         kind: DecisionKind,
         propensity: float,
+        cut: SegmentPlan | None,
     ) -> RouteDecision:
-        threshold = self.threshold if math.isfinite(self.threshold) else None
+        threshold = cut.threshold if cut is not None and math.isfinite(cut.threshold) else None
         return RouteDecision(
             self._rules.chain(target),
             reason,

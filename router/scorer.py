@@ -15,13 +15,9 @@ Definitions
   ``(frontier_prior * frontier_prior_weight + accepted) / (frontier_prior_weight + n)``.
   Frontier acceptance varies little (the record: ~0.97) and its rejections are few, so a
   per-request model would fit noise; the threshold (below) compares against the frontier's mean.
-- Decision (the caller's): local iff ``p_local >= threshold``, with the threshold from
-  :func:`calibrate_threshold` on held-out verdicts: the lowest ``t`` whose routed mix (requests
-  scoring ``>= t`` local at their measured local acceptance, the rest frontier) keeps at least
-  ``quality_target`` x the frontier-only acceptance, i.e. the largest local share that does;
-  with ``marginal``, the lowest-scoring request sent local must not be clearly below that
-  share on its own (upper 95% bound of its isotonic-calibrated acceptance): the marginal
-  requests are not spent to buy cost for the mix.
+- Decision (the caller's): local iff ``p_local >= threshold``, the threshold from
+  :mod:`router.calibration` (learn-then-test on lower bounds, on held-out verdicts re-weighted
+  to the live mix).
 - Shadow sampling: :func:`uncertainty` ``p (1 - p)`` is largest where the scorer is least sure.
 
 Why logistic regression (the default): it ranks as well as the true rates and its probabilities
@@ -312,80 +308,6 @@ def fit(
     rejected = sum(e.weight for e in front if not e.accepted)
     frontier = FrontierRate(accepted, rejected, cfg.frontier_prior, cfg.frontier_prior_weight)
     return Scorer(version, cfg.model, cfg.features, dense, bias, default, frontier)
-
-
-def calibrate_threshold(
-    scores_local: Sequence[float],
-    accepted_local: Sequence[bool],
-    p_frontier: float | Sequence[float],
-    quality_target: float,
-    marginal: bool = False,
-) -> float:
-    """The lowest threshold on ``p_local`` whose routed mix keeps ``quality_target`` x the
-    frontier-only acceptance on these held-out examples (module docstring).
-
-    ``p_frontier``: the frontier's acceptance, one rate or one value per example (a verdict or
-    an estimate). ``marginal`` adds a per-request condition: the lowest-scoring example sent local
-    must not be clearly worse than ``quality_target`` x the frontier's acceptance: the upper
-    95% bound of its calibrated acceptance (isotonic regression of the verdicts on the score,
-    pool-adjacent-violators; Wilson bound on its block) must reach it, so the mix's allowed loss
-    is not spent on requests the local model mostly fails, while a kind of request that is only
-    noisily near the target keeps the benefit of the doubt. Returns ``math.inf``
-    (nothing local) when no threshold meets the target.
-    """
-    scores = np.asarray(scores_local, dtype=np.float64)
-    local = np.asarray(accepted_local, dtype=np.float64)
-    n = len(scores)
-    front_given = np.asarray(p_frontier, dtype=np.float64)
-    if len(local) != n or front_given.ndim > 1 or front_given.size not in (1, n):
-        raise ValueError("scores_local, accepted_local and p_frontier must have equal lengths")
-    if n == 0:
-        return math.inf
-    front = np.broadcast_to(front_given, (n,))
-    order = np.argsort(-scores, kind="stable")
-    s, loc, fr = scores[order], local[order], front[order]
-    # k = how many top-scoring requests go local (0..n); only cuts between distinct scores
-    local_acc = np.concatenate(([0.0], np.cumsum(loc)))
-    front_rest = float(fr.sum()) - np.concatenate(([0.0], np.cumsum(fr)))
-    routed = (local_acc + front_rest) / n
-    valid = np.concatenate(([True], s[1:] < s[:-1], [True]))
-    valid &= routed >= quality_target * float(fr.mean()) - 1e-12
-    if marginal:
-        # cut k sends examples [0, k) local: the k-th one's calibrated acceptance must hold
-        upper = np.concatenate(([1.0], _isotonic_upper(s, loc)))
-        valid &= upper >= quality_target * float(fr.mean()) - 1e-12
-    ok = np.flatnonzero(valid)
-    k = int(ok.max()) if len(ok) else 0
-    if k == 0:
-        return math.inf
-    # Midway to the first excluded score: a new request scoring a hair below the lowest
-    # held-out one it resembles still goes local; below all of them, the lowest one.
-    return float(s[k - 1] + s[k]) / 2 if k < n else float(s[k - 1])
-
-
-def _isotonic_upper(scores: npt.NDArray[np.float64], y: npt.NDArray[np.float64]) -> Any:
-    """Per example: the upper confidence bound (Wilson, one-sided 95%) of the acceptance of its
-    block in the non-increasing isotonic fit of ``y`` along ``scores`` (sorted high to low;
-    pool-adjacent-violators; examples of equal score share a block)."""
-    blocks: list[list[float]] = []  # [sum of y, count, first score]
-    for score, value in zip(scores.tolist(), y.tolist(), strict=True):
-        if blocks and blocks[-1][2] == score:
-            blocks[-1][0] += value
-            blocks[-1][1] += 1
-        else:
-            blocks.append([value, 1.0, score])
-        while len(blocks) > 1 and blocks[-2][0] / blocks[-2][1] < blocks[-1][0] / blocks[-1][1]:
-            last = blocks.pop()
-            blocks[-1][0] += last[0]
-            blocks[-1][1] += last[1]
-    return np.concatenate([np.full(int(n), _wilson_upper(k, n)) for k, n, _ in blocks])
-
-
-def _wilson_upper(k: float, n: float, z: float = 1.645) -> float:
-    p = k / n
-    centre = p + z * z / (2 * n)
-    spread = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
-    return min(1.0, (centre + spread) / (1 + z * z / n))
 
 
 def uncertainty(p: float) -> float:

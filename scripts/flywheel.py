@@ -62,6 +62,7 @@ from rl_loop.evaluate import AnswerCache
 from rl_loop.labels import LABELS_FILE, Labels, save_labels, with_labels
 from rl_loop.loop import Services, prepare_candidate, ship_candidate
 from rl_loop.model_registry import record_checkpoint
+from rl_loop.ope_check import round_estimate
 from rl_loop.outcomes import VerdictCache
 from rl_loop.replay import VERDICTS_FILE
 from rl_loop.report import (
@@ -91,6 +92,7 @@ from flywheel_agent import AgentWork, AgentWorkload, agent_traffic  # noqa: E402
 from flywheel_tasks import heldout_items, strict_verify, verify  # noqa: E402
 
 CACHE = Path(os.environ.get("SWITCHYARD_CACHE", REPO / ".cache"))
+SEED_STRIDE = 100_000  # between two seeds' traffic seeds (round r of seed k: base + r + k x this)
 OUT = Path(os.environ.get("FLYWHEEL_DIR", CACHE / "flywheel"))
 
 
@@ -99,6 +101,13 @@ class Settings(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
+    seed: int = Field(
+        default=0,
+        ge=0,
+        description="Draws the traffic, the agent episodes and the training (FLYWHEEL_SEED); "
+        "the same workload: seed 0 is the issue-14 run's draw, others shift every seed by "
+        "SEED_STRIDE.",
+    )
     rounds: int = Field(default=4, ge=0, description="Training rounds (one more traffic round).")
     tasks_per_round: int = Field(default=320, ge=1, description="IDE tasks sent per round.")
     replicas: int = Field(default=2, ge=1, le=2, description="vLLM replicas (at most 2 here).")
@@ -293,10 +302,13 @@ async def run(s: Settings, preset: str, fleet: ProcessFleet) -> dict[str, Any]:
     started = time.monotonic()
     run_dir = OUT / f"run-{datetime.now(UTC).strftime('%Y%m%dT%H%M%S')}"
     run_dir.mkdir(parents=True)
-    log(f"preset {preset}: {s.rounds} rounds x {s.tasks_per_round} tasks; output {run_dir}")
+    log(
+        f"preset {preset}, seed {s.seed}: {s.rounds} rounds x {s.tasks_per_round} tasks; "
+        f"output {run_dir}"
+    )
     served = base_model(s.pretrain_steps, s.pretrain_seq_len, s.pretrain_copy)
     loop_config = LoopConfig.model_validate(
-        {"work_dir": run_dir, "threads": os.cpu_count(), **s.loop}
+        {"work_dir": run_dir, "threads": os.cpu_count(), "seed": s.seed, **s.loop}
     )
     token = secrets.token_urlsafe(24)
     replicas = [
@@ -387,7 +399,8 @@ async def rounds(
     policy = "flywheel-v1+unfitted"
     for r in range(s.rounds + 1):
         t0 = datetime.now(UTC)
-        stats = await traffic(services.gateway_url, sim_url, s.tasks_per_round, 100 + r, s)
+        shift = SEED_STRIDE * s.seed
+        stats = await traffic(services.gateway_url, sim_url, s.tasks_per_round, 100 + r + shift, s)
         keep_labels(labels, stats, labels_file)
         await settle(services.store, t0)
         t1 = datetime.now(UTC)
@@ -402,7 +415,9 @@ async def rounds(
             f"{o['latency_p50_ms']:.0f} ms, client errors {errors}"
         )
         if s.agent.episodes:
-            a = await agent_traffic(agent, services.gateway_url, sim_url, r, s.agent, settle)
+            a = await agent_traffic(
+                agent, services.gateway_url, sim_url, r, s.agent, settle, seed=500 + r + shift
+            )
             log(f"round {r} agents ({a.client['failed_requests']} failed requests):")
             print(format_agent_table([a]), flush=True)
         if r == s.rounds:
@@ -431,7 +446,9 @@ async def rounds(
             if decision["enforced"] and decision["decision"] == "reject":
                 candidate = dataclasses.replace(candidate, passed=False)
         stop = asyncio.Event()
-        background = asyncio.create_task(trickle(services.gateway_url, sim_url, stop, 7000 + r, s))
+        background = asyncio.create_task(
+            trickle(services.gateway_url, sim_url, stop, 7000 + r + shift, s)
+        )
         try:
             served = await ship_candidate(
                 candidate,
@@ -449,6 +466,10 @@ async def rounds(
         swap_failures += total.errors
         figures[-1].swap_traffic = {"requests": total.sent, "failed": total.errors}
         policy = f"flywheel-v1+{candidate.result.refit.get('version')}"
+        config_path = run_dir / "switchyard.yaml"
+        figures[-1].ope = await round_estimate(
+            services.store, config_path, services.state_file, cache, t0
+        )
         loop_results.append(candidate.result.to_json())
         log(
             f"round {r} shipped: promoted={candidate.result.promoted}, serving "
@@ -459,7 +480,7 @@ async def rounds(
     targets = check_targets(figures, learnable, s.exploration_share, swap_failures, mixes)
     if agent.figures:
         targets["agent"] = agent_targets(agent.figures)
-    header = {"preset": preset, "settings": s.model_dump(), "run_dir": str(run_dir)}
+    header = {"preset": preset, "seed": s.seed, "settings": s.model_dump(), "run_dir": str(run_dir)}
     wall = time.monotonic() - started
     folders = [run_dir, OUT]
     return write_report(header, figures, loop_results, targets, folders, wall, agent.figures)
@@ -470,7 +491,8 @@ def main() -> int:
     with ProcessFleet() as fleet:
         quick = "quick" if os.environ.get("FLYWHEEL_QUICK") else "full"
         preset = "smoke" if os.environ.get("FLYWHEEL_SMOKE") else quick
-        settings = Settings.model_validate(PRESETS[preset])
+        seed = int(os.environ.get("FLYWHEEL_SEED", "0"))
+        settings = Settings.model_validate({**PRESETS[preset], "seed": seed})
         transformers_logging.disable_progress_bar()  # type: ignore[no-untyped-call]
         logging.basicConfig(format="[%(name)s %(asctime)s] %(message)s", datefmt="%H:%M:%S")
         for name in ("rl_loop", "serving.hotswap"):

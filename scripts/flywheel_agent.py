@@ -49,6 +49,8 @@ async def agent_traffic(
     round_index: int,
     a: AgentWorkload,
     settle: Callable[[StoreBackend, datetime], Awaitable[None]],
+    *,
+    seed: int,
 ) -> AgentRoundFigures:
     """One batch of agent episodes through the gateway (verdicts posted as feedback by the
     client), then, once ``settle`` says the record is written, the round's agent figures
@@ -58,7 +60,7 @@ async def agent_traffic(
         gateway=base,
         oracle_url=oracle,
         episodes=a.episodes,
-        seed=500 + round_index,
+        seed=seed,
         concurrency=a.concurrency,
         max_steps=a.max_steps,
         max_tokens=a.max_tokens,

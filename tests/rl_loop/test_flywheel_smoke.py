@@ -19,19 +19,30 @@ REPO = Path(__file__).resolve().parents[2]
 
 @pytest.mark.slow
 def test_one_round_of_the_flywheel(tmp_path: Path) -> None:
-    env = {**os.environ, "FLYWHEEL_SMOKE": "1", "FLYWHEEL_DIR": str(tmp_path)}
+    """Run through the seeds runner (``make flywheel SEEDS=1``): one seed, the run's own report
+    in its folder, and the runner's summary of every round as the last line."""
+    env = {**os.environ, "FLYWHEEL_SMOKE": "1", "FLYWHEEL_DIR": str(tmp_path), "SEEDS": "1"}
     env.pop("FLYWHEEL_QUICK", None)
     proc = subprocess.run(
-        [sys.executable, str(REPO / "scripts" / "flywheel.py")],
+        [sys.executable, str(REPO / "scripts" / "flywheel_seeds.py")],
         cwd=REPO,
         env=env,
         capture_output=True,
         text=True,
         timeout=540,
     )
-    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
-    summary = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert summary["preset"] == "smoke" and summary["rounds"] == 1
+    (folder,) = tmp_path.glob("seeds-*")
+    log = (folder / "seed-1" / "flywheel.log").read_text() if folder.exists() else ""
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:] + log[-4000:]
+    seeds = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert seeds["seeds"] == [1] and seeds["folder"] == str(folder)
+    assert json.loads((folder / "seeds.json").read_text()) == seeds
+    (one,) = seeds["per_seed"]
+    assert len(one["accept_ratio_per_round"]) == 2 and one["failed_requests"] == 0
+    assert seeds["overall_accept_ratio_min"] == min(one["accept_ratio_per_round"])
+    tmp_path = folder / "seed-1"
+    summary = json.loads(log.strip().splitlines()[-1])
+    assert summary["preset"] == "smoke" and summary["seed"] == 1 and summary["rounds"] == 1
     assert summary["failed_requests"] == 0
     assert len(summary["local_share"]) == 2
     report = json.loads((tmp_path / "report.json").read_text())

@@ -63,7 +63,7 @@ async def fill(store: SqliteBackend) -> None:
             kind: FeedbackKind = "accepted" if accepted else "rejected"
             feedback.append(FeedbackRecord(inference_id=rec.id, kind=kind))
 
-    for i in range(24):  # naming: the new weights v1 answer well live
+    for i in range(200):  # naming: the new weights v1 answer well live
         add(inference("naming", "local", "ok", "v1"), i != 0)
     for _ in range(10):  # ... the old weights v0 did not: they must not count any more
         add(inference("naming", "local", "bad", "v0"), False)
@@ -174,9 +174,9 @@ async def test_refit_counts_the_right_outcomes_and_reloads(tmp_path: Path, gatew
         )
         assert report.reloaded and report.policy_version == "v1+fit"
         assert _Reload.calls[-1] == "Bearer tok"
-        # naming: 23/24 accepted live answers of v1 (v0's 10 rejections left out);
+        # naming: 199/200 accepted live answers of v1 (v0's 10 rejections left out);
         # math: 3/12 verified shadow answers plus 5 gate outcomes.
-        assert report.outcomes["naming"] == {"local": [23, 1], "frontier": [19, 1]}
+        assert report.outcomes["naming"] == {"local": [199, 1], "frontier": [19, 1]}
         assert report.outcomes["math"] == {"frontier": [12, 0], "local": [8, 9]}
         assert len(cache.data) == 12 and (tmp_path / "verdicts.json").exists()
         state = LearnedState.from_json(json.loads((tmp_path / "state.json").read_text()))
@@ -197,7 +197,7 @@ async def test_refit_counts_the_right_outcomes_and_reloads(tmp_path: Path, gatew
             frontier_prefix="frontier",
             cache=cache,
         )
-        assert everything.outcomes["naming"]["local"] == [23, 11]
+        assert everything.outcomes["naming"]["local"] == [199, 11]
         assert not everything.reloaded
     finally:
         await store.close()
@@ -351,9 +351,73 @@ async def test_the_refit_reads_only_the_outcomes_of_its_window(tmp_path: Path) -
                 local_target="local",
                 frontier_prefix="frontier",
             )
-            return sorted(o.class_key for o in found)
+            return sorted(o.class_key for o in found.outcomes)
 
         assert await classes(30.0) == ["math"] * 3
         assert await classes(None) == ["math"] * 3 + ["naming"] * 5
+    finally:
+        await store.close()
+
+
+async def test_outcomes_carry_the_chance_they_were_observed_and_the_live_mix(
+    tmp_path: Path,
+) -> None:
+    """An explored local answer weighs 1 / the exploration share, a shadow 1 / its sampling
+    probability (router.calibration); the live mix is the learned policy's latest requests."""
+    import dataclasses
+
+    from rl_loop.refit import gather_outcomes
+
+    store = SqliteBackend(tmp_path / "traffic.db")
+    await store.connect()
+    try:
+        explored = dataclasses.replace(
+            inference("naming", "local", "ok", "v1"),
+            decision_kind="learned_explore",
+            decision_propensity=0.05,
+        )
+        by_score = dataclasses.replace(
+            inference("naming", "local", "ok", "v1"),
+            decision_kind="learned_local",
+            decision_propensity=1.0,
+        )
+        shadowed = dataclasses.replace(
+            inference("math", "frontier", "ok"),
+            decision_kind="learned_frontier",
+            decision_propensity=0.05,
+            shadow_p=0.25,
+        )
+        pinned = dataclasses.replace(inference("pinned", "frontier", "ok"), decision_kind="alias")
+        rows = [explored, by_score, shadowed, pinned]
+        await store.insert_inferences(rows)
+        await store.insert_feedback(
+            [FeedbackRecord(inference_id=r.id, kind="accepted") for r in rows]
+        )
+        await store.insert_shadows(
+            [
+                ShadowRecord(
+                    inference_id=shadowed.id,
+                    target="local",
+                    response=chat("ok"),
+                    comparison={"weights_version": "v1", "verdict": True},
+                )
+            ]
+        )
+        found = await gather_outcomes(
+            store,
+            verify=None,
+            cache=VerdictCache(None),
+            config=RefitConfig(),
+            local_target="local",
+            frontier_prefix="frontier",
+        )
+        seen = {(o.inference_id, o.arm, o.source): o.propensity for o in found.outcomes}
+        assert seen[(explored.id, "local", "feedback")] == 0.05
+        assert seen[(by_score.id, "local", "feedback")] == 1.0
+        assert seen[(shadowed.id, "local", "shadow")] == 0.25
+        assert seen[(shadowed.id, "frontier", "feedback")] == 1.0  # the frontier rate: unweighted
+        # the live mix: what the learned policy decided, newest first; the pinned alias is not
+        newest_first = ["a math task", "a naming task", "a naming task"]
+        assert [t.last_user for t in found.live] == newest_first
     finally:
         await store.close()

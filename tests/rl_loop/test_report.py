@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from rl_loop.report import Figures, RoundFigures, check_targets, mix_cost_per_1k, round_figures
+from rl_loop.report import (
+    Figures,
+    RoundFigures,
+    beyond_bound,
+    check_targets,
+    mix_cost_per_1k,
+    round_figures,
+)
+from rl_loop.seed_report import seed_summary
 
 
 def _round(index: int, per_class: dict[str, tuple[int, int, float]]) -> RoundFigures:
@@ -38,3 +46,54 @@ def test_reweighting_removes_how_many_tasks_of_each_class_were_drawn() -> None:
 def test_without_mixes_the_targets_have_no_reweighted_entry() -> None:
     first = _round(0, {"quick": (10, 0, 0.010)})
     assert "cost_per_1k_drop_reweighted" not in check_targets([first, first], ["quick"], 0.05, 0)
+
+
+def _judged(index: int, accepted: int, beyond_local: int) -> RoundFigures:
+    """100 quick requests (``accepted`` of them accepted, all frontier) and 200 beyond ones
+    (``beyond_local`` local, all accepted)."""
+    quick = Figures(requests=100, latencies_ms=[10.0], cost_usd=0.1)
+    quick.judged_frontier, quick.accepted_frontier = 100, accepted
+    beyond = Figures(requests=200, local=beyond_local, latencies_ms=[10.0], cost_usd=0.2)
+    beyond.judged_frontier, beyond.accepted_frontier = 200 - beyond_local, 200 - beyond_local
+    beyond.judged_local, beyond.accepted_local = beyond_local, beyond_local
+    return round_figures(index, "v", "p", {"quick": quick, "beyond": beyond}, ["quick"], 0)
+
+
+def test_every_round_is_judged_not_only_the_last() -> None:
+    # round 1 dips (85 of 100 quick accepted) and sends 30 of 200 beyond requests local; the
+    # last round is fine: the run-level targets are missed anyway
+    rounds = [_judged(0, 100, 10), _judged(1, 85, 30), _judged(2, 100, 10)]
+    targets = check_targets(rounds, ["quick"], 0.05, 0)
+    assert targets["overall_accept_vs_frontier_only"]["met"]  # the last round alone
+    every = targets["overall_accept_every_round"]
+    assert every["min"] == pytest.approx(285 / 300) and every["met"]
+    dipped = check_targets([_judged(0, 100, 10), _judged(1, 70, 10)], ["quick"], 0.05, 0)
+    assert not dipped["overall_accept_every_round"]["met"]
+    beyond = targets["beyond_local_share_every_round"]
+    bound = beyond_bound(0.05, 200)
+    assert beyond["bound_per_round"] == [round(bound, 4)] * 3
+    assert beyond["per_round"][1] == 0.15 > bound and not beyond["met"]
+    assert beyond_bound(0.05, 200) == pytest.approx(0.05 + 3 * (0.05 * 0.95 / 200) ** 0.5)
+
+
+def test_the_seed_summary_takes_the_worst_round_of_every_seed() -> None:
+    def report(seed: int, rounds: list[RoundFigures]) -> dict[str, object]:
+        targets = check_targets(rounds, ["quick"], 0.05, 0)
+        return {
+            "seed": seed,
+            "settings": {"exploration_share": 0.05},
+            "rounds": [r.to_json() for r in rounds],
+            "targets": targets,
+        }
+
+    good = report(0, [_judged(0, 100, 10), _judged(1, 100, 10)])
+    dip = report(1, [_judged(0, 100, 10), _judged(1, 70, 40), _judged(2, 100, 10)])
+    summary = seed_summary([good, dip])
+    assert summary["seeds"] == [0, 1]
+    assert summary["overall_accept_ratio_min"] == pytest.approx(270 / 300)
+    assert not summary["overall_accept_met"]
+    assert summary["beyond_share_excess_max"] == pytest.approx(0.2 - beyond_bound(0.05, 200))
+    assert not summary["beyond_share_met"]
+    assert summary["agent_success_ratio_min"] is None and not summary["agent_success_met"]
+    assert [s["accept_ratio_per_round"] for s in summary["per_seed"]][1][1] == round(0.9, 4)
+    assert seed_summary([good])["overall_accept_met"] and seed_summary([good])["beyond_share_met"]

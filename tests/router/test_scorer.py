@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from loadtests.bench.routing.scorer import bench_request
+from router.calibration import Knobs, SegmentPool, plan
 from router.errors import PolicyConfigError
 from router.request_text import RequestText
 from router.scorer import (
@@ -21,7 +22,6 @@ from router.scorer import (
     Scorer,
     ScorerConfig,
     auc,
-    calibrate_threshold,
     fit,
     log_loss,
     uncertainty,
@@ -89,33 +89,18 @@ def test_calibrated_threshold_meets_the_quality_target_on_held_out_data(scorer: 
         frontier_only = np.mean([f.accepted for f in front[part]])
         return float(np.mean(served)), float(frontier_only), float(np.mean(local))
 
-    scores = [scorer.predict_local(e.text) for e in heldout[calib]]
-    threshold = calibrate_threshold(
-        scores,
-        [e.accepted for e in heldout[calib]],
-        [float(f.accepted) for f in front[calib]],
-        target,
-    )
+    pool = SegmentPool()
+    for e in heldout[calib]:
+        pool.add(scorer.predict_local(e.text), e.accepted)
+    pool.set_live([scorer.predict_local(e.text) for e in heldout[calib]])
+    alone = float(np.mean([f.accepted for f in front[calib]]))
+    knobs = Knobs(quality_target=target, exploration_share=0.0, min_samples=20)
+    threshold = plan(pool, alone, knobs).threshold
     mix, alone, share = routed(calib, threshold)
     assert mix >= target * alone
     mix, alone, share = routed(check, threshold)
     assert mix >= target * alone - 0.03, (mix, alone, share)
     assert 0.2 <= share <= 0.75, share  # some quick questions go local, no beyond family does
-
-
-def test_calibrate_threshold_picks_the_largest_local_share_meeting_the_target() -> None:
-    scores = [0.9, 0.8, 0.8, 0.5, 0.1]
-    accepted = [True, True, False, True, False]
-    # frontier 1.0: target 0.8 allows one local miss among five requests
-    # midway between the lowest score sent local (0.5) and the first kept back (0.1)
-    assert calibrate_threshold(scores, accepted, 1.0, 0.8) == pytest.approx(0.3)
-    # target 0.9: the tied 0.8 pair holds the miss, so only the top request goes local
-    assert calibrate_threshold(scores, accepted, 1.0, 0.9) == pytest.approx(0.85)
-    assert calibrate_threshold(scores, accepted, 1.0, 1.5) == math.inf
-    assert calibrate_threshold([], [], 0.97, 0.95) == math.inf
-    assert calibrate_threshold(scores, [True] * 5, [0.9] * 5, 1.0) == 0.1
-    with pytest.raises(ValueError):
-        calibrate_threshold(scores, accepted[:3], 1.0, 0.9)
 
 
 def test_serialization_round_trips_exactly(scorer: Scorer, train: list[Example]) -> None:
@@ -225,16 +210,3 @@ def test_metrics_match_their_definitions() -> None:
     assert auc([0.5, 0.5], [True, False]) == 0.5
     assert auc([0.3, 0.7], [True, True]) == 0.5
     assert log_loss([0.5, 0.5], [True, False]) == pytest.approx(math.log(2))
-
-
-def test_the_marginal_request_must_keep_the_quality_target_on_its_own() -> None:
-    scores = [0.99 - i * 0.01 for i in range(20)] + [0.5 - i * 0.01 for i in range(10)]
-    accepted = [True] * 20 + [False] * 10
-    mix_only = calibrate_threshold(scores, accepted, 1.0, 0.9)
-    assert mix_only < 0.5  # a tenth of loss allowed: three failing requests go local
-    marginal = calibrate_threshold(scores, accepted, 1.0, 0.9, marginal=True)
-    assert 0.5 < marginal < 0.8  # the cut stops where the failing requests begin
-    # one miss among good requests does not stop the cut (isotonic pooling: 7 of 8 there)
-    noisy = [True] * 12 + [False] + [True] * 7 + [False] * 10
-    assert calibrate_threshold(scores, noisy, 1.0, 0.8) < 0.5
-    assert 0.5 < calibrate_threshold(scores, noisy, 1.0, 0.8, marginal=True) < 0.8

@@ -108,10 +108,21 @@ def _live_view(ctx: Ctx) -> dict[str, Any]:
     if isinstance(policy, LearnedPolicy):
         scorer = policy.state.scorer
         view.update(
-            threshold=None if math.isinf(policy.threshold) else policy.threshold,
             state_version=policy.state.version,
             scorer_version=scorer.version if scorer else None,
-            calibration=len(policy.state.calibration.scores),
+            calibration=sum(len(p.scores) for p in policy.state.calibration.values()),
+            segments=[
+                {
+                    "name": name,
+                    "threshold": None if math.isinf(cut.threshold) else cut.threshold,
+                    "exploration_share": cut.exploration_share,
+                    "samples": cut.samples,
+                    "n_eff": cut.n_eff,
+                    "local_share": cut.local_share,
+                    "routed_lower": cut.routed_lower,
+                }
+                for name, cut in policy.plans.items()
+            ],
         )
     return view
 

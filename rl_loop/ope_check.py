@@ -1,0 +1,80 @@
+"""Does the off-policy estimate predict what users get next? The flywheel's check of it.
+
+After each round's refit, the routing state just fitted is evaluated on that round's record
+two ways, before any of its decisions is served:
+- ``router.ope.off_policy``: the doubly robust estimate of its accept rate from the logged
+  propensities, with its 95% interval and the share of rows without overlap;
+- ``router.replay.replay``: the console's older replay preview (recorded verdicts where the
+  policy agrees with what was served, shadow verdicts and class means elsewhere), a point.
+The next round's realised accept rate (``rl_loop.report``) is what both are judged against:
+:func:`coverage` reads them from a run's rounds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from itertools import pairwise
+from pathlib import Path
+from typing import Any
+
+from rl_loop.config import RefitConfig
+from rl_loop.outcomes import VerdictCache
+from rl_loop.replay import build_policy, load_routing, read_state, replay_items
+from router.ope import off_policy
+from router.replay import Arm, replay
+from traffic.store import StoreBackend
+
+
+async def round_estimate(
+    store: StoreBackend,
+    config_path: Path,
+    state_file: Path,
+    cache: VerdictCache,
+    since: datetime,
+) -> dict[str, Any]:
+    """The fitted state's estimated accept rate on the requests recorded since ``since``."""
+    routing, arms = load_routing(config_path)
+    policy = build_policy(routing, list(arms), read_state(state_file))
+    class_tags = list(RefitConfig().class_tags)
+    items = await replay_items(store, arms, class_tags, cache, since=since)
+
+    def arm_of(target: str) -> Arm:
+        return arms.get(target, "frontier")
+
+    estimate = off_policy(policy, items, arm_of)
+    replayed = replay(policy, items, arm_of).overall
+    accept = estimate.accept
+    return {
+        "policy": policy.version,
+        "rows": estimate.rows,
+        "without_propensity": estimate.without_propensity,
+        "estimate": None if accept is None else accept.value,
+        "low": None if accept is None else accept.low,
+        "high": None if accept is None else accept.high,
+        "no_overlap": None if accept is None else accept.no_overlap,
+        "local_share": estimate.local_share,
+        "replay_accept": replayed.accept_rate,
+    }
+
+
+def coverage(rounds: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Per round with an estimate: the next round's realised accept rate, whether the interval
+    covers it, and both estimates' absolute errors."""
+    out: list[dict[str, Any]] = []
+    for now, nxt in pairwise(rounds):
+        ope = now.get("ope") or {}
+        realised = nxt["overall"].get("accept_overall")
+        if ope.get("estimate") is None or realised is None:
+            continue
+        out.append(
+            {
+                "round": now["round"],
+                "realised_next": realised,
+                "covered": ope["low"] <= realised <= ope["high"],
+                "ope_abs_error": abs(ope["estimate"] - realised),
+                "replay_abs_error": abs(ope["replay_accept"] - realised),
+                "interval": [ope["low"], ope["high"]],
+            }
+        )
+    return out
