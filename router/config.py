@@ -96,6 +96,14 @@ class LearnedConfig(BaseModel):
         ge=1,
         description="Held-out local verdicts a segment (plain / tools) needs before any threshold.",
     )
+    frontier_check_share: float = Field(
+        default=0.02,
+        ge=0,
+        lt=1,
+        description="Of the requests that score past the threshold, this share still goes to the "
+        "frontier (a stable hash of the request id): off-policy estimates of a policy that "
+        "sends less local then have logged frontier answers to read. Costs money, not quality.",
+    )
     calibration_delta: float = Field(
         default=0.05,
         gt=0,

@@ -16,13 +16,14 @@ DecisionKind = Literal[
     "learned_local",  # the learned scorer predicts the local answer accepted
     "learned_explore",  # an exploration draw sent it local
     "learned_frontier",  # the learned policy kept it at the frontier
+    "learned_check",  # would go local by score; a frontier-check draw kept it at the frontier
     "episode_fallback",  # a failed local agent step sent the episode's next turns on
     "episode_loop",  # an agent loop goes on on the model its earlier steps ran on
 ]
 ReleaseArm = Literal["candidate", "live"]  # which policy of a running canary decided
 PINNED_KINDS: frozenset[DecisionKind] = frozenset({"alias", "target"})
 LEARNED_KINDS: frozenset[DecisionKind] = frozenset(
-    {"learned_local", "learned_explore", "learned_frontier"}
+    {"learned_local", "learned_explore", "learned_frontier", "learned_check"}
 )
 
 

@@ -12,22 +12,20 @@ Definitions
   answer is accepted, a logistic regression over hashed features of the request text, fitted on
   the local outcomes; ``p_frontier``, the frontier's smoothed acceptance.
 - Calibration: a held-out share of the local outcomes (``calibration_share``, drawn by a
-  stable hash of their position) is scored by the fitted scorer and kept as (score, verdict)
-  pairs in the state. The threshold is derived from them when the policy is built, so changing
-  ``quality_target`` needs no refit: the lowest threshold whose routed mix (scores >= t local
-  at their measured acceptance, the rest at the frontier's) keeps at least ``quality_target`` x
-  the frontier-only acceptance, and whose marginal request (the lowest-scoring one sent local)
-  is not clearly below that share on its own (the upper 95% bound of its isotonic-calibrated
-  acceptance reaches it): a mix-level target alone spends the allowed loss on requests the local
-  model mostly fails, and a point estimate holds back a learnable family whose held-out verdicts
-  are only noisily below (docs/routing.md, "How the scorer learns").
-  Fewer than ``min_samples`` held-out verdicts: no threshold (nothing goes local by score).
+  stable hash of their position) is scored by the fitted scorer and kept, with the chance each
+  was observed, in its segment's pool, beside the scores of the latest live requests (the live
+  mix). The threshold is derived from them when the policy is built (``router.calibration``:
+  learn-then-test on lower bounds of the routed mix, weighted to the live mix), so changing
+  ``quality_target`` needs no refit (docs/routing.md, "How the scorer learns").
 Decision for an ``auto`` request (pinned aliases and matching rules keep priority; a rule that
 matches request tags is how ops pin a tagged class to a target, and tags are never required)
-1. ``p_local >= threshold`` -> local.
-2. Otherwise frontier, except ``exploration_share`` of the requests (a stable hash of the request
-   id, so a retried request lands the same way) go local to keep learning on live traffic.
-   With no fitted scorer yet (cold start) every request is decided by 2.
+The threshold and the exploration share are the request's segment's (plain / tools), set by
+``router.calibration`` when the policy is built.
+1. ``p_local >= threshold`` -> local, except ``frontier_check_share`` of them (a stable hash of
+   the request id) kept at the frontier, so off-policy estimates have overlap both ways.
+2. Otherwise frontier, except the exploration share of the requests (a stable hash of the
+   request id, so a retried request lands the same way) go local to keep learning on live
+   traffic. With no fitted scorer yet (cold start) every request is decided by 2.
 Every decision's reason names the score, the threshold and the scorer version, and the decision
 carries ``p_local`` for the shadow sampler (which aims where the scorer is least certain).
 Pure: fitting is a function of outcomes; the gateway loads the fitted state from a file.
@@ -246,8 +244,14 @@ class LearnedPolicy:
                 f"scorer={scorer.version}"
             )
             if p >= cut.threshold:
+                # A would-be-local request goes local with probability 1 - the check share.
+                stay = 1.0 - cfg.frontier_check_share
+                if unit_hash(features.request_id or "", "frontier-check") >= stay:
+                    return self._decision(
+                        cfg.frontier_target, f"learned:check {why}", p, "learned_check", stay, cut
+                    )
                 return self._decision(
-                    cfg.local_target, f"learned:local {why}", p, "learned_local", 1.0, cut
+                    cfg.local_target, f"learned:local {why}", p, "learned_local", stay, cut
                 )
         # Below the cut, local only by the exploration draw: its probability is the propensity.
         explore = cut.exploration_share

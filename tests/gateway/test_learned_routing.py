@@ -132,13 +132,22 @@ def test_every_learned_decision_is_recorded_with_its_typed_fields(
         r = httpx.post(url, json={**_ask(question, 100 + i), "stream": stream}, timeout=60)
         assert r.status_code == 200, r.text
         record = learned_gateway.sink.wait_for(r.headers["x-request-id"])
-        assert record.decision_kind in ("learned_local", "learned_explore", "learned_frontier")
+        assert record.decision_kind in (
+            "learned_local",
+            "learned_explore",
+            "learned_frontier",
+            "learned_check",
+        )
         assert record.decision_state_version == "fit-odd"
         assert record.decision_p_local is not None and record.decision_threshold is not None
         assert f"p_local={record.decision_p_local:.3f}" in (record.policy_reason or "")
         assert record.decision_target == record.route_target == r.headers["x-switchyard-target"]
         local = record.decision_p_local >= record.decision_threshold
-        assert record.decision_propensity == (1.0 if local else 0.05)  # exploration_share
+        if local:  # 1 - frontier_check_share
+            assert record.decision_propensity == pytest.approx(0.98)
+        else:  # the exploration share, at most the configured 5% (capped by measured harm)
+            assert record.decision_propensity is not None
+            assert 0 <= record.decision_propensity <= 0.05
         assert record.release_id is None and record.release_arm is None  # no canary running
         seen.add(record.decision_kind)
     assert "learned_local" in seen and len(seen) >= 2

@@ -191,9 +191,8 @@ def test_replay_predicts_local_share_cost_and_accept_rate_of_a_candidate() -> No
         + _outcomes("write_test", "local", 2, 60)
         + _outcomes("rename", "frontier", 50, 0)
     )
-    candidate = LearnedPolicy(
-        _rules(), CFG.model_copy(update={"exploration_share": 0.0}), fit(outcomes, "cand")
-    )
+    greedy = CFG.model_copy(update={"exploration_share": 0.0, "frontier_check_share": 0.0})
+    candidate = LearnedPolicy(_rules(), greedy, fit(outcomes, "cand"))
     report = replay(candidate, items, arm)  # type: ignore[arg-type]
     assert report.per_class["rename"].local_share == 1.0
     assert report.per_class["rename"].accept_rate == 1.0  # the shadow verdicts
@@ -206,11 +205,11 @@ def test_every_decision_carries_its_propensity_score_threshold_and_state_version
     outcomes = _renames_local_tests_frontier()
     policy = LearnedPolicy(_rules(), CFG, fit(outcomes, "fit-1"))
     local = policy.decide(_f("rename", i=1000))
-    assert local.kind == "learned_local" and local.propensity == 1.0
+    assert local.kind == "learned_local" and local.propensity == 1 - CFG.frontier_check_share
     assert local.threshold == policy.threshold and local.state_version == "fit-1"
     assert local.p_local is not None and local.p_local >= local.threshold
     decided = [policy.decide(_f("write_test", f"r{i}", i=i)) for i in range(400)]
-    hard = [d for d in decided if d.kind != "learned_local"]
+    hard = [d for d in decided if d.kind not in ("learned_local", "learned_check")]
     assert {d.kind for d in hard} == {"learned_explore", "learned_frontier"}
     # Below the cut a request goes local only by the exploration draw: both outcomes of the
     # draw carry its probability, the full precision the reason's three digits lose.
@@ -256,3 +255,21 @@ def test_tool_requests_have_their_own_threshold_and_no_exploration_until_evidenc
     # with the knob on, an unproven tools segment explores like chat
     bold = CFG.model_copy(update={"explore_unproven_tools": True})
     assert LearnedPolicy(_rules(), bold, LearnedState("cold")).decide(tool_step).propensity > 0
+
+
+def test_a_share_of_would_be_local_requests_is_checked_at_the_frontier() -> None:
+    """Overlap for off-policy estimates: 2% of the requests past the threshold stay at the
+    frontier, both outcomes carrying the same propensity; a retried request lands the same."""
+    policy = LearnedPolicy(_rules(), CFG, fit(_outcomes("rename", "local", 400, 0), "f"))
+    decided = [policy.decide(_f("rename", f"q{i}", i=i % 400)) for i in range(2000)]
+    past = [d for d in decided if d.kind in ("learned_local", "learned_check")]
+    assert len(past) > 1900
+    checked = [d for d in past if d.kind == "learned_check"]
+    assert 0.01 < len(checked) / len(past) < 0.03
+    assert {d.target for d in checked} == {"frontier"} and {d.propensity for d in past} == {0.98}
+    assert all(d.reason.startswith("learned:check") for d in checked)
+    again = policy.decide(_f("rename", "q0", i=0))
+    assert again.kind == decided[0].kind
+    off = CFG.model_copy(update={"frontier_check_share": 0.0})
+    plain = LearnedPolicy(_rules(), off, policy.state).decide(_f("rename", "q1", i=1))
+    assert plain.kind == "learned_local" and plain.propensity == 1.0
