@@ -26,7 +26,8 @@ def learned_gateway(
 ) -> Iterator[GatewayThread]:
     work = tmp_path_factory.mktemp("learned")
     outcomes = []
-    for i in range(60):
+    # enough verdicts that the threshold's lower bound clears the target (router/calibration.py)
+    for i in range(200):
         for question, ok in (("What type does f return?", True), ("Write tests for f.", False)):
             text = request_text("chat.completions", _ask(question, i))
             outcomes += [

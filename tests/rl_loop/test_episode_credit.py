@@ -103,15 +103,19 @@ async def test_the_refit_sends_agent_steps_to_the_frontier_when_local_steps_fail
         rows += episode
     for e in range(8):  # the frontier's own episodes succeed
         rows += agent_rows(100 + e * 10, f"ep-frontier-{e}", [PARIS], targets=[FRONTIER] * 2)
-    for i in range(16):  # chat: the local model answers well, judged answer by answer
+    # chat: the local model answers well, judged answer by answer; enough verdicts that the
+    # threshold's lower bound clears the target against a frontier accepting all (0.999)
+    for i in range(300):
         rows.append(
             syn.chat_row(
-                300 + i, f"question {i}", "answer", route_target=LOCAL,
-                fb=[syn.feedback("accepted", 300 + i)],
+                1000 + i, f"question {i}", "answer", route_target=LOCAL,
+                fb=[syn.feedback("accepted", 1000 + i)],
             )
         )  # fmt: skip
         rows.append(
-            syn.chat_row(400 + i, f"question {i}", "answer", fb=[syn.feedback("accepted", 400 + i)])
+            syn.chat_row(
+                2000 + i, f"question {i}", "answer", fb=[syn.feedback("accepted", 2000 + i)]
+            )
         )
     store = SqliteBackend(tmp_path / "traffic.db")
     await store.connect()
