@@ -34,8 +34,9 @@ on the evidence of chat requests, nor the reverse)
 - Exploration share per segment (:func:`exploration_share`): the configured share, capped so
   that its expected loss, bounded with the same test's upper bound on ``f - B``, spends at most
   ``exploration_budget`` of the quality budget ``(1 - q) f``. A segment with fewer than
-  ``min_samples`` verdicts explores at the configured share if ``explore_unproven`` allows it
-  (chat: the loop must start somewhere), else not at all (agent steps: a failed step can spend
+  ``min_samples`` verdicts explores, if ``explore_unproven`` allows it (chat: the loop must
+  start somewhere), at the share whose loss stays in that budget were every explored answer
+  rejected (``B = 0``), else not at all (agent steps: a failed step can spend
   the user's whole episode; their evidence comes from shadows until there is enough).
 
 Why hand-written: the Wilson bound on a Kish effective sample size and the fixed-sequence scan
@@ -177,8 +178,11 @@ def plan(pool: SegmentPool, p_frontier: float, knobs: Knobs) -> SegmentPlan:
     """The segment's threshold and exploration share (module docstring)."""
     n = len(pool.scores)
     if n < knobs.min_samples:
-        share = knobs.exploration_share if knobs.explore_unproven else 0.0
-        return SegmentPlan(math.inf, share, n, 0.0, 0.0, p_frontier)
+        # no measured harm yet: bounded by the worst (every explored answer rejected)
+        share = (
+            exploration_share(knobs, p_frontier, 0.0, math.inf) if knobs.explore_unproven else 0.0
+        )
+        return SegmentPlan(math.inf, share, n, 0.0, 0.0, p_frontier - share * p_frontier)
     f, q, z = p_frontier, knobs.quality_target, knobs.z
     order = np.argsort(-np.asarray(pool.scores), kind="stable")
     s = np.asarray(pool.scores)[order]
@@ -220,7 +224,8 @@ def exploration_share(knobs: Knobs, p_frontier: float, below: float, below_n: fl
     spends at most ``exploration_budget`` of the quality budget ``(1 - q) f``."""
     if knobs.exploration_share == 0 or below_n <= 0:
         return knobs.exploration_share
-    harm = p_frontier - wilson_bounds(below, below_n, knobs.z)[0]
+    lower = below if math.isinf(below_n) else wilson_bounds(below, below_n, knobs.z)[0]
+    harm = p_frontier - lower
     budget = knobs.exploration_budget * (1 - knobs.quality_target) * p_frontier
     return knobs.exploration_share if harm <= 0 else min(knobs.exploration_share, budget / harm)
 

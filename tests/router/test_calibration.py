@@ -123,7 +123,12 @@ def test_exploration_is_capped_by_its_measured_harm_and_counted_in_the_budget() 
 
 def test_an_unproven_segment_explores_only_where_allowed() -> None:
     empty = SegmentPool()
-    assert plan(empty, 0.97, _knobs(0.95, eps=0.05)).exploration_share == 0.05
+    # no verdicts: the harm is bounded by the worst (all rejected), so half the budget buys
+    # 0.5 x (1 - 0.95) of exploration, not the configured 5%
+    unproven = plan(empty, 0.97, _knobs(0.95, eps=0.05))
+    assert unproven.exploration_share == pytest.approx(0.025)
+    assert unproven.routed_lower == pytest.approx(0.97 * (1 - 0.025))
+    assert plan(empty, 0.97, _knobs(0.95, eps=0.01)).exploration_share == 0.01
     tools = Knobs(0.95, 0.05, 5, explore_unproven=False)
     assert plan(empty, 0.97, tools).exploration_share == 0.0
 
