@@ -12,7 +12,11 @@ candidate's probability of local for the same request. The candidate's value
 - **DR**: ``mean( sum_a pi(a|x_i) q(x_i, a) + w_i (r_i - q(x_i, a_i)) )`` with a reward model
   ``q`` (Dudik, Langford and Li 2011); unbiased if either the propensities or ``q`` are right.
   ``q`` must not be fitted on the rows it predicts: :func:`cross_fit` fits it on the other time
-  folds.
+  folds. :func:`off_policy` uses :func:`score_rate_model`: the local reward by decile of the
+  candidate's own score, fitted on served-local verdicts and on verified shadow answers (the
+  local model's answers to frontier-served requests), never on the candidate's in-sample fit.
+  Rows without overlap are valued by ``q`` alone, so the interval adds ``q``'s own standard
+  error on them (summed as if fully correlated: conservative).
 
 Intervals are normal (mean ± z · standard error of the per-row terms; 95% by default). Rows
 where the candidate puts probability on an action the logging policy never takes (``mu = 0``)
@@ -31,7 +35,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import pairwise
 
 import numpy as np
@@ -53,6 +57,9 @@ class Logged:
     pi_local: float  # the candidate's probability of local for this request
     q_local: float | None = None  # the reward model's prediction for local (DR only)
     q_frontier: float | None = None  # ... and for the frontier
+    q_local_se: float | None = None  # the standard error of q_local (widens imputed rows)
+    score: float | None = None  # the candidate's p_local for the request (reward model input)
+    shadow_reward: float | None = None  # a verified shadow answer's verdict: local, off-path
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,6 +127,14 @@ def doubly_robust(rows: Sequence[Logged], z: float = Z95) -> Estimate:
     q_served = np.where(served, q_local, q_frontier)
     terms = direct + w * (reward - q_served)
     value, low, high = _interval(terms, z)
+    # Rows without overlap are valued by q alone; the row terms' spread does not see q's own
+    # error, so it is added, summed as if fully correlated (conservative), where the model
+    # gives it: se(mean) grows by sum_i pi_i q_se_i [no overlap_i] / n.
+    q_se = np.array([r.q_local_se or 0.0 for r in rows])
+    extra = float((pi * q_se * gap).sum()) / len(rows)
+    if extra > 0:
+        half = math.hypot((high - low) / 2, z * extra)
+        low, high = value - half, value + half
     share = float(gap.mean())
     return Estimate(value, low, high, len(rows), share, share)
 
@@ -130,7 +145,8 @@ def _q(x: float | None) -> float:
     return x
 
 
-Model = Callable[[Sequence[Logged]], Callable[[Logged], tuple[float, float]]]
+# A fitted reward model answers (q_local, q_frontier), optionally with q_local's standard error.
+Model = Callable[[Sequence[Logged]], Callable[[Logged], tuple[float, ...]]]
 
 
 def cross_fit(rows: Sequence[Logged], folds: int, fit: Model) -> list[Logged]:
@@ -144,10 +160,9 @@ def cross_fit(rows: Sequence[Logged], folds: int, fit: Model) -> list[Logged]:
     for lo, hi in pairwise(bounds):
         predict = fit([*rows[:lo], *rows[hi:]])
         for r in rows[lo:hi]:
-            q_local, q_frontier = predict(r)
-            out.append(
-                Logged(r.served_local, r.mu_local, r.reward, r.pi_local, q_local, q_frontier)
-            )
+            q = predict(r)
+            se = q[2] if len(q) > 2 else None
+            out.append(replace(r, q_local=q[0], q_frontier=q[1], q_local_se=se))
     return out
 
 
@@ -156,13 +171,52 @@ def mean_rate_model(prior: float = 0.5, strength: float = 2.0) -> Model:
     (a Beta(prior · strength, (1 - prior) · strength) prior); a caller with request classes or
     scores passes a richer one."""
 
-    def fit(train: Sequence[Logged]) -> Callable[[Logged], tuple[float, float]]:
+    def fit(train: Sequence[Logged]) -> Callable[[Logged], tuple[float, ...]]:
         means = []
         for local in (True, False):
             got = [r.reward for r in train if r.served_local == local]
             means.append((sum(got) + prior * strength) / (len(got) + strength))
         q_local, q_frontier = means
         return lambda _row: (q_local, q_frontier)
+
+    return fit
+
+
+def score_rate_model(bins: int = 10, strength: float = 1.0) -> Model:
+    """A reward model that reads the request: the local reward by decile of the candidate's
+    score (``Logged.score``), fitted on the local rewards of the rows (served local, and the
+    shadow answers' verdicts: the local model's answer to a frontier-served request, judged off
+    the user's path), each decile smoothed toward the overall local mean with ``strength``
+    pseudo-rows; the frontier's reward one smoothed mean. Rows without a score take the overall
+    local mean. The reward model may be anything fitted off the rows it predicts: shadows
+    inform it without entering the importance-weighted term, whose propensities they lack."""
+
+    def fit(train: Sequence[Logged]) -> Callable[[Logged], tuple[float, ...]]:
+        sums, counts = np.zeros(bins), np.zeros(bins)
+        local_seen: list[float] = []
+        frontier_seen = [r.reward for r in train if not r.served_local]
+        for r in train:
+            got = r.reward if r.served_local else r.shadow_reward
+            if got is None:
+                continue
+            local_seen.append(got)
+            if r.score is not None:
+                b = min(int(r.score * bins), bins - 1)
+                sums[b] += got
+                counts[b] += 1
+        q_local_all = (sum(local_seen) + 1.0) / (len(local_seen) + 2.0)
+        q_frontier = (sum(frontier_seen) + 1.0) / (len(frontier_seen) + 2.0)
+        local = (sums + strength * q_local_all) / (counts + strength)
+        se = np.sqrt(local * (1 - local) / (counts + strength))
+        se_all = math.sqrt(q_local_all * (1 - q_local_all) / (len(local_seen) + 2.0))
+
+        def predict(row: Logged) -> tuple[float, ...]:
+            if row.score is None:
+                return q_local_all, q_frontier, se_all
+            b = min(int(row.score * bins), bins - 1)
+            return float(local[b]), q_frontier, float(se[b])
+
+        return predict
 
     return fit
 
@@ -215,10 +269,20 @@ def off_policy(
         served_local = item.served_arm == "local"
         costs.append(Logged(served_local, mu, item.cost_usd, p))
         if item.accepted is not None:
-            judged.append(Logged(served_local, mu, float(item.accepted), p))
+            shadow = None if item.shadow_accepted is None else float(item.shadow_accepted)
+            judged.append(
+                Logged(
+                    served_local,
+                    mu,
+                    float(item.accepted),
+                    p,
+                    score=decision.p_local,
+                    shadow_reward=shadow,
+                )
+            )
     accept = cost = None
     if len(judged) >= MIN_ROWS:
-        accept = doubly_robust(cross_fit(judged, folds, mean_rate_model()))
+        accept = doubly_robust(cross_fit(judged, folds, score_rate_model()))
     if len(costs) >= MIN_ROWS:
         c = snips(costs)
         cost = Estimate(1000 * c.value, 1000 * c.low, 1000 * c.high, c.n, c.no_overlap, 0.0)

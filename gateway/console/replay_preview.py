@@ -8,8 +8,10 @@ exporter's conversation), the arm that served it (a ``vllm`` target is local, an
 frontier), the user's verdict (the latest accepted / rejected feedback), its cost and latency,
 the verdict of a shadow answer when the RL loop recorded one (``comparison["verdict"]``), and
 the logged propensity (``decision_propensity``). The class of an item is the console's class
-tag. Beside the replay, the candidate's off-policy estimate (:func:`router.ope.off_policy`:
-doubly robust accept and SNIPS cost with 95% intervals, the share the replay imputes).
+tag. Only the newest served weights' local verdicts count (:func:`served_weights`; the others
+are left out and counted). Beside the replay, the candidate's off-policy estimate
+(:func:`router.ope.off_policy`: doubly robust accept and SNIPS cost with 95% intervals, the
+share the replay imputes).
 
 Reading the rows is the store's work; replaying is pure CPU and runs on a worker thread.
 """
@@ -39,6 +41,8 @@ class Preview:
     replayed: int  # recorded exchanges replayed
     judged: int  # of which with a user verdict or a shadow verdict
     off_policy: OffPolicy  # the candidate by its logged propensities (router.ope)
+    weights: str | None  # the local weights whose verdicts count (the newest served)
+    replaced: int  # local verdicts of other weights left out
 
 
 def features_of(inf: InferenceRecord) -> RequestFeatures:
@@ -54,20 +58,48 @@ def features_of(inf: InferenceRecord) -> RequestFeatures:
     )
 
 
+def served_weights(rows: Sequence[InferenceRow], arms: Mapping[str, Arm]) -> str | None:
+    """The weights version of the newest locally served row (``rows`` newest first)."""
+    for row in rows:
+        inf = row.inference
+        if arms.get(inf.route_target) == "local" and inf.weights_version:
+            return inf.weights_version
+    return None
+
+
 def replay_items(
-    rows: Sequence[InferenceRow], arms: Mapping[str, Arm], class_tag: str
-) -> list[ReplayItem]:
-    """One item per recorded exchange served by a known target."""
+    rows: Sequence[InferenceRow],
+    arms: Mapping[str, Arm],
+    class_tag: str,
+    weights: str | None = None,
+) -> tuple[list[ReplayItem], int]:
+    """One item per recorded exchange served by a known target, and how many local verdicts
+    (a locally served answer's feedback, a shadow's verdict) were left out for coming from
+    other weights than ``weights`` (None: none left out): replaced weights say little of
+    the served ones."""
     items = []
+    replaced = 0
     for row in rows:
         inf = row.inference
         arm = arms.get(inf.route_target)
         if arm is None:
             continue
         verdict = summarize_feedback(row.feedback).verdict
+        if (
+            weights is not None
+            and arm == "local"
+            and verdict is not None
+            and inf.weights_version not in (None, weights)
+        ):
+            verdict = None
+            replaced += 1
         shadow: bool | None = None
         for s in row.shadows:
             recorded = s.comparison.get("verdict")
+            version = s.comparison.get("weights_version")
+            if weights is not None and isinstance(version, str) and version != weights:
+                replaced += isinstance(recorded, bool)
+                continue
             if isinstance(recorded, bool):
                 shadow = recorded
         features = features_of(inf)
@@ -83,7 +115,7 @@ def replay_items(
                 logged_local_p=inf.decision_propensity,
             )
         )
-    return items
+    return items, replaced
 
 
 def _compare(
@@ -93,7 +125,8 @@ def _compare(
     live: RoutingPolicy,
     candidate: RoutingPolicy,
 ) -> Preview:
-    items = replay_items(rows, arms, class_tag)
+    weights = served_weights(rows, arms)
+    items, replaced = replay_items(rows, arms, class_tag, weights)
 
     def arm_of(target: str) -> Arm:
         return arms.get(target, "frontier")
@@ -106,6 +139,8 @@ def _compare(
         len(items),
         judged,
         off_policy(candidate, oldest_first, arm_of),
+        weights,
+        replaced,
     )
 
 

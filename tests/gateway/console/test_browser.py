@@ -116,6 +116,9 @@ def test_a_routing_change_is_previewed_then_canaried_then_promoted_or_rolled_bac
     # Beside the replay, the estimate from the logged propensities, with its interval.
     ope = page.inner_text("#off-policy")
     assert "doubly robust" in ope and "[" in ope and "imputes" in ope
+    # Evidence of the served weights only: the synthetic record's earlier rounds' are left out.
+    weights = page.inner_text("#evidence-weights")
+    assert "served weights ft-r" in weights and "replaced weights left out" in weights
     page.screenshot(path=str(shots / "routing-preview.png"), full_page=True)
     page.fill("input[name=share]", "0.25")
     page.click("#apply-canary")
