@@ -154,6 +154,7 @@ async def routing_page(ctx: Ctx) -> Response:
         live=live,
         live_view=_live_view(ctx),
         canary=canary,
+        release=_release_view(ctx),
         form=form_values(live),
         targets=sorted(ctx.state.config.backends),
         history=history,
@@ -161,6 +162,44 @@ async def routing_page(ctx: Ctx) -> Response:
         window=window_name,
         default_share=DEFAULT_CANARY_SHARE,
     )
+
+
+def _release_view(ctx: Ctx) -> dict[str, Any] | None:
+    """The running canary's sequential test (gateway.routing.release_monitor): each arm's
+    accept rate on the requests the arms decided differently, with its anytime-valid band, the
+    difference's bounds, and the next decision with its reason."""
+    canary = ctx.state.decider.canary
+    if canary is None:
+        return None
+    monitor = ctx.state.release_monitor
+    cfg = monitor.config
+    margin = cfg.margin
+    view: dict[str, Any] = {"enabled": cfg.enabled, "auto_promote": cfg.auto_promote}
+    test = monitor.test(canary.routing.version)
+    if not cfg.enabled:
+        return {**view, "next": "off", "why": "the release monitor is off (release.enabled)"}
+    if test is None or test.n == 0:
+        why = "no verdict yet on a request the two arms decided differently"
+        return {**view, "next": "continue", "why": why, "n": 0, "arms": []}
+    arms = []
+    for name, arm in (("candidate", test.candidate), ("live", test.live)):
+        low, high = arm.interval()
+        rate = arm.accepted / arm.n if arm.n else None
+        arms.append({"name": name, "n": arm.n, "rate": rate, "low": low, "high": high})
+    low, high = test.bounds()
+    decided = test.decide()
+    if decided == "promote":
+        then = "promoted automatically" if cfg.auto_promote else "promote it by hand"
+        why = f"candidate - live >= {low:+.3f}, above -{margin}: {then}"
+    elif decided == "rollback":
+        why = f"candidate - live <= {high:+.3f}, under -{margin}, or {test.max_n} verdicts"
+    else:
+        why = (
+            f"candidate - live in [{low:+.3f}, {high:+.3f}]: promote once the lower bound clears "
+            f"-{margin}; roll back if the upper falls under it, or at {test.max_n} verdicts "
+            f"({test.n} so far)"
+        )
+    return {**view, "next": decided, "why": why, "n": test.n, "arms": arms, "delta": [low, high]}
 
 
 def _report_view(report: ArmReport) -> dict[str, Any]:

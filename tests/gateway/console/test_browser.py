@@ -126,6 +126,9 @@ def test_a_routing_change_is_previewed_then_canaried_then_promoted_or_rolled_bac
     canary = site.gw.state.decider.canary
     assert canary is not None and canary.share == 0.25 and canary.routing.version == "v1-c1"
     assert "25.0%" in page.inner_text("#canary")
+    # the release's sequential test: no differing verdict yet, so it goes on
+    release = page.inner_text("#release-test")
+    assert "Next decision: continue" in release and "decided differently" in release
     page.screenshot(path=str(shots / "routing.png"), full_page=True)
     assert "SIGHUP" in page.inner_text("#promote-lifetime")
     page.click("#promote")
@@ -271,9 +274,13 @@ def test_an_automatic_rollback_shows_in_the_change_log(page: Page, site: Site) -
     )
     assert started.status_code == 200, started.text
     body = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "hi"}]}
-    for _ in range(400):
+    shown = ""
+    for i in range(400):
         if site.gw.state.decider.canary is None:
             break
+        if i == 8:  # the running release on the routing page: each arm with its band
+            page.goto("/ui/routing")
+            shown = page.inner_text("#release-test")
         answer = httpx.post(base + "/v1/chat/completions", json=body, timeout=30)
         on_candidate = answer.headers["x-switchyard-policy-version"].startswith("v1-auto")
         wait_recorded(site.gw)  # feedback is taken on a recorded inference
@@ -283,6 +290,8 @@ def test_an_automatic_rollback_shows_in_the_change_log(page: Page, site: Site) -
         }
         httpx.post(base + "/v1/feedback", json=verdict, timeout=10).raise_for_status()
     assert site.gw.state.decider.canary is None
+    assert "candidate" in shown and "live" in shown and "Next decision: continue" in shown
+    assert "[" in shown and "verdicts" in shown
     wait_recorded(site.gw)
     page.goto("/ui/history")
     row = page.locator("#changes tr", has_text="release-monitor").first
