@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import logging
 import re
+from dataclasses import replace
 from typing import Any
 
 from gateway.recording.handle import RecorderHandle
 from traffic.store import PolicyVersionRecord, StoreError
-from traffic.store.console_queries import record_change
-from traffic.store.records import ChangeRecord
+from traffic.store.console_queries import record_change, release, upsert_release
+from traffic.store.records import ChangeRecord, ReleaseRecord, utc_now
 
 log = logging.getLogger(__name__)
 
@@ -68,3 +69,39 @@ async def record_reload(
     """A reload (admin API, SIGHUP): the policy version it served before and serves now."""
     detail = {"previous": previous, "changed": previous != version}
     return await record(handle, actor, "routing.reload", version, detail)
+
+
+async def record_release(
+    handle: RecorderHandle | None,
+    started: ReleaseRecord | None = None,
+    *,
+    ended: tuple[str, str, str, dict[str, Any]] | None = None,
+) -> bool:
+    """Write a release as it starts (``started``), or end the recorded one: ``ended`` is
+    ``(release id, status, actor, decision)``; a release the store never saw start is left
+    alone. False when it could not be recorded (a store off or failing never blocks the change
+    itself, as for the change log)."""
+    if handle is None:
+        return False
+    try:
+        if started is not None:
+            await upsert_release(handle.backend, started)
+        elif ended is not None:
+            release_id, status, actor, decision = ended
+            found = await release(handle.backend, release_id)
+            if found is None:
+                return False
+            await upsert_release(
+                handle.backend,
+                replace(
+                    found,
+                    status=status,
+                    updated_at=utc_now(),
+                    decided_by=actor,
+                    decision=decision,
+                ),
+            )
+    except StoreError as exc:
+        log.error("release not recorded: %s", exc)
+        return False
+    return True

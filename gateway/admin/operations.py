@@ -27,7 +27,7 @@ from gateway.backends.replica_pool import ReplicaPool
 from gateway.errors import InvalidRequestError, NotFoundError
 from gateway.recording.handle import RecorderHandle
 from gateway.routing.release import LIVE, release_config
-from gateway.routing.release_monitor import ReleaseEvent
+from gateway.routing.release_monitor import ReleaseEvent, test_detail
 from gateway.routing.table import Canary, build_policy, read_learned_state
 from gateway.state import GatewayState
 from router.config import RoutingConfig
@@ -35,6 +35,7 @@ from router.errors import PolicyConfigError
 from router.learned import LearnedPolicy
 from router.policy import RoutingPolicy
 from traffic.store import ApiKeyRecord
+from traffic.store.records import ReleaseRecord
 
 log = logging.getLogger(__name__)
 
@@ -88,14 +89,23 @@ async def start_canary(
     own = own if own is not state.decider.learned_state else None
     canary = await state.reloader.start_canary(routing, share, own)  # every gateway's
     detail = {"share": share, "current": state.routing.policy.version}
+    handle = request.app.state.recorder
     await changes.record(
-        request.app.state.recorder,
+        handle,
         actor,
         "routing.canary",
         policy.version,
         detail,
         policy=(routing.model_dump(mode="json"), "canary"),
     )
+    started = ReleaseRecord(
+        id=policy.version,
+        live_version=state.routing.policy.version,
+        routing=routing.model_dump(mode="json"),
+        share=share,
+        schedule=[share],
+    )
+    await changes.record_release(handle, started)
     return canary
 
 
@@ -135,6 +145,8 @@ async def promote_canary(
     if previous != version:
         old = {"replaced_by": version}
         await changes.record(handle, actor, "routing.retire", previous, old, policy=None)
+    decision = {"action": "promote", **(why or _test_figures(state, canary.routing.version))}
+    await changes.record_release(handle, ended=(canary.policy.version, "promoted", actor, decision))
     return version
 
 
@@ -164,7 +176,18 @@ async def drop_canary(
         detail,
         policy=(canary.routing.model_dump(mode="json"), "rolled_back"),
     )
+    decision = {"action": "rollback", **(why or _test_figures(state, canary.routing.version))}
+    await changes.record_release(
+        handle, ended=(canary.policy.version, "rolled_back", actor, decision)
+    )
     return canary.policy.version
+
+
+def _test_figures(state: GatewayState, release_id: str) -> dict[str, object]:
+    """The running release test's figures, where it has any (a hand's decision keeps them)."""
+    monitor = state.release_monitor
+    test = monitor.test(release_id) if monitor is not None else None
+    return test_detail(test) if test is not None else {}
 
 
 RELEASE_MONITOR = "release-monitor"  # the change log's actor of automatic release decisions

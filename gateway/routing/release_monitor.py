@@ -35,16 +35,21 @@ class ReleaseEvent:
 
     def detail(self) -> dict[str, object]:
         """What the change log keeps of the decision."""
-        low, high = self.test.bounds()
-        c, live = self.test.candidate, self.test.live
-        return {
-            "test": "sequential",
-            "delta_low": round(low, 4),
-            "delta_high": round(high, 4),
-            "margin": self.test.margin,
-            "candidate": {"verdicts": c.n, "accepted": c.accepted},
-            "live": {"verdicts": live.n, "accepted": live.accepted},
-        }
+        return test_detail(self.test)
+
+
+def test_detail(test: ReleaseTest) -> dict[str, object]:
+    """A release test's figures as the change log and the release table keep them."""
+    low, high = test.bounds()
+    c, live = test.candidate, test.live
+    return {
+        "test": "sequential",
+        "delta_low": round(low, 4),
+        "delta_high": round(high, 4),
+        "margin": test.margin,
+        "candidate": {"verdicts": c.n, "accepted": c.accepted},
+        "live": {"verdicts": live.n, "accepted": live.accepted},
+    }
 
 
 Act = Callable[[ReleaseEvent], Coroutine[Any, Any, None]]

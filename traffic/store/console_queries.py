@@ -47,9 +47,10 @@ from traffic.store.records import (
     InferenceFilter,
     InferenceRecord,
     InferenceRow,
+    ReleaseRecord,
     ShadowRecord,
 )
-from traffic.store.schema import CHANGE_LOG, FEEDBACK, INFERENCE, SHADOW
+from traffic.store.schema import CHANGE_LOG, FEEDBACK, INFERENCE, ROUTING_RELEASE, SHADOW
 from traffic.store.sql_store import SqlStore
 from traffic.store.summary import SummaryAccumulator, summary_row
 
@@ -386,6 +387,32 @@ async def _rows(s: SqlStore, rows: list[Row]) -> list[InferenceRow]:
     feedback = await s._children(FeedbackRecord, FEEDBACK, ids)
     shadows = await s._children(ShadowRecord, SHADOW, ids)
     return [InferenceRow(r, feedback.get(r.id, []), shadows.get(r.id, [])) for r in records]
+
+
+async def upsert_release(store: StoreBackend, record: ReleaseRecord) -> None:
+    """Insert or replace one release (its id is the candidate's policy version)."""
+    await sql_store(store)._upsert(ROUTING_RELEASE, record)
+
+
+async def release(store: StoreBackend, release_id: str) -> ReleaseRecord | None:
+    """One release by id (None: not recorded)."""
+    s = sql_store(store)
+    rows = await s._fetch(
+        f"SELECT {select_list(ROUTING_RELEASE)} FROM routing_release WHERE id = {s.codec.param}",
+        [release_id],
+    )
+    return decode_row(ReleaseRecord, ROUTING_RELEASE, rows[0], s.codec) if rows else None
+
+
+async def releases(store: StoreBackend, *, limit: int = 20) -> list[ReleaseRecord]:
+    """The newest releases first."""
+    s = sql_store(store)
+    rows = await s._fetch(
+        f"SELECT {select_list(ROUTING_RELEASE)} FROM routing_release"
+        f" ORDER BY created_at DESC, id DESC LIMIT {int(limit)}",
+        [],
+    )
+    return [decode_row(ReleaseRecord, ROUTING_RELEASE, r, s.codec) for r in rows]
 
 
 async def record_change(store: StoreBackend, record: ChangeRecord) -> None:

@@ -84,6 +84,7 @@ MIGRATIONS: Final = (
         " arm and its probability, the shadow draw)",
     ),
     Migration(7, "inference.release_other_target: the other canary arm's decision"),
+    Migration(8, "routing_release: each release, its arms, share, status and deciding test"),
 )
 
 

@@ -266,6 +266,31 @@ class ChangeRecord:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class ReleaseRecord:
+    """One release of a routing candidate (``id``: its policy version) against the live one:
+    ``status`` ``running`` / ``promoted`` / ``rolled_back``; ``share`` the candidate arm's,
+    ``schedule`` the shares it goes through; ``*_weights`` the local weights each arm serves
+    (None: the same, a routing-only release); ``decision``: what ended it (who, why, the
+    sequential test's bounds and counts)."""
+
+    id: str
+    created_at: datetime = field(default_factory=utc_now)
+    updated_at: datetime = field(default_factory=utc_now)
+    status: str = "running"
+    live_version: str
+    live_weights: str | None = None
+    candidate_weights: str | None = None
+    routing: dict[str, Any]
+    share: float
+    schedule: list[float] = field(default_factory=list)
+    decided_by: str | None = None
+    decision: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        _normalise_times(self, "created_at", "updated_at")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class InferenceFilter:
     """Which inferences to read; every condition given must hold, ``None`` means "any".
 

@@ -248,6 +248,27 @@ CHANGE_LOG: Final = Table(
     ),
     since=4,
 )
+# Each release of a routing candidate (a canary): its arms, share, status and the decision
+# that ended it with the sequential test's bounds and counts (gateway.admin.releases). One row
+# per release, updated as it goes; the change log keeps every step.
+ROUTING_RELEASE: Final = Table(
+    "routing_release",
+    (
+        _req("id", _T.KEY),
+        _req("created_at", _T.TS),
+        _req("updated_at", _T.TS),
+        _req("status", _T.TEXT),
+        _req("live_version", _T.TEXT),
+        _opt("live_weights", _T.TEXT),
+        _opt("candidate_weights", _T.TEXT),
+        _req("routing", _T.JSON),
+        _req("share", _T.FLOAT),
+        _req("schedule", _T.JSON),
+        _opt("decided_by", _T.TEXT),
+        _req("decision", _T.JSON),
+    ),
+    since=8,
+)
 # Hourly roll-ups of the inference table, per grouping (``dim``) and route target, that the
 # console reads for long windows (traffic.store.rollup): counts, cost, feedback and latency/TTFT
 # histograms. ``value`` is the group's value as JSON text; rows whose value is the roll-up's
@@ -289,6 +310,7 @@ TABLES: Final = (
     API_KEY,
     CHANGE_LOG,
     TRAFFIC_HOURLY,
+    ROUTING_RELEASE,
 )
 INDEXES: Final = (
     Index("inference_route_target_id", "inference", ("route_target", "id")),

@@ -41,7 +41,7 @@ from gateway.errors import InvalidRequestError
 from router.config import RoutingConfig
 from router.learned import LearnedPolicy
 from router.replay import Arm, ArmReport
-from traffic.store.console_queries import changes
+from traffic.store.console_queries import changes, releases
 
 METRICS = (
     ("local_share", "Local share", "pct"),
@@ -138,9 +138,11 @@ async def routing_page(ctx: Ctx) -> Response:
     live = ctx.state.config.routing
     window_name, window, _ = ctx.window()
     history = []
+    recent_releases = []
     by_policy: list[dict[str, Any]] = []
     if ctx.handle is not None:
         history = await changes(ctx.store, action_prefix="routing.", limit=15)
+        recent_releases = await releases(ctx.store, limit=10)
         by_policy = await group_figures(ctx.store, window, "policy_version", ctx.local_targets())
     canary = ctx.state.decider.canary
     promoted = ctx.param("promoted")
@@ -158,6 +160,7 @@ async def routing_page(ctx: Ctx) -> Response:
         form=form_values(live),
         targets=sorted(ctx.state.config.backends),
         history=history,
+        releases=recent_releases,
         by_policy=by_policy,
         window=window_name,
         default_share=DEFAULT_CANARY_SHARE,
@@ -169,9 +172,9 @@ def _release_view(ctx: Ctx) -> dict[str, Any] | None:
     accept rate on the requests the arms decided differently, with its anytime-valid band, the
     difference's bounds, and the next decision with its reason."""
     canary = ctx.state.decider.canary
-    if canary is None:
-        return None
     monitor = ctx.state.release_monitor
+    if canary is None or monitor is None:
+        return None
     cfg = monitor.config
     margin = cfg.margin
     view: dict[str, Any] = {"enabled": cfg.enabled, "auto_promote": cfg.auto_promote}

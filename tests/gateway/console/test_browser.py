@@ -139,6 +139,8 @@ def test_a_routing_change_is_previewed_then_canaried_then_promoted_or_rolled_bac
     notice = page.inner_text("#promoted")  # that it is kept, and the YAML to make it the file's
     assert promoted in notice and "restart or SIGHUP reload" in notice and "live release" in notice
     assert "version: v1-c1" in page.inner_text("#promoted-yaml")
+    kept = page.locator("#releases tr", has_text="v1-c1").first.inner_text()
+    assert "promoted" in kept and OPERATOR in kept and "25.0%" in kept
     learned = site.gw.state.config.routing.learned
     assert learned is not None and learned.quality_target == 0.5
     # a second change, canaried then rolled back: the promoted policy stays live
@@ -293,6 +295,9 @@ def test_an_automatic_rollback_shows_in_the_change_log(page: Page, site: Site) -
     assert "candidate" in shown and "live" in shown and "Next decision: continue" in shown
     assert "[" in shown and "verdicts" in shown
     wait_recorded(site.gw)
+    page.goto("/ui/routing")  # the release table keeps it, with the test's bounds and counts
+    release = page.locator("#releases tr", has_text="v1-auto").first.inner_text()
+    assert "rolled_back" in release and "release-monitor" in release and "/" in release
     page.goto("/ui/history")
     row = page.locator("#changes tr", has_text="release-monitor").first
     assert "routing.rollback" in row.inner_text() and "v1-auto" in row.inner_text()

@@ -18,12 +18,14 @@ from traffic.store.console_queries import (
     exchange,
     recent_ok,
     record_change,
+    releases,
     search,
     series,
+    upsert_release,
 )
 from traffic.store.ids import id_at
-from traffic.store.records import ChangeRecord
-from traffic.store.schema import CHANGE_LOG
+from traffic.store.records import ChangeRecord, ReleaseRecord
+from traffic.store.schema import CHANGE_LOG, ROUTING_RELEASE
 from traffic.store.summary import percentile
 
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
@@ -212,3 +214,38 @@ async def test_changes_are_listed_newest_first_by_kind(store_backend: StoreBacke
 
 def test_the_change_log_table_and_its_record_name_the_same_fields() -> None:
     assert CHANGE_LOG.column_names == tuple(f.name for f in dataclasses.fields(ChangeRecord))
+
+
+async def test_a_release_round_trips_and_is_updated_in_place(store_backend: StoreBackend) -> None:
+    routing = {"version": "v2", "default": "frontier", "learned": {"quality_target": 0.9}}
+    first = ReleaseRecord(
+        id="v2+fit-1",
+        created_at=NOW,
+        updated_at=NOW,
+        live_version="v1+fit-0",
+        candidate_weights="ft-2",
+        routing=routing,
+        share=0.3,
+        schedule=[0.3, 1.0],
+    )
+    older = dataclasses.replace(first, id="v1+fit-0", created_at=NOW - timedelta(hours=1))
+    await upsert_release(store_backend, older)
+    await upsert_release(store_backend, first)
+    decision = {"test": "sequential", "delta_low": -0.21, "delta_high": -0.12, "candidate": [3, 9]}
+    done = dataclasses.replace(
+        first,
+        status="rolled_back",
+        updated_at=NOW + timedelta(minutes=5),
+        decided_by="release-monitor",
+        decision=decision,
+    )
+    await upsert_release(store_backend, done)
+    found = await releases(store_backend)
+    assert [r.id for r in found] == ["v2+fit-1", "v1+fit-0"]
+    assert found[0] == done  # every field, the JSON ones included, read back as written
+    assert await releases(store_backend, limit=1) == [done]
+
+
+def test_the_release_table_and_its_record_name_the_same_fields() -> None:
+    names = tuple(f.name for f in dataclasses.fields(ReleaseRecord))
+    assert ROUTING_RELEASE.column_names == names
