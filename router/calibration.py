@@ -57,6 +57,8 @@ from typing import Any, Literal
 import numpy as np
 import numpy.typing as npt
 
+from router.config import LearnedConfig
+
 Segment = Literal["plain", "tools"]
 SEGMENTS: tuple[Segment, ...] = ("plain", "tools")
 LIVE_KEPT = 512  # live scores kept per segment in the state (evenly spaced order statistics)
@@ -85,15 +87,28 @@ def kish_n(weights: npt.NDArray[np.float64]) -> float:
 
 @dataclass(frozen=True, slots=True)
 class Knobs:
-    """What a threshold is computed with (the learned policy's config, ``router.config``)."""
+    """What a segment's threshold is computed with: the learned policy's config
+    (``router.config.LearnedConfig``, where each default and its reason live)."""
 
     quality_target: float
     exploration_share: float
     min_samples: int
-    delta: float = 0.05
-    bins: int = 10
-    exploration_budget: float = 0.5
-    explore_unproven: bool = True
+    delta: float
+    bins: int
+    exploration_budget: float
+    explore_unproven: bool
+
+    @classmethod
+    def of(cls, config: LearnedConfig, segment: Segment) -> Knobs:
+        return cls(
+            quality_target=config.quality_target,
+            exploration_share=config.exploration_share,
+            min_samples=config.min_samples,
+            delta=config.calibration_delta,
+            bins=config.live_mix_bins,
+            exploration_budget=config.exploration_budget,
+            explore_unproven=segment == "plain" or config.explore_unproven_tools,
+        )
 
     @property
     def z(self) -> float:

@@ -189,15 +189,7 @@ class LearnedPolicy:
         scorer = state.scorer
         self.plans: dict[Segment, SegmentPlan] = {}
         for segment in SEGMENTS:
-            knobs = Knobs(
-                quality_target=config.quality_target,
-                exploration_share=config.exploration_share,
-                min_samples=config.min_samples,
-                delta=config.calibration_delta,
-                bins=config.live_mix_bins,
-                exploration_budget=config.exploration_budget,
-                explore_unproven=segment == "plain" or config.explore_unproven_tools,
-            )
+            knobs = Knobs.of(config, segment)
             pool = state.calibration[segment] if scorer is not None else SegmentPool()
             f = scorer.frontier.mean() if scorer is not None else 1.0
             self.plans[segment] = plan(pool, f, knobs)

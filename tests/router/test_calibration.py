@@ -8,7 +8,8 @@ import random
 import numpy as np
 import pytest
 
-from router.calibration import Knobs, SegmentPool, kish_n, plan, wilson_bounds
+from router.calibration import Knobs, Segment, SegmentPool, kish_n, plan, wilson_bounds
+from router.config import LearnedConfig
 
 Z95 = 1.959964
 
@@ -24,8 +25,16 @@ def _pool(
     return pool
 
 
-def _knobs(q: float, **kw: float) -> Knobs:
-    return Knobs(quality_target=q, exploration_share=kw.pop("eps", 0.0), min_samples=5, **kw)  # type: ignore[arg-type]
+def _knobs(q: float, eps: float = 0.0, segment: Segment = "plain") -> Knobs:
+    """The config's defaults but the quality target, the exploration share and 5 samples."""
+    config = LearnedConfig(
+        local_target="local",
+        frontier_target="frontier",
+        quality_target=q,
+        exploration_share=eps,
+        min_samples=5,
+    )
+    return Knobs.of(config, segment)
 
 
 @pytest.mark.parametrize(
@@ -71,7 +80,7 @@ def test_thin_evidence_sends_nothing_local_where_the_point_estimate_would() -> N
     ample = plan(_pool(many, [True] * 200 + [False] * 50, live), 0.97, _knobs(0.95))
     assert ample.threshold == pytest.approx(0.5) and ample.local_share == pytest.approx(0.5)
     # the lower bound it went local on: 200 of 200 (Wilson at 95% one-sided) on half the mix
-    lower = wilson_bounds(1.0, 200, Knobs(0.95, 0.0, 5).z)[0]
+    lower = wilson_bounds(1.0, 200, _knobs(0.95).z)[0]
     assert ample.routed_lower == pytest.approx(0.5 * lower + 0.5 * 0.97)
 
 
@@ -129,7 +138,7 @@ def test_an_unproven_segment_explores_only_where_allowed() -> None:
     assert unproven.exploration_share == pytest.approx(0.025)
     assert unproven.routed_lower == pytest.approx(0.97 * (1 - 0.025))
     assert plan(empty, 0.97, _knobs(0.95, eps=0.01)).exploration_share == 0.01
-    tools = Knobs(0.95, 0.05, 5, explore_unproven=False)
+    tools = _knobs(0.95, eps=0.05, segment="tools")
     assert plan(empty, 0.97, tools).exploration_share == 0.0
 
 

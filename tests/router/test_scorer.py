@@ -15,6 +15,7 @@ import pytest
 
 from loadtests.bench.routing.scorer import bench_request
 from router.calibration import Knobs, SegmentPool, plan
+from router.config import LearnedConfig
 from router.errors import PolicyConfigError
 from router.request_text import RequestText
 from router.scorer import (
@@ -94,7 +95,10 @@ def test_calibrated_threshold_meets_the_quality_target_on_held_out_data(scorer: 
         pool.add(scorer.predict_local(e.text), e.accepted)
     pool.set_live([scorer.predict_local(e.text) for e in heldout[calib]])
     alone = float(np.mean([f.accepted for f in front[calib]]))
-    knobs = Knobs(quality_target=target, exploration_share=0.0, min_samples=20)
+    config = LearnedConfig(
+        local_target="local", frontier_target="frontier", quality_target=target, exploration_share=0
+    )
+    knobs = Knobs.of(config, "plain")
     threshold = plan(pool, alone, knobs).threshold
     mix, alone, share = routed(calib, threshold)
     assert mix >= target * alone
