@@ -11,13 +11,12 @@ Definitions
 - Scorer (:mod:`router.scorer`): ``p_local(request)``, the probability that the local model's
   answer is accepted, a logistic regression over hashed features of the request text, fitted on
   the local outcomes; ``p_frontier``, the frontier's smoothed acceptance.
-- Calibration: every local outcome is scored out of fold (``CALIBRATION_FOLDS`` folds drawn by
-  a stable hash of its position, each scored by a scorer fitted on the other folds) and kept,
-  with the chance it was observed, in its segment's pool, beside the scores of the latest live
-  requests (the live mix). The threshold is derived from them when the policy is built
-  (``router.calibration``: learn-then-test on lower bounds of the routed mix, weighted to the
-  live mix), so changing ``quality_target`` needs no refit (docs/routing.md, "How the scorer
-  learns").
+- Calibration: a held-out share of the local outcomes (``calibration_share``, drawn by a
+  stable hash of their position) is scored by the fitted scorer and kept, with the chance each
+  was observed, in its segment's pool, beside the scores of the latest live requests (the live
+  mix). The threshold is derived from them when the policy is built (``router.calibration``:
+  learn-then-test on lower bounds of the routed mix, weighted to the live mix), so changing
+  ``quality_target`` needs no refit (docs/routing.md, "How the scorer learns").
 Decision for an ``auto`` request (pinned aliases and matching rules keep priority; a rule that
 matches request tags is how ops pin a tagged class to a target, and tags are never required)
 The threshold and the exploration share are the request's segment's (plain / tools), set by
@@ -50,10 +49,7 @@ from router.scorer import fit as fit_scorer
 
 Arm = Literal["local", "frontier"]
 
-# Local outcomes are scored out of fold for the threshold: each by a scorer fitted without its
-# fold. Every verdict counts (a held-out quarter left the threshold's bounds a quarter of the
-# evidence: a flywheel round's pool was 100 verdicts), at folds + 1 scorer fits.
-CALIBRATION_FOLDS = 4
+CALIBRATION_SHARE = 0.25  # of the local outcomes with text, held out to set the threshold
 _EMPTY = RequestText()
 
 
@@ -136,19 +132,17 @@ def fit(
     *,
     seed: int = 0,
     config: ScorerConfig | None = None,
-    folds: int = CALIBRATION_FOLDS,
+    calibration_share: float = CALIBRATION_SHARE,
     live: Iterable[RequestText] = (),
 ) -> LearnedState:
-    """Counts per evidence group and arm; the scorer fitted on every outcome that carries text;
-    each local outcome scored out of fold (by a scorer fitted on the other ``folds - 1`` folds,
-    a stable hash of its position choosing its fold) into its segment's pool with its
-    propensity; and the ``live`` requests' scores as each segment's live mix
+    """Counts per evidence group and arm, the scorer fitted on the outcomes that carry text
+    (but the calibration share), that share scored into its segment's pool with its
+    propensity, and the ``live`` requests' scores as each segment's live mix
     (``router.calibration``)."""
     state = LearnedState(version)
     local_seen = 0
-    examples: list[Example] = []
-    fold_of: list[int] = []  # per example: its fold (local outcomes) or -1
-    held: list[Outcome] = []
+    fitted: list[Example] = []
+    held_out: list[Outcome] = []
     for o in outcomes:
         arms = state.classes.setdefault(o.class_key, {})
         counts = arms.setdefault(o.arm, ArmCounts())
@@ -158,39 +152,30 @@ def fit(
             counts.rejected += o.weight
         if o.text is None:
             continue
-        examples.append(Example(o.text, o.accepted, o.arm, o.weight))
-        if o.arm == "local":
-            local_seen += 1
-            fold_of.append(_fold(local_seen, folds))
-            held.append(o)
+        local_seen += o.arm == "local"
+        if o.arm == "local" and _held_out(local_seen, calibration_share):
+            held_out.append(o)
         else:
-            fold_of.append(-1)
-    if not held:
-        return state
-    state.scorer = fit_scorer(examples, version, seed=seed, config=config)
-    local_folds = [f for f in fold_of if f >= 0]
-    for k in range(folds):
-        train = [e for e, f in zip(examples, fold_of, strict=True) if f != k]
-        if not any(e.arm == "local" for e in train):
-            continue  # one fold holds every local outcome: nothing to score it with
-        scorer = fit_scorer(train, f"{version}/fold{k}", seed=seed, config=config)
-        for o, f in zip(held, local_folds, strict=True):
-            if f == k:
-                assert o.text is not None
-                pool = state.calibration[segment_of(o.text.has_tools)]
-                pool.add(scorer.predict_local(o.text), o.accepted, o.propensity)
-    live_scores: dict[Segment, list[float]] = {s: [] for s in SEGMENTS}
-    for text in live:
-        live_scores[segment_of(text.has_tools)].append(state.scorer.predict_local(text))
-    for segment, scores in live_scores.items():
-        state.calibration[segment].set_live(scores)
+            fitted.append(Example(o.text, o.accepted, o.arm, o.weight))
+    if any(e.arm == "local" for e in fitted):
+        scorer = fit_scorer(fitted, version, seed=seed, config=config)
+        state.scorer = scorer
+        for o in held_out:
+            assert o.text is not None
+            pool = state.calibration[segment_of(o.text.has_tools)]
+            pool.add(scorer.predict_local(o.text), o.accepted, o.propensity)
+        live_scores: dict[Segment, list[float]] = {s: [] for s in SEGMENTS}
+        for text in live:
+            live_scores[segment_of(text.has_tools)].append(scorer.predict_local(text))
+        for segment, scores in live_scores.items():
+            state.calibration[segment].set_live(scores)
     return state
 
 
-def _fold(nth: int, folds: int) -> int:
+def _held_out(nth: int, share: float) -> bool:
     # By a stable hash of the position, not every k-th: periodic traffic (a client alternating
-    # two kinds of request) would otherwise put a single kind in one fold.
-    return min(int(unit_hash(str(nth), "calibration") * folds), folds - 1)
+    # two kinds of request) would otherwise put a single kind in the held-out share.
+    return unit_hash(str(nth), "calibration") < share
 
 
 class LearnedPolicy:
