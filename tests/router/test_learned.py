@@ -66,10 +66,10 @@ def _outcomes(family: str, arm: Arm, acc: int, rej: int) -> list[Outcome]:
 
 def _renames_local_tests_frontier() -> list[Outcome]:
     """The local model does renames as well as the frontier, and fails at writing tests."""
-    return (
-        _outcomes("rename", "local", 95, 5)
+    return (  # enough verdicts for the threshold's lower bounds (router/calibration.py)
+        _outcomes("rename", "local", 380, 20)
         + _outcomes("rename", "frontier", 97, 3)
-        + _outcomes("write_test", "local", 5, 95)
+        + _outcomes("write_test", "local", 20, 380)
         + _outcomes("write_test", "frontier", 90, 10)
     )
 
