@@ -12,8 +12,12 @@ on the evidence of chat requests, nor the reverse)
   post-stratified to it: the live scores' ``bins`` quantiles cut the score axis; each pool
   verdict's weight is its base weight times ``live share of its bin / pool weight share of
   its bin`` (a bin no pool verdict falls in hands its live share to the nearest bin that has
-  some). Without live scores the pool is its own mix. ``w_i`` below is this weight;
-  ``n_eff = (sum w)^2 / sum w^2`` (Kish) is the sample size every bound uses.
+  some). Base weights are trimmed at ``max_weight_ratio`` x their median first: untrimmed, an
+  explored verdict weighed twenty gate verdicts, and a flywheel round whose learnable families
+  had 100/100 recent verdicts read an effective 50 of its 237 (measured: local share 10%, not
+  74%, at the same round's record). Without live scores the pool is its own mix. ``w_i``
+  below is this weight; ``n_eff = (sum w)^2 / sum w^2`` (Kish) is the sample size every bound
+  uses.
 - Routed mix at a cut ``t``: share ``a(t)`` (live requests scoring ``>= t``) answered locally
   at accept ``L(t)`` (weighted mean of ``y`` over pool verdicts ``>= t``); the rest at the
   frontier's ``f``, except the exploration share ``e`` of them, answered locally at ``B(t)``
@@ -95,6 +99,7 @@ class Knobs:
     min_samples: int
     delta: float
     bins: int
+    max_weight_ratio: float
     exploration_budget: float
     explore_unproven: bool
 
@@ -106,6 +111,7 @@ class Knobs:
             min_samples=config.min_samples,
             delta=config.calibration_delta,
             bins=config.live_mix_bins,
+            max_weight_ratio=config.max_weight_ratio,
             exploration_budget=config.exploration_budget,
             explore_unproven=segment == "plain" or config.explore_unproven_tools,
         )
@@ -137,9 +143,12 @@ class SegmentPool:
             ordered = [ordered[i] for i in picks.tolist()]
         self.live = ordered
 
-    def weights(self, bins: int) -> npt.NDArray[np.float64]:
-        """Each verdict's weight: ``1 / propensity``, post-stratified to the live scores."""
+    def weights(self, bins: int, max_ratio: float = math.inf) -> npt.NDArray[np.float64]:
+        """Each verdict's weight: ``1 / propensity``, trimmed at ``max_ratio`` x the median,
+        post-stratified to the live scores."""
         base = 1.0 / np.clip(np.asarray(self.propensity, dtype=np.float64), 1e-6, 1.0)
+        if len(base):
+            base = np.minimum(base, max_ratio * float(np.median(base)))
         if not self.live or not self.scores or bins < 2:
             return base
         edges = np.quantile(np.asarray(self.live), np.linspace(0, 1, bins + 1)[1:-1])
@@ -202,7 +211,7 @@ def plan(pool: SegmentPool, p_frontier: float, knobs: Knobs) -> SegmentPlan:
     order = np.argsort(-np.asarray(pool.scores), kind="stable")
     s = np.asarray(pool.scores)[order]
     y = np.asarray(pool.accepted, dtype=np.float64)[order]
-    w = pool.weights(knobs.bins)[order]
+    w = pool.weights(knobs.bins, knobs.max_weight_ratio)[order]
     # prefix sums with a leading 0: entry k covers the top k verdicts
     cw, cwy, cw2 = (np.concatenate(([0.0], np.cumsum(v))) for v in (w, w * y, w * w))
     total = (float(cw[n]), float(cwy[n]), float(cw2[n]))

@@ -119,6 +119,13 @@ class LearnedConfig(BaseModel):
         "mix (1: no re-weighting); the pool's mix otherwise is whatever shadows and the gate "
         "happened to judge, not what users send.",
     )
+    max_weight_ratio: float = Field(
+        default=5.0,
+        ge=1,
+        description="A held-out verdict's 1/propensity weight is trimmed at this multiple of the "
+        "median: the weights correct how verdicts were drawn, and untrimmed they cost most of "
+        "the evidence (an explored answer weighed twenty others).",
+    )
     exploration_budget: float = Field(
         default=0.5,
         ge=0,

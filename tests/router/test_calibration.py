@@ -116,6 +116,8 @@ def test_a_verdict_weighs_one_over_the_chance_it_was_observed() -> None:
     assert pool.weights(1).tolist() == pytest.approx([20.0, 4.0, 1.0])
     again = SegmentPool.from_json(pool.to_json())
     assert again.weights(1).tolist() == pytest.approx([20.0, 4.0, 1.0])
+    # trimmed at twice the median (4): the explored answer weighs 8, not 20
+    assert pool.weights(1, max_ratio=2).tolist() == pytest.approx([8.0, 4.0, 1.0])
 
 
 def test_exploration_is_capped_by_its_measured_harm_and_counted_in_the_budget() -> None:
