@@ -1,52 +1,37 @@
 """The learned policy's threshold: the largest local share whose routed mix, as bounded from
 below on held-out verdicts weighted to the live mix, keeps the quality target.
 
-Definitions (per segment: ``plain`` requests and those offering ``tools``; each segment has
-its own pool, live mix, exploration share and threshold, so an agent step is never sent local
-on the evidence of chat requests, nor the reverse)
-- Pool: held-out local verdicts ``(score s_i, accepted y_i, propensity pi_i)``; ``s_i`` the
-  fitted scorer's ``p_local``, ``pi_i`` the probability the verdict was observed at all (a live
-  answer the policy sent local by score: 1; by exploration: the exploration share; a shadow:
-  its sampling probability; the gate's held-out items: 1). Base weight ``1 / pi_i``.
-- Live mix: the fitted scorer's scores of the latest live requests of the segment. The pool is
-  post-stratified to it: the live scores' ``bins`` quantiles cut the score axis; each pool
-  verdict's weight is its base weight times ``live share of its bin / pool weight share of
-  its bin`` (a bin no pool verdict falls in hands its live share to the nearest bin that has
-  some). Base weights are trimmed at ``max_weight_ratio`` x their median first: untrimmed, an
-  explored verdict weighed twenty gate verdicts, and a flywheel round whose learnable families
-  had 100/100 recent verdicts read an effective 50 of its 237 (measured: local share 10%, not
-  74%, at the same round's record). Without live scores the pool is its own mix. ``w_i``
-  below is this weight; ``n_eff = (sum w)^2 / sum w^2`` (Kish) is the sample size every bound
-  uses.
-- Routed mix at a cut ``t``: share ``a(t)`` (live requests scoring ``>= t``) answered locally
-  at accept ``L(t)`` (weighted mean of ``y`` over pool verdicts ``>= t``); the rest at the
-  frontier's ``f``, except the exploration share ``e`` of them, answered locally at ``B(t)``
-  (weighted mean below ``t``): ``R(t) = a L + (1 - a) (f - e (f - B))``. Exploration's
-  expected loss is in the budget.
-- The test at a cut: ``H(t): R(t) < q f``, rejected when ``R`` with ``L`` replaced by its
-  one-sided Wilson lower bound at level ``delta`` (``n_eff`` of the verdicts ``>= t``) still
-  reaches ``q f``.
-- Learn-then-test: cuts between distinct pool scores are tested in a fixed sequence from the
-  highest score down, each at ``delta``, stopping at the first that fails: the family-wise error
-  of the whole scan is ``delta`` (fixed-sequence testing), so scanning many cuts does not
-  inflate it (Angelopoulos et al. 2021, "Learn then Test"). Of the cuts that passed, the lowest
-  whose marginal request (the lowest-scoring one sent local) is not below ``q f`` on its own
-  (the point estimate of its block of the non-increasing isotonic fit of ``y`` along the score,
-  pool-adjacent-violators) is the threshold: the mix's allowed loss is not spent on requests
-  the local model mostly fails. Fewer than ``min_samples`` verdicts, or no cut passing:
-  ``inf`` (nothing local by score).
-- Exploration share per segment (:func:`exploration_share`): the configured share, capped so
-  that its expected loss, bounded with the same test's upper bound on ``f - B``, spends at most
-  ``exploration_budget`` of the quality budget ``(1 - q) f``. A segment with fewer than
-  ``min_samples`` verdicts explores, if ``explore_unproven`` allows it (chat: the loop must
-  start somewhere), at the share whose loss stays in that budget were every explored answer
-  rejected (``B = 0``), else not at all (agent steps: a failed step can spend
-  the user's whole episode; their evidence comes from shadows until there is enough).
+Per segment (``plain`` requests and those offering ``tools``: an agent step is never sent
+local on the evidence of chat requests, nor the reverse); measurements in docs/routing.md.
+- Pool: held-out local verdicts ``(s_i, y_i, pi_i)``: the fitted scorer's ``p_local``, the
+  verdict, the chance it was observed (sent local by score or a gate item: 1; by exploration:
+  the exploration share; a shadow: its sampling probability). Base weight ``1 / pi_i``, trimmed
+  at ``max_weight_ratio`` x the median (untrimmed, their variance cost most of the evidence).
+- Live mix: the fitted scorer's scores of the latest live requests. Their ``bins`` quantiles
+  cut the score axis; each verdict's weight is scaled by ``live share / pool weight share`` of
+  its bin (an empty bin's live share goes to the nearest bin with verdicts). Without live
+  scores the pool is its own mix. ``n_eff = (sum w)^2 / sum w^2`` (Kish) in every bound.
+- Routed mix at a cut ``t``: share ``a(t)`` of the live mix (scores ``>= t``) answered locally
+  at ``L(t)`` (weighted accept of the verdicts ``>= t``), the rest at the frontier's ``f`` less
+  the exploration share ``e`` answered locally at ``B(t)`` (below ``t``):
+  ``R(t) = a L + (1 - a) (f - e (f - B))``; exploration's expected loss is in the budget.
+- Learn-then-test: cuts between distinct pool scores are tested from the highest down; a cut
+  passes when ``R`` with ``L`` at its one-sided Wilson lower bound (level ``delta``) reaches
+  ``q f``; the first failure ends the scan (fixed-sequence testing keeps the whole scan's
+  family-wise error at ``delta``; Angelopoulos et al. 2021). The threshold is the lowest passed
+  cut whose marginal request is not below ``q f`` on its own (its block's point estimate in the
+  non-increasing isotonic fit of ``y`` on the score). Fewer than ``min_samples`` verdicts or no
+  cut passing: ``inf``.
+- Exploration (:func:`exploration_share`): the configured share, capped so that its expected
+  loss (the upper bound of ``f - B``) spends at most ``exploration_budget`` of ``(1 - q) f``.
+  Without ``min_samples`` verdicts: the share that stays in that budget were every explored
+  answer rejected, where ``explore_unproven`` (chat), else none (agent steps: a failed step
+  can spend the user's episode; shadows give their first evidence).
 
-Why hand-written: the Wilson bound on a Kish effective sample size and the fixed-sequence scan
-are a few lines each; statsmodels' ``proportion_confint`` takes integer counts only and no
-maintained package does learn-then-test over a routed mix. ``tests/router/test_calibration.py``
-checks them against the reference formulas and published values.
+Why hand-written: the Wilson bound on a Kish effective size and the fixed-sequence scan are a
+few lines each; statsmodels' ``proportion_confint`` takes integer counts only and no maintained
+package does learn-then-test over a routed mix. ``tests/router/test_calibration.py`` checks them
+against the reference formulas and published values.
 """
 
 from __future__ import annotations

@@ -334,8 +334,11 @@ def test_an_agent_loop_runs_on_the_model_its_first_step_drew(
 ) -> None:
     """Whole loops: exploration (half the requests here, no scorer fitted) starts only at a
     loop's first step, and a loop that started local stays local, whatever later draws say."""
-    learned = {"local_target": "local", "frontier_target": "frontier-openai"}
-    learned["exploration_share"] = 0.5  # type: ignore[assignment]
+    learned: dict[str, Any] = {"local_target": "local", "frontier_target": "frontier-openai"}
+    # Half the agent steps explored before any evidence: tools explored while unproven, and a
+    # quality budget (1 - 0.01) that the cap on unmeasured exploration never binds.
+    learned |= {"exploration_share": 0.5, "explore_unproven_tools": True}
+    learned |= {"quality_target": 0.01, "exploration_budget": 1.0}
     routing = {"default": "frontier-openai", "learned": learned}
     gw = GatewayThread(_config(frontier_sim.base_url, served.url, routing=routing)).start()
     served.answer = Answer(calls=(GOOD,))

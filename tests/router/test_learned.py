@@ -258,7 +258,8 @@ def test_tool_requests_have_their_own_threshold_and_no_exploration_until_evidenc
     assert cold.decide(tool_step).propensity == 0.0
     # with the knob on, an unproven tools segment explores like chat
     bold = CFG.model_copy(update={"explore_unproven_tools": True})
-    assert LearnedPolicy(_rules(), bold, LearnedState("cold")).decide(tool_step).propensity > 0
+    explored = LearnedPolicy(_rules(), bold, LearnedState("cold")).decide(tool_step).propensity
+    assert explored is not None and explored > 0
 
 
 def test_a_share_of_would_be_local_requests_is_checked_at_the_frontier() -> None:

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from gateway.console.replay_preview import replay_items, served_weights
+from router.replay import Arm
 from traffic.store import FeedbackRecord, InferenceRecord, InferenceRow, ShadowRecord
 
-ARMS = {"local": "local", "frontier": "frontier"}
+ARMS: dict[str, Arm] = {"local": "local", "frontier": "frontier"}
 
 
 def _row(target: str, weights: str | None, shadow_weights: str | None = None) -> InferenceRow:
