@@ -47,7 +47,9 @@ async def test_the_refitted_state_is_valued_on_the_rounds_record(tmp_path: Path)
         assert found["local_share"] > 0.9  # the candidate sends naming local
         assert found["low"] <= found["estimate"] <= found["high"]
         assert 0.0 <= found["no_overlap"] <= 1.0
-        assert found["replay_accept"] == pytest.approx(1.0, abs=1e-3)
+        # every verdict accepted; the frontier check's 2% (drawn by the random request ids) are
+        # valued at the frontier's smoothed rate, a hair under 1
+        assert found["replay_accept"] == pytest.approx(1.0, abs=0.01)
     finally:
         await store.close()
 
