@@ -50,7 +50,6 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field
 from transformers.utils import logging as transformers_logging
 
-from loadtests.ide_client import IdeClientConfig, RunStats, run_ide_client
 from rl_loop.agent.sandbox_environment import SandboxEnvironment
 from rl_loop.agent_report import (
     agent_targets,
@@ -59,7 +58,7 @@ from rl_loop.agent_report import (
 from rl_loop.agent_round import AgentGateRound, without_episodes
 from rl_loop.config import LoopConfig
 from rl_loop.evaluate import AnswerCache
-from rl_loop.labels import LABELS_FILE, Labels, save_labels, with_labels
+from rl_loop.labels import LABELS_FILE, Labels, with_labels
 from rl_loop.loop import Services, prepare_candidate, ship_candidate
 from rl_loop.model_registry import record_checkpoint
 from rl_loop.ope_check import round_estimate
@@ -83,13 +82,14 @@ from serving.vllm_config import VllmLaunchConfig
 from tasks.agent.tasks import heldout_task_ids
 from tasks.ide import FAMILIES, MIX
 from tasks.ide.mix import OLD_MIX
-from traffic.store import InferenceFilter, StoreBackend, StoreConfig, open_store
+from traffic.store import StoreConfig, open_store
 
 REPO = Path(__file__).resolve().parents[1]
 # The sibling modules of this script, also when it runs through runpy (the signal tests).
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from flywheel_agent import AgentWork, AgentWorkload, agent_traffic  # noqa: E402
 from flywheel_tasks import heldout_items, strict_verify, verify  # noqa: E402
+from flywheel_traffic import Pace, keep_labels, settle, traffic, trickle  # noqa: E402
 
 CACHE = Path(os.environ.get("SWITCHYARD_CACHE", REPO / ".cache"))
 SEED_STRIDE = 100_000  # between two seeds' traffic seeds (round r of seed k: base + r + k x this)
@@ -238,63 +238,6 @@ def start_python(fleet: ProcessFleet, name: str, args: list[str], log: Path, tok
     return fleet.spawn([sys.executable, *args], name=name, log_path=log, env=env, cwd=REPO)
 
 
-# ---------------------------------------------------------------- traffic
-
-
-async def traffic(base: str, oracle: str, n: int, seed: int, s: Settings) -> RunStats:
-    config = IdeClientConfig(
-        base_url=base,
-        n=n,
-        seed=seed,
-        concurrency=s.client_concurrency,
-        max_tokens=s.max_tokens,
-        oracle_url=oracle,
-    )
-    return await run_ide_client(config)
-
-
-async def trickle(base: str, oracle: str, stop: asyncio.Event, seed: int, s: Settings) -> RunStats:
-    """Light IDE traffic until ``stop``: the client's view of requests during a swap."""
-    total = RunStats()
-    k = 0
-    while not stop.is_set():
-        config = IdeClientConfig(
-            base_url=base,
-            n=s.trickle_concurrency,
-            seed=seed * 1000 + k,
-            concurrency=s.trickle_concurrency,
-            max_tokens=s.max_tokens,
-            oracle_url=oracle,
-        )
-        total.merge(await run_ide_client(config))
-        k += 1
-    return total
-
-
-def keep_labels(labels: Labels, stats: RunStats, path: Path) -> None:
-    """The client's own bookkeeping (request id -> task), joined to the record by the loop
-    (``rl_loop.labels``) for its verifiers and reports; the gateway never saw it."""
-    for request_id, sent in stats.sent.items():
-        labels[request_id] = {"family": sent.family, "task_id": sent.task_id}
-    save_labels(labels, path)
-
-
-async def settle(store: StoreBackend, since: datetime, quiet_s: float = 2.0) -> None:
-    """Wait until no new record (shadow answers finish after the client's) lands for a while.
-    Reads only the round's window: the store answers ``since`` from the ids' time."""
-    last = -1
-    deadline = time.monotonic() + 120
-    window = InferenceFilter(since=since)
-    while time.monotonic() < deadline:
-        count = 0
-        async for row in store.iter_inferences(window, with_shadows=True):
-            count += 1 + len(row.shadows) + len(row.feedback)
-        if count == last:
-            return
-        last = count
-        await asyncio.sleep(quiet_s)
-
-
 # ---------------------------------------------------------------- the run
 
 
@@ -397,10 +340,14 @@ async def rounds(
     loop_results: list[dict[str, Any]] = []
     swap_failures = 0
     policy = "flywheel-v1+unfitted"
+    pace = Pace(s.client_concurrency, s.client_concurrency, s.max_tokens)
+    swap_pace = Pace(s.trickle_concurrency, s.trickle_concurrency, s.max_tokens)
     for r in range(s.rounds + 1):
         t0 = datetime.now(UTC)
         shift = SEED_STRIDE * s.seed
-        stats = await traffic(services.gateway_url, sim_url, s.tasks_per_round, 100 + r + shift, s)
+        stats = await traffic(
+            services.gateway_url, sim_url, s.tasks_per_round, 100 + r + shift, pace
+        )
         keep_labels(labels, stats, labels_file)
         await settle(services.store, t0)
         t1 = datetime.now(UTC)
@@ -447,7 +394,7 @@ async def rounds(
                 candidate = dataclasses.replace(candidate, passed=False)
         stop = asyncio.Event()
         background = asyncio.create_task(
-            trickle(services.gateway_url, sim_url, stop, 7000 + r + shift, s)
+            trickle(services.gateway_url, sim_url, stop, 7000 + r + shift, swap_pace)
         )
         try:
             served = await ship_candidate(
