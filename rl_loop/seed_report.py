@@ -58,6 +58,9 @@ def seed_summary(reports: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
                 "run_dir": report.get("run_dir"),
                 "wall_s": report.get("wall_s"),
                 "learnable_met": targets["learnable_classes_met"],
+                "all_learnable": all(
+                    c["met"] for c in targets["learnable_local_share_and_quality"].values()
+                ),
                 "cost_drop": drop,
                 "first_round_learnable_local": gone[0] if gone else None,
                 "failed_requests": targets["zero_failed_client_requests"]["failed"],
@@ -68,7 +71,7 @@ def seed_summary(reports: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
             }
         )
     cost_met = all(
-        s["learnable_met"].split("/")[0] == s["learnable_met"].split("/")[1]
+        s["all_learnable"]
         and s["cost_drop"] is not None
         and s["cost_drop"] >= 0.5
         and s["failed_requests"] == 0

@@ -209,8 +209,8 @@ def plan(pool: SegmentPool, p_frontier: float, knobs: Knobs) -> SegmentPlan:
         return exploration_share(knobs, f, below, rest_n), below
 
     marginal = _isotonic_blocks(s, y, w)
-    eps0, _ = explore(0)
-    best = (math.inf, eps0, 0.0, f - eps0 * (f - explore(0)[1]))
+    eps0, below0 = explore(0)
+    best = (math.inf, eps0, 0.0, f - eps0 * (f - below0))
     for k in range(1, n + 1):
         if k < n and s[k] == s[k - 1]:
             continue  # only cuts between distinct scores

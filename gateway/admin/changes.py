@@ -71,37 +71,39 @@ async def record_reload(
     return await record(handle, actor, "routing.reload", version, detail)
 
 
-async def record_release(
-    handle: RecorderHandle | None,
-    started: ReleaseRecord | None = None,
-    *,
-    ended: tuple[str, str, str, dict[str, Any]] | None = None,
-) -> bool:
-    """Write a release as it starts (``started``), or end the recorded one: ``ended`` is
-    ``(release id, status, actor, decision)``; a release the store never saw start is left
-    alone. False when it could not be recorded (a store off or failing never blocks the change
-    itself, as for the change log)."""
+async def start_release(handle: RecorderHandle | None, started: ReleaseRecord) -> bool:
+    """Write a release as it starts; False when it could not be recorded (a store off or
+    failing never blocks the change itself, as for the change log)."""
     if handle is None:
         return False
     try:
-        if started is not None:
-            await upsert_release(handle.backend, started)
-        elif ended is not None:
-            release_id, status, actor, decision = ended
-            found = await release(handle.backend, release_id)
-            if found is None:
-                return False
-            await upsert_release(
-                handle.backend,
-                replace(
-                    found,
-                    status=status,
-                    updated_at=utc_now(),
-                    decided_by=actor,
-                    decision=decision,
-                ),
-            )
+        await upsert_release(handle.backend, started)
     except StoreError as exc:
-        log.error("release not recorded: %s", exc)
+        log.error("release %s not recorded: %s", started.id, exc)
+        return False
+    return True
+
+
+async def end_release(
+    handle: RecorderHandle | None,
+    release_id: str,
+    status: str,
+    actor: str,
+    decision: dict[str, Any],
+) -> bool:
+    """End the recorded release ``release_id`` (a release the store never saw start is left
+    alone); False when it could not be recorded."""
+    if handle is None:
+        return False
+    try:
+        found = await release(handle.backend, release_id)
+        if found is None:
+            return False
+        ended = replace(
+            found, status=status, updated_at=utc_now(), decided_by=actor, decision=decision
+        )
+        await upsert_release(handle.backend, ended)
+    except StoreError as exc:
+        log.error("release %s not recorded: %s", release_id, exc)
         return False
     return True

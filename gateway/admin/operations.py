@@ -105,7 +105,7 @@ async def start_canary(
         share=share,
         schedule=[share],
     )
-    await changes.record_release(handle, started)
+    await changes.start_release(handle, started)
     return canary
 
 
@@ -145,8 +145,7 @@ async def promote_canary(
     if previous != version:
         old = {"replaced_by": version}
         await changes.record(handle, actor, "routing.retire", previous, old, policy=None)
-    decision = {"action": "promote", **(why or _test_figures(state, canary.routing.version))}
-    await changes.record_release(handle, ended=(canary.policy.version, "promoted", actor, decision))
+    await _end_release(state, handle, canary, "promoted", actor, why)
     return version
 
 
@@ -176,18 +175,26 @@ async def drop_canary(
         detail,
         policy=(canary.routing.model_dump(mode="json"), "rolled_back"),
     )
-    decision = {"action": "rollback", **(why or _test_figures(state, canary.routing.version))}
-    await changes.record_release(
-        handle, ended=(canary.policy.version, "rolled_back", actor, decision)
-    )
+    await _end_release(state, handle, canary, "rolled_back", actor, why)
     return canary.policy.version
 
 
-def _test_figures(state: GatewayState, release_id: str) -> dict[str, object]:
-    """The running release test's figures, where it has any (a hand's decision keeps them)."""
-    monitor = state.release_monitor
-    test = monitor.test(release_id) if monitor is not None else None
-    return test_detail(test) if test is not None else {}
+async def _end_release(
+    state: GatewayState,
+    handle: RecorderHandle | None,
+    canary: Canary,
+    status: str,
+    actor: str,
+    why: dict[str, object] | None,
+) -> None:
+    """The release table's end of ``canary``: who, and the test's figures (the monitor's
+    ``why``, else the running test's, so that a decision by hand keeps them too)."""
+    if why is None:
+        monitor = state.release_monitor
+        test = monitor.test(canary.routing.version) if monitor is not None else None
+        why = test_detail(test) if test is not None else {}
+    decision = {"action": "promote" if status == "promoted" else "rollback", **why}
+    await changes.end_release(handle, canary.policy.version, status, actor, decision)
 
 
 RELEASE_MONITOR = "release-monitor"  # the change log's actor of automatic release decisions
