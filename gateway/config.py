@@ -324,6 +324,14 @@ class ReleaseMonitorConfig(BaseModel):
     max_pending: int = Field(
         default=100_000, ge=1, description="Requests awaiting a verdict, kept in memory."
     )
+    local_floor: float | None = Field(
+        default=0.85,
+        gt=0,
+        le=1,
+        description="Roll back once the candidate's local answers in any segment (plain, tools; "
+        "exploration draws left out) are surely accepted less often than this: a candidate bad "
+        "on a slice of traffic shows there long before the pooled difference does. None: off.",
+    )
 
 
 WindowName = Literal["1h", "6h", "24h", "7d", "30d"]  # the console's time windows

@@ -50,10 +50,24 @@ class RouteDecision:
     release_arm: ReleaseArm | None = field(default=None, kw_only=True)
     release_p: float | None = field(default=None, kw_only=True)  # the arm's assignment prob.
     release_other: str | None = field(default=None, kw_only=True)  # the other arm's target
+    # A release that carries weights: the candidate's weights version. The candidate arm's local
+    # answers come only from replicas serving it, the live arm's only from the others.
+    release_weights: str | None = field(default=None, kw_only=True)
+    # Whether the arms' answers to this request can differ: other targets, or both local on a
+    # release that carries weights (only such requests tell the arms apart).
+    release_differs: bool = field(default=False, kw_only=True)
 
     @property
     def target(self) -> str:
         return self.targets[0]
+
+    @property
+    def weights_pin(self) -> tuple[str, bool] | None:
+        """For the local back-end: the release's candidate weights, and whether this request's
+        arm must be served by them (candidate) or kept off them (live); None: any replica."""
+        if self.release_weights is None:
+            return None
+        return self.release_weights, self.release_arm == "candidate"
 
     @property
     def decided_target(self) -> str:

@@ -25,7 +25,11 @@ The decision (:meth:`ReleaseTest.decide`):
 - ``promote`` once the lower bound of ``delta`` is above ``-margin`` (the candidate is not worse
   by more than the margin);
 - ``rollback`` once the upper bound is below ``-margin`` (it is worse), or when ``max_n``
-  differing verdicts passed without either (no evidence is not a pass: fail safe);
+  differing verdicts passed without either (no evidence is not a pass: fail safe), or, with a
+  ``floor``, once the candidate's *local* answers in any segment (plain, tools) have an accept
+  rate whose upper bound (the same sequence, level ``alpha/2``) is under it: a candidate bad on
+  a slice of the traffic is caught on that slice's own answers, long before the pooled
+  difference says so;
 - ``continue`` otherwise.
 
 Written here, not taken from a library: the confidence-sequence package (``confseq``) builds C++
@@ -89,21 +93,36 @@ class ReleaseTest:
     margin: float = 0.1
     alpha: float = 0.05
     max_n: int = 4000  # differing verdicts before a release without evidence is rolled back
+    floor: float | None = None  # the least local accept a segment may show (module docstring)
     candidate: Arm = field(init=False)
     live: Arm = field(init=False)
+    local: dict[str, Arm] = field(init=False)  # the candidate's local answers, per segment
 
     def __post_init__(self) -> None:
         if not 0 < self.share < 1:
             raise ValueError("share must be strictly between 0 and 1")
         self.candidate, self.live = Arm(self.alpha / 2), Arm(self.alpha / 2)
+        self.local = {}
 
     @property
     def n(self) -> int:
         return self.candidate.n + self.live.n
 
-    def add(self, candidate_served: bool, accepted: bool) -> None:
-        """One verdict on a request the arms decided differently."""
+    def add(self, candidate_served: bool, accepted: bool, local_segment: str | None = None) -> None:
+        """One verdict on a request the arms decided differently; ``local_segment``: the
+        segment of a local answer (None: answered at the frontier)."""
         (self.candidate if candidate_served else self.live).add(accepted)
+        if candidate_served and local_segment is not None:
+            self.local.setdefault(local_segment, Arm(self.alpha / 2)).add(accepted)
+
+    def under_floor(self) -> str | None:
+        """The first segment whose candidate local accept is surely under ``floor``, if any."""
+        if self.floor is None:
+            return None
+        for segment, arm in sorted(self.local.items()):
+            if arm.interval()[1] < self.floor:
+                return segment
+        return None
 
     def bounds(self) -> tuple[float, float]:
         """The anytime-valid interval of ``delta`` now."""
@@ -112,6 +131,8 @@ class ReleaseTest:
         return c_lo - l_hi, c_hi - l_lo
 
     def decide(self) -> Decision:
+        if self.under_floor() is not None:
+            return "rollback"
         low, high = self.bounds()
         if low > -self.margin:
             return "promote"

@@ -4,7 +4,8 @@ Routes (each typed: request and answer models in :mod:`gateway.admin.models`; th
 of :mod:`gateway.admin.router` puts them under ``/admin``, behind the admin token):
 
 - keys: ``POST /keys`` (201; the plaintext once), ``GET /keys``, ``POST /keys/{key_id}/revoke``;
-- canary: ``POST /canary``, ``POST /canary/promote``, ``DELETE /canary`` (roll back);
+- canary: ``POST /canary`` (a routing, or weights and routing, release), ``POST
+  /canary/pause`` and ``/canary/resume``, ``POST /canary/promote``, ``DELETE /canary`` (roll back);
 - replicas: ``POST /replicas/drain``, ``POST /replicas/undrain`` (a weight swap's steps);
 - config: ``POST /reload`` (the config file again), ``GET /routing``, ``GET /backends``;
 - traffic: ``GET /traffic/summary``, ``POST /traffic/export``.
@@ -34,6 +35,7 @@ from gateway.admin.models import (
     CanaryDropped,
     CanaryPromoted,
     CanaryRequest,
+    CanaryStaged,
     CanaryStarted,
     CreatedKey,
     ExportRequest,
@@ -56,6 +58,7 @@ from gateway.admin.operations import (
     drop,
     key_service,
     promote,
+    restage,
     revoke,
     start_canary,
     undrain,
@@ -69,6 +72,7 @@ from gateway.errors import (
     invalid_request,
     json_error_response,
 )
+from gateway.routing.table import Canary
 from router.config import RoutingConfig
 from traffic.export import export_from_store, summarize
 
@@ -96,11 +100,37 @@ async def set_canary(
 ) -> CanaryStarted:
     """A candidate routing decides ``share`` of the requests, on every gateway of the fleet."""
     try:
-        canary = await start_canary(request, actor, body.routing, body.share)
+        canary = await start_canary(
+            request,
+            actor,
+            body.routing,
+            body.share,
+            body.weights_version,
+            tuple(body.schedule),
+        )
     except (ValueError, KeyError) as exc:
         raise InvalidRequestError(f"invalid canary: {exc}") from exc
     current = state.routing.policy.version
     return CanaryStarted(canary=canary.policy.version, share=canary.share, current=current)
+
+
+async def pause_canary(request: Request, state: AdminState, actor: Actor) -> CanaryStaged:
+    """No request goes to the canary's arm until resumed (404: no canary)."""
+    return _staged(await restage(state, request.app.state.recorder, actor, "pause"))
+
+
+async def resume_canary(request: Request, state: AdminState, actor: Actor) -> CanaryStaged:
+    """The paused canary takes its share again (404: no canary)."""
+    return _staged(await restage(state, request.app.state.recorder, actor, "resume"))
+
+
+def _staged(canary: Canary) -> CanaryStaged:
+    return CanaryStaged(
+        canary=canary.policy.version,
+        share=canary.share,
+        paused=canary.paused,
+        schedule=list(canary.schedule),
+    )
 
 
 async def promote_canary(request: Request, actor: Actor) -> CanaryPromoted:
@@ -195,6 +225,8 @@ def add_routes(router: APIRouter) -> None:
     router.add_api_route("/canary", set_canary, methods=["POST"])
     router.add_api_route("/canary", drop_canary, methods=["DELETE"])
     router.add_api_route("/canary/promote", promote_canary, methods=["POST"])
+    router.add_api_route("/canary/pause", pause_canary, methods=["POST"])
+    router.add_api_route("/canary/resume", resume_canary, methods=["POST"])
     router.add_api_route("/traffic/summary", traffic_summary, methods=["GET"])
     router.add_api_route("/traffic/export", traffic_export, methods=["POST"])
     router.add_api_route("/replicas/drain", drain_replica, methods=["POST"])

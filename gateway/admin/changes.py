@@ -93,16 +93,21 @@ async def end_release(
 ) -> bool:
     """End the recorded release ``release_id`` (a release the store never saw start is left
     alone); False when it could not be recorded."""
+    return await update_release(
+        handle, release_id, status=status, decided_by=actor, decision=decision
+    )
+
+
+async def update_release(handle: RecorderHandle | None, release_id: str, **fields: Any) -> bool:
+    """Change the recorded release ``release_id`` (its status, share, decision: a stage, a
+    pause, its end); False when it could not be recorded or was never recorded."""
     if handle is None:
         return False
     try:
         found = await release(handle.backend, release_id)
         if found is None:
             return False
-        ended = replace(
-            found, status=status, updated_at=utc_now(), decided_by=actor, decision=decision
-        )
-        await upsert_release(handle.backend, ended)
+        await upsert_release(handle.backend, replace(found, updated_at=utc_now(), **fields))
     except StoreError as exc:
         log.error("release %s not recorded: %s", release_id, exc)
         return False

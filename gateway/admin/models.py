@@ -74,12 +74,28 @@ class EpisodeExportRequest(BaseModel):
 
 
 class CanaryRequest(BaseModel):
-    """``POST /admin/canary``: a candidate routing deciding ``share`` of the requests."""
+    """``POST /admin/canary``: a candidate routing deciding ``share`` of the requests; with
+    ``weights_version``, a release of weights and routing together (its arm's local answers
+    come only from replicas already serving that version); ``schedule``: the later stages."""
 
     model_config = ConfigDict(extra="forbid")
 
     routing: RoutingConfig
     share: float = Field(ge=0, le=1)
+    weights_version: str | None = Field(default=None, min_length=1, max_length=200)
+    schedule: list[float] = Field(
+        default_factory=list,
+        max_length=10,
+        description="Shares of the later stages, increasing, in (share, 1]; the test passing "
+        "at one moves to the next; at 1 (or with none left) it promotes (`release.auto_promote`).",
+    )
+
+    @field_validator("schedule")
+    @classmethod
+    def _stages(cls, value: list[float]) -> list[float]:
+        if any(not 0 < v <= 1 for v in value):
+            raise ValueError("every stage's share must be in (0, 1]")
+        return value
 
 
 class TrafficSummaryQuery(BaseModel):
@@ -169,6 +185,13 @@ class CanaryStarted(BaseModel):
     canary: str = Field(description="The candidate policy's version.")
     share: float
     current: str = Field(description="The live policy's version.")
+
+
+class CanaryStaged(BaseModel):
+    canary: str
+    share: float
+    paused: bool
+    schedule: list[float] = Field(description="The later stages' shares.")
 
 
 class CanaryPromoted(BaseModel):

@@ -6,7 +6,8 @@ each records its change in the change log (:mod:`gateway.admin.changes`) after a
 Errors are :class:`~gateway.errors.GatewayError` (404 unknown replica, key or canary; 400 a
 canary that cannot be built), mapped to HTTP by each caller.
 
-- canary: :func:`candidate_policy` (what a routing change would be), :func:`start_canary`,
+- canary (a release of routing, or of weights and routing): :func:`candidate_policy` (what a
+  routing change would be), :func:`start_canary`, :func:`restage` (next stage, pause, resume),
   :func:`promote`, :func:`drop` (roll back);
 - keys: :func:`create` (the plaintext is returned once), :func:`revoke`;
 - replicas: :func:`drain`, :func:`undrain` (what a weight hot-swap does to each replica).
@@ -16,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Final
+from typing import Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.requests import Request
@@ -80,15 +81,29 @@ async def candidate_policy(state: GatewayState, routing: RoutingConfig) -> Routi
 
 
 async def start_canary(
-    request: Request, actor: str, routing: RoutingConfig, share: float
+    request: Request,
+    actor: str,
+    routing: RoutingConfig,
+    share: float,
+    weights: str | None = None,
+    schedule: tuple[float, ...] = (),
 ) -> Canary:
-    """``routing`` decides ``share`` of the requests from now on (see :func:`candidate_policy`)."""
+    """``routing`` decides ``share`` of the requests from now on (see :func:`candidate_policy`);
+    ``weights``: the candidate weights version its arm's local answers come from (a release of
+    weights and routing together; a replica must already serve it); ``schedule``: the shares
+    of the later stages, each taken when the test finds the candidate not worse (1: promote)."""
     state: GatewayState = request.app.state.switchyard
+    if weights is not None and not _replicas_of(state, weights):
+        raise InvalidRequestError(f"invalid release: no replica serves weights {weights}")
+    if any(b <= a for a, b in zip((share, *schedule), schedule, strict=False)):
+        raise InvalidRequestError("invalid release: the schedule's shares must increase")
     policy = await candidate_policy(state, routing)
     own = policy.state if isinstance(policy, LearnedPolicy) else None  # its own state file's?
     own = own if own is not state.decider.learned_state else None
-    canary = await state.reloader.start_canary(routing, share, own)  # every gateway's
-    detail = {"share": share, "current": state.routing.policy.version}
+    canary = await state.reloader.start_canary(  # every gateway's
+        routing, share, own, weights=weights, schedule=schedule
+    )
+    detail = {"share": share, "current": state.routing.policy.version, "weights": weights}
     handle = request.app.state.recorder
     await changes.record(
         handle,
@@ -98,15 +113,48 @@ async def start_canary(
         detail,
         policy=(routing.model_dump(mode="json"), "canary"),
     )
+    live_weights = sorted({v for v in _weights(state).values() if v is not None and v != weights})
     started = ReleaseRecord(
         id=policy.version,
         live_version=state.routing.policy.version,
+        live_weights=",".join(live_weights) or None,
+        candidate_weights=weights,
         routing=routing.model_dump(mode="json"),
         share=share,
-        schedule=[share],
+        schedule=[share, *schedule],
     )
     await changes.start_release(handle, started)
     return canary
+
+
+def _weights(state: GatewayState) -> dict[tuple[str, str], str | None]:
+    """Every local replica's weights version, by (target, url)."""
+    return {
+        (target, url): r.weights_version
+        for target, pool in state.targets.pools().items()
+        for url, r in pool.replicas.items()
+    }
+
+
+def _replicas_of(state: GatewayState, weights: str) -> list[tuple[str, str]]:
+    return [key for key, version in _weights(state).items() if version == weights]
+
+
+async def _fence(state: GatewayState, canary: Canary, promoted: bool) -> list[str]:
+    """At the end of a release that carried weights, take the losing weights' replicas out of
+    rotation (the candidate's on a rollback, the others on a promotion) until a hot swap puts
+    the winning weights on them (its undrain brings them back), so that no request reaches
+    weights the test rejected or replaced; a side left without any replica is not fenced."""
+    if canary.weights is None:
+        return []
+    losing = [
+        key for key, version in _weights(state).items() if (version == canary.weights) != promoted
+    ]
+    if len(losing) == len(_weights(state)):
+        return []
+    for target, url in losing:
+        await state.reloader.drain(target, url, 0.0)  # no wait: in-flight requests finish
+    return [url for _, url in losing]
 
 
 async def promote(request: Request, actor: str) -> str:
@@ -132,7 +180,14 @@ async def promote_canary(
     file_routing = state.reloader.file_routing()
     await state.reloader.promote(canary.routing, learned)  # every gateway, with its canary
     version = state.routing.policy.version
-    detail: dict[str, object] = {"previous": previous, "share_before": canary.share, **(why or {})}
+    fenced = await _fence(state, canary, promoted=True)
+    detail: dict[str, object] = {
+        "previous": previous,
+        "share_before": canary.share,
+        "weights": canary.weights,
+        "fenced": fenced,
+        **(why or {}),
+    }
     await changes.record(
         handle,
         actor,
@@ -166,7 +221,14 @@ async def drop_canary(
     if canary is None:
         return None
     await state.reloader.drop_canary()  # every gateway's
-    detail = {"current": state.routing.policy.version, "share": canary.share, **(why or {})}
+    fenced = await _fence(state, canary, promoted=False)
+    detail = {
+        "current": state.routing.policy.version,
+        "share": canary.share,
+        "weights": canary.weights,
+        "fenced": fenced,
+        **(why or {}),
+    }
     await changes.record(
         handle,
         actor,
@@ -204,7 +266,8 @@ async def act_on_release(
     state: GatewayState, handle: RecorderHandle | None, event: ReleaseEvent
 ) -> None:
     """The release monitor's decision (gateway.routing.release_monitor), carried out on the
-    canary it was made for (a canary replaced meanwhile is left alone)."""
+    canary it was made for (a canary replaced meanwhile is left alone): a rollback drops it; a
+    pass moves it to its next stage, or promotes it after the last."""
     canary = state.decider.canary
     if canary is None or canary.routing.version != event.release_id:
         return
@@ -212,10 +275,50 @@ async def act_on_release(
     try:
         if event.decision == "rollback":
             await drop_canary(state, handle, RELEASE_MONITOR, why)
+        elif event.decision == "promote" and canary.schedule and canary.schedule[0] < 1:
+            await restage(state, handle, RELEASE_MONITOR, "stage", why)
         elif event.decision == "promote":
             await promote_canary(state, handle, RELEASE_MONITOR, why)
     except Exception:  # the canary stays; the operator sees it and the log says why
         log.exception("release %s: could not %s", event.release_id, event.decision)
+
+
+StageChange = Literal["stage", "pause", "resume"]
+
+
+async def restage(
+    state: GatewayState,
+    handle: RecorderHandle | None,
+    actor: str,
+    change: StageChange,
+    why: dict[str, object] | None = None,
+) -> Canary:
+    """The running release's next ``stage`` (its next share; a new test starts), or ``pause``
+    (no request goes to the candidate arm; verdicts awaited still count) or ``resume`` it, on
+    every gateway; in the change log and the release table (404: no canary)."""
+    canary = state.decider.canary
+    if canary is None:
+        raise NotFoundError("no canary running")
+    share, schedule = canary.share, canary.schedule
+    if change == "stage":
+        if not schedule or schedule[0] >= 1:
+            raise InvalidRequestError("the release has no later stage below 100%: promote it")
+        share, schedule = schedule[0], schedule[1:]
+    paused = change == "pause"
+    changed = await state.reloader.restage(share, schedule, paused)
+    if change == "stage" and state.release_monitor is not None:
+        state.release_monitor.restart(canary.routing.version)
+    detail = {
+        "share_before": canary.share,
+        "share": share,
+        "schedule": list(schedule),
+        **(why or {}),
+    }
+    version = canary.policy.version
+    await changes.record(handle, actor, f"routing.{change}", version, detail)
+    status = "paused" if paused else "running"
+    await changes.update_release(handle, version, status=status, share=share)
+    return changed
 
 
 def key_service(request: Request) -> KeyService:

@@ -32,6 +32,9 @@ class UpstreamCall:
     wire_format: str = "openai.chat"
     client_body: dict[str, Any] | None = None
     client_headers: dict[str, str] = field(default_factory=dict)
+    # A release carrying weights (router.decision.RouteDecision.release_weights): the version,
+    # and whether this request must be served by it (candidate arm) or kept off it (live arm).
+    weights_pin: tuple[str, bool] | None = None
 
 
 @dataclass(slots=True)

@@ -76,7 +76,9 @@ class VllmBackend:
         tried: set[str] = set()
         cut: set[str] = set()  # replicas whose connection closed under a request once
         while True:
-            views = [v for v in self.pool.views() if v.name not in tried]
+            views = [
+                v for v in self.pool.views() if v.name not in tried and self._arm(call, v.name)
+            ]
             try:
                 replica = self._selector.select_replica(self.name, views, features)
             except NoHealthyReplicaError as exc:
@@ -122,6 +124,15 @@ class VllmBackend:
                     self.name, resp.status, body, resp.headers.get("Retry-After")
                 )
             return resp, replica
+
+    def _arm(self, call: UpstreamCall, replica: str) -> bool:
+        """Whether ``replica`` may serve ``call``'s release arm (every replica: no release with
+        weights). No replica of the arm's weights is no healthy replica: the request fails over
+        down its chain rather than reach the other arm's weights."""
+        if call.weights_pin is None:
+            return True
+        version, serve_it = call.weights_pin
+        return (self.pool.replicas[replica].weights_version == version) == serve_it
 
     async def complete(self, call: UpstreamCall) -> UpstreamResult:
         resp, replica = await self._post(call)

@@ -89,6 +89,8 @@ class Console:
             post("/routing/canary", routing.canary),
             post("/routing/promote", routing.promote),
             post("/routing/rollback", routing.rollback),
+            post("/routing/pause", routing.pause),
+            post("/routing/resume", routing.resume),
             get("/models", models.models_page),
             get("/models/swap", models.swap_status),
             post("/models/drain", models.drain),

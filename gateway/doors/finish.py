@@ -15,6 +15,7 @@ from gateway.backends.base import Usage
 from gateway.doors.exchange import Exchange
 from gateway.recording.draft import Deferred, InferenceDraft, ready
 from gateway.state import GatewayState
+from router.calibration import segment_of
 from router.features import RequestFeatures
 
 log = logging.getLogger(__name__)
@@ -44,7 +45,9 @@ def finish(state: GatewayState, ex: Exchange) -> float | None:
     decision = ex.decision
     monitor = state.release_monitor
     if decision is not None and decision.release_id is not None and monitor is not None:
-        monitor.observe(ex.id, decision)  # the release's test waits for its verdict
+        # the release's test waits for its verdict
+        segment = segment_of(ex.features.has_tools if ex.features is not None else False)
+        monitor.observe(ex.id, decision, segment, local=ex.replica is not None)
     if state.recorder is None:
         return cost
     f, answer = ex.features, ex.answer

@@ -247,6 +247,7 @@ async def serve_door(request: Request, door: FrontDoor, translate: Translate) ->
             wire_format=door.wire_format,
             client_body=None if translated.identity else ex.request,
             client_headers=forwarded_headers(request.headers),
+            weights_pin=ex.decision.weights_pin if ex.decision is not None else None,
         )
         watch = ClientWatch(request.receive)
         try:

@@ -35,11 +35,15 @@ class RoutingDoc:
 @dataclass(frozen=True, slots=True)
 class CanaryDoc:
     """A candidate routing section deciding ``share`` of the requests (with its own learned
-    state when it names another state file)."""
+    state when it names another state file); a release's weights, later stages and pause
+    (:class:`gateway.routing.table.Canary`)."""
 
     routing: dict[str, Any]
     share: float
     learned: dict[str, Any] | None = None
+    weights: str | None = None
+    schedule: tuple[float, ...] = ()
+    paused: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,14 +131,30 @@ def decode_routing(raw: bytes) -> RoutingDoc:
 def encode_canary(doc: CanaryDoc | _Clear) -> bytes:
     if isinstance(doc, _Clear):
         return b"null"
-    return orjson.dumps({"routing": doc.routing, "share": doc.share, "learned": doc.learned})
+    return orjson.dumps(
+        {
+            "routing": doc.routing,
+            "share": doc.share,
+            "learned": doc.learned,
+            "weights": doc.weights,
+            "schedule": list(doc.schedule),
+            "paused": doc.paused,
+        }
+    )
 
 
 def decode_canary(raw: bytes) -> CanaryDoc | None:
     data = orjson.loads(raw)
     if data is None:
         return None
-    return CanaryDoc(data["routing"], float(data["share"]), data.get("learned"))
+    return CanaryDoc(
+        data["routing"],
+        float(data["share"]),
+        data.get("learned"),
+        data.get("weights"),
+        tuple(float(x) for x in data.get("schedule") or ()),
+        bool(data.get("paused", False)),
+    )
 
 
 def encode_replica(control: ReplicaControl) -> bytes:

@@ -2,9 +2,12 @@
 
     view = decider.view()                            read once, kept for the whole request
     decision = decider.decide(view, features, tools)
-      1. the canary's policy, for its share of requests (a stable hash of the request id)
-         else the live policy: aliases, first-match rules, then the learned scorer (router/)
+      1. the canary's policy, for its share of requests (a stable hash of the request id;
+         none while it is paused), else the live policy: aliases, first-match rules, then the
+         learned scorer (router/)
       2. an agent episode's fallback may replace a local decision (gateway.routing.episodes)
+    A release that carries weights pins the replica choice by arm (``release_weights``; the
+    local back-end keeps the candidate arm on the candidate's replicas, live off them).
 
 The decider only reads what it decides by; :class:`~gateway.routing.reload.Reloader`, the one
 reload authority, changes it (:meth:`Decider.swap`) with no await between the parts it swaps.
@@ -57,27 +60,41 @@ class Decider:
         if canary is None:
             decision = view.routing.policy.decide(features)
         else:
-            # Both arms decide every request: the record keeps the other arm's target, and the
-            # release's test reads only the requests on which they differ.
-            candidate = canary.policy.decide(features)
-            live = view.routing.policy.decide(features)
-            if unit_hash(features.request_id or "", "canary") < canary.share:
-                decision = replace(
-                    candidate,
-                    release_id=canary.routing.version,
-                    release_arm="candidate",
-                    release_p=canary.share,
-                    release_other=live.target,
-                )
-            else:
-                decision = replace(
-                    live,
-                    release_id=canary.routing.version,
-                    release_arm="live",
-                    release_p=1.0 - canary.share,
-                    release_other=candidate.target,
-                )
+            decision = self._release_arm(view, canary, features)
         return await self.episodes.route(view.routing, features, tools, decision)
+
+    @staticmethod
+    def _release_arm(view: RoutingView, canary: Canary, features: RequestFeatures) -> RouteDecision:
+        """Both arms decide every request: the record keeps the other arm's target, and the
+        release's test reads only the requests on which their answers can differ (other
+        targets, or, on a release carrying weights, a local answer from either arm)."""
+        candidate = canary.policy.decide(features)
+        live = view.routing.policy.decide(features)
+        differs = candidate.target != live.target
+        if canary.weights is not None and not differs:
+            backend = view.routing.backends.get(live.target)
+            differs = backend is not None and backend.kind == "vllm"
+        release, weights = canary.routing.version, canary.weights
+        share = 0.0 if canary.paused else canary.share
+        if unit_hash(features.request_id or "", "canary") < share:
+            return replace(
+                candidate,
+                release_arm="candidate",
+                release_p=share,
+                release_other=live.target,
+                release_differs=differs,
+                release_id=release,
+                release_weights=weights,
+            )
+        return replace(
+            live,
+            release_arm="live",
+            release_p=1.0 - share,
+            release_other=candidate.target,
+            release_differs=differs,
+            release_id=release,
+            release_weights=weights,
+        )
 
     def swap(self, view: RoutingView, learned_state: LearnedState | None) -> None:
         """For the reload authority only: what requests starting from now are decided by, and

@@ -14,7 +14,8 @@ Operations (the admin API, the console, SIGHUP):
 - :meth:`Reloader.reload`: re-read this process's config file and learned state, publish their
   routing document (or the live release promoted over it: :mod:`gateway.routing.release`;
   :meth:`Reloader.restore` does the same at start-up);
-- :meth:`Reloader.start_canary` / :meth:`promote` / :meth:`drop_canary`;
+- :meth:`Reloader.start_canary` / :meth:`restage` (next stage, pause, resume) / :meth:`promote` /
+  :meth:`drop_canary`;
 - :meth:`Reloader.drain`: publish the replica as drained; every member stops routing to it and
   reports, under the drain's id, its requests still in flight there once they are done (or at
   the timeout). Returns when every live member reported none left (a member that leaves the
@@ -25,6 +26,7 @@ Operations (the admin API, the console, SIGHUP):
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from collections.abc import Callable, Coroutine
@@ -34,7 +36,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from gateway.config import ConfigFileError, SwitchyardConfig, load_config
-from gateway.errors import InvalidRequestError
+from gateway.errors import InvalidRequestError, NotFoundError
 from gateway.fleet.base import KEPT_DRAINS, Fleet
 from gateway.fleet.snapshot import (
     CLEAR,
@@ -182,7 +184,8 @@ class Reloader:
             return None
         routing = RoutingConfig.model_validate(doc.routing)
         own = _learned(doc.learned) if doc.learned is not None else learned
-        return Canary(build_policy(config, routing, own), doc.share, routing)
+        policy = build_policy(config, routing, own)
+        return Canary(policy, doc.share, routing, doc.weights, doc.schedule, doc.paused)
 
     def rebuild(self) -> None:
         """The back-ends built again for the routing served now (the fleet joined: local
@@ -267,16 +270,36 @@ class Reloader:
             return config
 
     async def start_canary(
-        self, routing: RoutingConfig, share: float, own_learned: LearnedState | None
+        self,
+        routing: RoutingConfig,
+        share: float,
+        own_learned: LearnedState | None,
+        *,
+        weights: str | None = None,
+        schedule: tuple[float, ...] = (),
     ) -> Canary:
         """Every member lets ``routing`` decide ``share`` of its requests (``own_learned``: the
-        candidate's own fitted state, when it names another state file than the live one)."""
+        candidate's own fitted state, when it names another state file; ``weights`` and
+        ``schedule``: a release's candidate weights and later stages)."""
         learned = own_learned.to_json() if own_learned is not None else None
-        doc = CanaryDoc(routing.model_dump(mode="json"), share, learned)
+        doc = CanaryDoc(routing.model_dump(mode="json"), share, learned, weights, schedule)
         await self.fleet.publish(FleetChange(canary=doc))
         canary = self.decider.canary
         if canary is None:
             raise InvalidRequestError("invalid canary: the fleet could not apply it (see logs)")
+        return canary
+
+    async def restage(self, share: float, schedule: tuple[float, ...], paused: bool) -> Canary:
+        """The running canary at another stage (share, stages left) or paused / resumed, on
+        every member; its routing, learned state and weights unchanged (404: no canary)."""
+        doc = self.applied.canary
+        if doc is None or self.decider.canary is None:
+            raise NotFoundError("no canary running")
+        changed = dataclasses.replace(doc, share=share, schedule=schedule, paused=paused)
+        await self.fleet.publish(FleetChange(canary=changed))
+        canary = self.decider.canary
+        if canary is None:
+            raise InvalidRequestError("the fleet could not apply the canary's stage (see logs)")
         return canary
 
     async def promote(self, routing: RoutingConfig, learned: LearnedState | None) -> None:

@@ -30,11 +30,19 @@ class Routing:
 
 @dataclass(frozen=True, slots=True)
 class Canary:
-    """A candidate policy deciding ``share`` of the requests (by a stable hash of their id)."""
+    """A candidate policy deciding ``share`` of the requests (by a stable hash of their id).
+
+    ``weights``: the candidate's weights version, for a release of weights and routing together
+    (its arm's local answers come only from replicas serving it, live's from the others);
+    ``schedule``: the shares of the stages still to come after this one (a passed test moves to
+    the next, the last promotes); ``paused``: no request goes to the candidate arm for now."""
 
     policy: RoutingPolicy
     share: float
     routing: RoutingConfig
+    weights: str | None = None
+    schedule: tuple[float, ...] = ()
+    paused: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,7 +10,8 @@ newly fitted scorer). Aliases and fallbacks are kept from the live policy.
 Flow: ``POST /ui/routing/preview`` (htmx) replays live and candidate on the window's newest
 successful exchanges (:mod:`gateway.console.replay_preview`) and answers the comparison as charts
 and a per-class table, with the form that applies the very candidate it showed as a canary
-(``POST /ui/routing/canary``); ``/promote`` and ``/rollback`` end the canary. Each is the admin
+(``POST /ui/routing/canary``); ``/pause`` and ``/resume`` hold it, ``/promote`` and
+``/rollback`` end it. Each is the admin
 API's own operation (:mod:`gateway.admin.operations`), recorded with the operator's name.
 
 A promotion is kept in the store as the live release (:mod:`gateway.routing.release`): a
@@ -280,4 +281,14 @@ async def promote(ctx: Ctx) -> Response:
 
 async def rollback(ctx: Ctx) -> Response:
     await operations.drop(ctx.request, ctx.operator)
+    return _back()
+
+
+async def pause(ctx: Ctx) -> Response:
+    await operations.restage(ctx.state, ctx.handle, ctx.operator, "pause")
+    return _back()
+
+
+async def resume(ctx: Ctx) -> Response:
+    await operations.restage(ctx.state, ctx.handle, ctx.operator, "resume")
     return _back()
