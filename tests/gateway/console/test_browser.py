@@ -150,16 +150,27 @@ def test_a_routing_change_is_previewed_then_canaried_then_promoted_or_rolled_bac
     page.click("#apply-canary")
     page.wait_for_url("**/ui/routing")
     assert site.gw.state.decider.canary is not None
+    page.click("#pause")  # held by hand: no request goes to it, and it says so
+    page.wait_for_url("**/ui/routing")
+    paused = site.gw.state.decider.canary
+    assert paused is not None and paused.paused and "paused" in page.inner_text("#canary-state")
+    assert "paused" in page.locator("#releases tr", has_text="v1-c2").first.inner_text()
+    page.click("#resume")
+    page.wait_for_url("**/ui/routing")
+    resumed = site.gw.state.decider.canary
+    assert resumed is not None and not resumed.paused and page.locator("#pause").count() == 1
     page.click("#rollback")
     page.wait_for_url("**/ui/routing")
     assert site.gw.state.decider.canary is None and site.gw.state.routing.policy.version == promoted
     history = page.inner_text("#history")
-    for action in ("routing.canary", "routing.promote", "routing.rollback"):
+    for action in ("routing.canary", "routing.pause", "routing.resume", "routing.rollback"):
         assert action in history
     recorded = site.gw.call(changes(site.gw.app.state.recorder.backend, action_prefix="routing."))
     assert {c.actor for c in recorded} == {OPERATOR}
-    assert [c.action for c in recorded][:4] == [
+    assert [c.action for c in recorded][:6] == [
         "routing.rollback",
+        "routing.resume",
+        "routing.pause",
         "routing.canary",
         "routing.retire",
         "routing.promote",
