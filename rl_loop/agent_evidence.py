@@ -6,7 +6,7 @@ one bad step in a client's episode (a quick flywheel's agent success fell to 0.9
 frontier's with a 5% share). The agent gate already plays held-out tasks with the served
 weights every round, in the sandbox, off every client's path; its steps say what the live ones
 would have said, at no cost to a client, and they are unbiased (never trained on), as the chat
-gate's verified answers are (``refit.gate_outcomes``, :func:`rl_loop.loop.gate_outcomes`).
+gate's verified answers are (``refit.gate_outcomes``, :func:`rl_loop.ship.gate_outcomes`).
 
 A step is read as the gateway reads a live agent step: the request it answered (the conversation
 before it with the task's tools, ``router.chat_text.request_text``), under the evidence class of

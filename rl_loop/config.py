@@ -314,6 +314,28 @@ class AgentDistillConfig(_Strict):
     )
 
 
+class ReleaseConfig(_Strict):
+    """Step 5 as a release (``rl_loop.release_stage``): the candidate's weights on some replicas
+    and the routing fitted for them, as a canary arm the gateway's sequential test decides."""
+
+    enabled: bool = Field(
+        default=False,
+        description="Release through a canary (needs 2 replicas or more); off: every replica "
+        "swaps at once and the refit reloads routing for all traffic.",
+    )
+    canary_replicas: int = Field(
+        default=1, ge=1, description="Replicas that take the candidate's weights first."
+    )
+    share: float = Field(
+        default=0.3, gt=0, lt=1, description="The candidate arm's share in the first stage."
+    )
+    schedule: tuple[float, ...] = Field(
+        default=(1.0,),
+        description="The later stages' shares, increasing; 1 promotes (release.auto_promote).",
+    )
+    poll_s: float = Field(default=2.0, gt=0, description="How often the release's status is read.")
+
+
 class LoopConfig(_Strict):
     """One round of the loop: datasets -> train -> gate -> promote -> refit."""
 
@@ -341,6 +363,7 @@ class LoopConfig(_Strict):
     engine: EngineConfig = Field(default_factory=EngineConfig)
     gate: GateConfig = Field(default_factory=GateConfig)
     refit: RefitConfig = Field(default_factory=RefitConfig)
+    release: ReleaseConfig = Field(default_factory=ReleaseConfig)
 
     @model_validator(mode="after")
     def _something_to_train(self) -> Self:

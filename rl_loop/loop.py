@@ -1,8 +1,8 @@
 """One turn of the flywheel after traffic was recorded: datasets -> train -> gate -> swap -> refit.
 
-``prepare_candidate`` (steps 1-4) then ``ship_candidate`` (steps 5-6) are the whole loop in
-order; the driver, ``scripts/flywheel.py``, starts the services, sends traffic and calls them
-once per round (a trickle of traffic keeps flowing during the swap):
+``prepare_candidate`` (steps 1-4, here) then ``rl_loop.ship.ship_candidate`` (steps 5-6) are the
+whole loop in order; the driver, ``scripts/flywheel.py``, starts the services, sends traffic and
+calls them once per round (a trickle of traffic keeps flowing during the swap):
 
 1. Datasets from the record (``rl_loop.datasets``: SFT on accepted answers, RL prompts, time
    split).
@@ -11,8 +11,9 @@ once per round (a trickle of traffic keeps flowing during the swap):
 3. Rollouts sampled by the replicas, then RL, SFT and DPO (``rl_loop.train``, on TRL +
    accelerate); the candidate is saved as a new checkpoint and recorded ``candidate``.
 4. Gate (``rl_loop.evaluate``): same items, same verifier; report written as JSON and text.
-5. Promotion through the hot-swap (``rl_loop.promote``) when the gate passed, else the candidate
-   is recorded ``rejected``.
+5. Shipping when the gate passed (``rl_loop.ship``): the hot-swap of every replica
+   (``rl_loop.promote``), or a release that earns its traffic by evidence
+   (``rl_loop.release_stage``); else the candidate is recorded ``rejected``.
 6. Refit of the learned routing (``rl_loop.refit``): recorded outcomes plus the gate's
    held-out answers of the weights now served, state file, gateway reload.
 
@@ -24,7 +25,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import math
 import time
 from collections import defaultdict
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -47,16 +47,11 @@ from rl_loop.evaluate import (
 )
 from rl_loop.model_registry import record_checkpoint
 from rl_loop.modeling import Policy, load_policy, save_checkpoint
-from rl_loop.outcomes import VerdictCache
-from rl_loop.promote import promote
-from rl_loop.refit import RefitReport, refit_policy
 from rl_loop.rewards import Verify, combine, degenerate_reward, verifier_reward
 from rl_loop.rollouts import Rollout, collect_rollouts, teacher_logprobs
 from rl_loop.train import PhaseData, train_candidate
-from router.features import RequestFeatures
-from router.learned import Outcome, class_key
+from router.learned import Outcome
 from serving.build import read_version
-from serving.hotswap import HotSwapConfig
 from traffic.store import StoreBackend
 
 # The served checkpoint's held-out agent steps as local outcomes (rl_loop.agent_evidence), given
@@ -305,154 +300,6 @@ async def prepare_candidate(
     }
     lap("eval_candidate")
     return Candidate(result, served_dir, candidate_dir, report.passed, current, cand_eval)
-
-
-async def ship_candidate(
-    candidate: Candidate,
-    services: Services,
-    config: LoopConfig,
-    *,
-    verify: Verify,
-    cache: VerdictCache,
-    agent_evidence: AgentEvidence | None = None,
-) -> Path:
-    """Steps 5-6: promote through the hot-swap (or record the rejection), then refit routing.
-    Returns the checkpoint served afterwards. ``agent_evidence``: the served checkpoint's
-    held-out agent steps as local outcomes (``rl_loop.agent_evidence``), added to the refit
-    with the gate's other outcomes (``refit.gate_outcomes``)."""
-    result = candidate.result
-    started = time.perf_counter()
-    now_served = candidate.served_dir
-    if candidate.passed:
-        swap_config = HotSwapConfig(
-            gateway_url=services.gateway_url,
-            admin_token=services.admin_token,
-            target=services.local_target,
-            served_model_name=config.served_model_name,
-            actor="flywheel",
-        )
-        swap = await promote(
-            services.store,
-            candidate.candidate_dir,
-            candidate.served_dir,
-            services.replicas,
-            swap_config,
-        )
-        result.swap = {
-            "ok": swap.ok,
-            "rolled_back": swap.rolled_back,
-            "seconds": round(swap.seconds, 2),
-            "replicas": [
-                {
-                    "replica": r.replica,
-                    "outcome": r.outcome,
-                    "error": r.error,
-                    "probe_mean_abs": r.probe.mean_abs_diff if r.probe else None,
-                }
-                for r in swap.replicas
-            ],
-        }
-        if swap.ok:
-            now_served, result.promoted = candidate.candidate_dir, True
-    else:
-        await record_checkpoint(services.store, candidate.candidate_dir, "rejected")
-    result.served_after = read_version(now_served).version_id
-    result.seconds["swap"] = round(time.perf_counter() - started, 1)
-    started = time.perf_counter()
-    inherited: dict[str, str] = {}
-    if result.promoted and config.refit.inherit_indistinguishable:
-        classes = indistinguishable_classes(
-            candidate.current_eval, candidate.candidate_eval, config.refit.class_tags
-        )
-        inherited = dict.fromkeys(sorted(classes), result.served_before)
-    agent_outcomes: Sequence[Outcome] = ()
-    if agent_evidence is not None and config.refit.gate_outcomes:
-        agent_outcomes = await agent_evidence(now_served, config.refit.class_tags)
-    refit = await refit_round(
-        services,
-        config,
-        result.served_after,
-        verify,
-        cache,
-        result.round,
-        candidate.candidate_eval if result.promoted else candidate.current_eval,
-        inherited,
-        agent_outcomes,
-    )
-    result.refit = refit.to_json()
-    result.seconds["refit"] = round(time.perf_counter() - started, 1)
-    out = config.work_dir / f"round-{result.round}"
-    (out / "round.json").write_text(json.dumps(result.to_json(), indent=2, default=str))
-    return now_served
-
-
-def gate_outcomes(evaluation: ModelEval, class_tags: Sequence[str]) -> list[Outcome]:
-    """The gate's verified answers as local outcomes of the evaluated weights (refit step 2)."""
-    out = []
-    for item in evaluation.items:
-        features = RequestFeatures("chat.completions", "auto", 0, tags=item.tags)
-        key = class_key(features, list(class_tags))
-        out.append(Outcome(key, "local", item.passed, text=item.text))
-    return out
-
-
-def indistinguishable_classes(
-    current: ModelEval, candidate: ModelEval, class_tags: Sequence[str]
-) -> set[str]:
-    """Routing classes on which the gate cannot tell ``candidate`` from ``current`` except in
-    its favour by noise: on the same items, it passed at least as many, and at most
-    ``2 * sqrt(d)`` more, where ``d`` counts the items the two judged differently (McNemar's
-    test at about the 5% level). A clearly better candidate is excluded too: the replaced
-    weights' evidence would understate it."""
-    pairs: dict[str, list[tuple[bool, bool]]] = defaultdict(list)
-    for before, after in zip(
-        gate_outcomes(current, class_tags), gate_outcomes(candidate, class_tags), strict=True
-    ):
-        if before.class_key != after.class_key:
-            raise ValueError("the two evaluations did not answer the same items")
-        pairs[after.class_key].append((before.accepted, after.accepted))
-    out = set()
-    for key, judged in pairs.items():
-        gained = sum(a and not b for b, a in judged)
-        lost = sum(b and not a for b, a in judged)
-        if gained >= lost and gained - lost <= 2 * math.sqrt(gained + lost):
-            out.add(key)
-    return out
-
-
-async def refit_round(
-    services: Services,
-    config: LoopConfig,
-    weights_version: str,
-    verify: Verify,
-    cache: VerdictCache,
-    round_index: int,
-    served_eval: ModelEval | None,
-    inherited: Mapping[str, str] | None = None,
-    agent_outcomes: Sequence[Outcome] = (),
-) -> RefitReport:
-    """Refit the learned routing for ``weights_version`` and reload the gateway."""
-    extra = (
-        gate_outcomes(served_eval, config.refit.class_tags)
-        if served_eval is not None and config.refit.gate_outcomes
-        else []
-    )
-    extra += agent_outcomes
-    return await refit_policy(
-        services.record,
-        state_file=services.state_file,
-        weights_version=weights_version,
-        verify=verify,
-        config=config.refit,
-        local_target=services.local_target,
-        frontier_prefix=config.data.frontier_prefix,
-        cache=cache,
-        gateway_url=services.gateway_url,
-        admin_token=services.admin_token,
-        version=f"fit-r{round_index}-{weights_version}",
-        extra=extra,
-        inherited=inherited,
-    )
 
 
 def _write_gate(out: Path, report: GateReport, current: ModelEval, candidate: ModelEval) -> None:

@@ -13,7 +13,7 @@
    split's latest traffic were never trained on (recorded frontier prompts were, so answering
    those again would flatter the new weights).
    And (``inherit_indistinguishable``) for each class on which the gate cannot tell the new
-   weights from the ones they replaced, except better by noise (``rl_loop.loop.
+   weights from the ones they replaced, except better by noise (``rl_loop.ship.
    indistinguishable_classes``), the replaced weights' local outcomes count too (``inherited``:
    class -> weights version). One step only: the replaced weights' own inherited evidence is
    not passed further down.

@@ -132,6 +132,10 @@ class RoundFigures:
     client_errors: int
     swap_traffic: dict[str, Any] = field(default_factory=dict)
     ope: dict[str, Any] = field(default_factory=dict)  # rl_loop.ope_check, after the refit
+    # rl_loop.release_stage: the round's release (status, who decided, each arm's verdicts on
+    # the requests they could answer differently, the canary's harm) and, in the round of the
+    # injected bad candidate, what made it known worse
+    release: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -246,6 +250,39 @@ def check_targets(
     }
     client_errors = sum(r.client_errors for r in rounds) + swap_failures
     out["zero_failed_client_requests"] = {"failed": client_errors, "met": client_errors == 0}
+    released = [r.release for r in rounds if r.release]
+    if released:
+        out.update(release_targets(released))
+    return out
+
+
+def release_targets(released: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The releases' targets: the canary's harm (share x live's accept minus the candidate's on
+    the requests the arms could answer differently) at most 0.01 in every round that released,
+    and the injected bad candidate rolled back within its round."""
+    harms = [r.get("figures", {}).get("harm") for r in released]
+    measured = [h for h in harms if h is not None]
+    out: dict[str, Any] = {
+        "canary_harm_every_round": {
+            "per_release": harms,
+            "max": max(measured) if measured else None,
+            "met": bool(measured) and max(measured) <= 0.01,
+        },
+        "releases": [
+            {k: r.get(k) for k in ("round", "status", "decided_by", "timed_out", "injected")}
+            for r in released
+        ],
+    }
+    injected = [r for r in released if r.get("injected")]
+    if injected:
+        out["injected_bad_candidate_rolled_back"] = {
+            "status": [r.get("status") for r in injected],
+            "decided_by": [r.get("decided_by") for r in injected],
+            "met": all(
+                r.get("status") == "rolled_back" and r.get("decided_by") == "release-monitor"
+                for r in injected
+            ),
+        }
     return out
 
 

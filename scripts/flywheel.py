@@ -50,6 +50,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field
 from transformers.utils import logging as transformers_logging
 
+from loadtests.ide_client import RunStats
 from rl_loop.agent.sandbox_environment import SandboxEnvironment
 from rl_loop.agent_report import (
     agent_targets,
@@ -59,7 +60,7 @@ from rl_loop.agent_round import AgentGateRound, without_episodes
 from rl_loop.config import LoopConfig
 from rl_loop.evaluate import AnswerCache
 from rl_loop.labels import LABELS_FILE, Labels, with_labels
-from rl_loop.loop import Services, prepare_candidate, ship_candidate
+from rl_loop.loop import Services, prepare_candidate
 from rl_loop.model_registry import record_checkpoint
 from rl_loop.ope_check import round_estimate
 from rl_loop.outcomes import VerdictCache
@@ -71,6 +72,7 @@ from rl_loop.report import (
     window_figures,
     write_report,
 )
+from rl_loop.ship import ship_candidate
 from serving.base_checkpoints import base_training_config, ensure_trained, find_trained
 from serving.build import ensure_demo_model, read_version
 from serving.copy_curriculum import COPY_RECIPE, CopySpec
@@ -88,6 +90,13 @@ REPO = Path(__file__).resolve().parents[1]
 # The sibling modules of this script, also when it runs through runpy (the signal tests).
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from flywheel_agent import AgentWork, AgentWorkload, agent_traffic  # noqa: E402
+from flywheel_release import (  # noqa: E402
+    ReleaseWorkload,
+    drive_for,
+    injected_candidate,
+    release_record,
+    sabotage_family,
+)
 from flywheel_tasks import heldout_items, strict_verify, verify  # noqa: E402
 from flywheel_traffic import Pace, keep_labels, settle, traffic, trickle  # noqa: E402
 
@@ -132,6 +141,7 @@ class Settings(BaseModel):
     frontier_prices: tuple[float, float] = (5.0, 25.0)  # (Opus-class)
     loop: dict[str, Any] = Field(default_factory=dict, description="LoopConfig overrides.")
     agent: AgentWorkload = Field(default_factory=AgentWorkload)
+    release: ReleaseWorkload = Field(default_factory=ReleaseWorkload)
 
 
 PRESETS: dict[str, dict[str, Any]] = {
@@ -139,7 +149,7 @@ PRESETS: dict[str, dict[str, Any]] = {
     "quick": {
         "rounds": 3,
         "tasks_per_round": 500,
-        "replicas": 1,
+        "replicas": 2,
         "client_concurrency": 8,
         "heldout_per_family": 24,
         "loop": {
@@ -148,6 +158,7 @@ PRESETS: dict[str, dict[str, Any]] = {
             "gate": {"max_new_tokens": 80, "record_eval_per_family": 8},
         },
         "agent": {"episodes": 20, "gate": {"episodes": 4, "max_steps": 4, "max_new_tokens": 96}},
+        "release": {"tasks": 1000},
     },
     "smoke": {
         "rounds": 1,
@@ -228,6 +239,8 @@ def gateway_config(run: Path, replicas: list[str], sim_url: str, s: Settings) ->
             },
         },
         "shadow": {"share": s.shadow_share, "target": "local", "max_in_flight": 8},
+        # the release's sequential test promotes as well as rolls back (rl_loop.release_stage)
+        "release": {"auto_promote": s.release.enabled, "margin": s.release.margin},
         "store": {"url": f"sqlite:///{run / 'traffic.db'}", "spool_dir": str(run / "spool")},
         "auth": {"required": False},
     }
@@ -250,8 +263,11 @@ async def run(s: Settings, preset: str, fleet: ProcessFleet) -> dict[str, Any]:
         f"output {run_dir}"
     )
     served = base_model(s.pretrain_steps, s.pretrain_seq_len, s.pretrain_copy)
+    rel = s.release
+    release = {"enabled": rel.enabled, "share": rel.share, "schedule": rel.schedule}
     loop_config = LoopConfig.model_validate(
-        {"work_dir": run_dir, "threads": os.cpu_count(), "seed": s.seed, **s.loop}
+        {"work_dir": run_dir, "threads": os.cpu_count(), "seed": s.seed, "release": release}
+        | s.loop
     )
     token = secrets.token_urlsafe(24)
     replicas = [
@@ -392,6 +408,19 @@ async def rounds(
             log(f"round {r} {decision['text']}")
             if decision["enforced"] and decision["decision"] == "reject":
                 candidate = dataclasses.replace(candidate, passed=False)
+        releasing = s.release.enabled and s.replicas > 1
+        injected: dict[str, Any] = {}
+        if releasing and r == s.release.inject_round:
+            candidate, injected = await asyncio.to_thread(
+                injected_candidate, candidate, sabotage_family(learnable), learnable,
+                loop_config, s.release, heldout, answers,
+            )  # fmt: skip
+            log(f"round {r}: injected {injected['checkpoint']}, held-out accept {injected}")
+        sent: list[RunStats] = []
+        drive = drive_for(
+            services.gateway_url, sim_url, s.release.tasks, 9000 + r + shift, pace, sent
+        )
+        shipped_at = datetime.now(UTC)
         stop = asyncio.Event()
         background = asyncio.create_task(
             trickle(services.gateway_url, sim_url, stop, 7000 + r + shift, swap_pace)
@@ -404,13 +433,21 @@ async def rounds(
                 verify=verify,
                 cache=cache,
                 agent_evidence=agent.gate.step_outcomes if agent.gate is not None else None,
+                drive=drive if releasing else None,
             )
         finally:
             stop.set()
             swap_stats = await background
-            keep_labels(labels, swap_stats, labels_file)
+            for stats in (swap_stats, *sent):
+                keep_labels(labels, stats, labels_file)
         total = swap_stats.total()
-        swap_failures += total.errors
+        swap_failures += total.errors + sum(x.total().errors for x in sent)
+        if "release" in candidate.result.swap:
+            await settle(services.store, shipped_at)
+            figures[-1].release = await release_record(
+                services.store, shipped_at, r, candidate.result.swap["release"], injected, sent
+            )
+            log(f"round {r} release: {figures[-1].release}")
         figures[-1].swap_traffic = {"requests": total.sent, "failed": total.errors}
         policy = f"flywheel-v1+{candidate.result.refit.get('version')}"
         config_path = run_dir / "switchyard.yaml"

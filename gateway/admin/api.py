@@ -74,6 +74,7 @@ from gateway.errors import (
 )
 from gateway.routing.table import Canary
 from router.config import RoutingConfig
+from router.learned import LearnedState
 from traffic.export import export_from_store, summarize
 
 
@@ -100,6 +101,7 @@ async def set_canary(
 ) -> CanaryStarted:
     """A candidate routing decides ``share`` of the requests, on every gateway of the fleet."""
     try:
+        own = LearnedState.from_json(body.learned_state) if body.learned_state else None
         canary = await start_canary(
             request,
             actor,
@@ -107,8 +109,9 @@ async def set_canary(
             body.share,
             body.weights_version,
             tuple(body.schedule),
+            own,
         )
-    except (ValueError, KeyError) as exc:
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:  # a malformed state too
         raise InvalidRequestError(f"invalid canary: {exc}") from exc
     current = state.routing.policy.version
     return CanaryStarted(canary=canary.policy.version, share=canary.share, current=current)

@@ -83,6 +83,12 @@ class CanaryRequest(BaseModel):
     routing: RoutingConfig
     share: float = Field(ge=0, le=1)
     weights_version: str | None = Field(default=None, min_length=1, max_length=200)
+    learned_state: dict[str, Any] | None = Field(
+        default=None,
+        description="The candidate's own fitted scorer state (as rl_loop.refit writes it), for "
+        "a release whose routing was fitted for its weights; absent: the live state, or the "
+        "state file its routing names.",
+    )
     schedule: list[float] = Field(
         default_factory=list,
         max_length=10,

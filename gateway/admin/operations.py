@@ -33,7 +33,7 @@ from gateway.routing.table import Canary, build_policy, read_learned_state
 from gateway.state import GatewayState
 from router.config import RoutingConfig
 from router.errors import PolicyConfigError
-from router.learned import LearnedPolicy
+from router.learned import LearnedPolicy, LearnedState
 from router.policy import RoutingPolicy
 from traffic.store import ApiKeyRecord
 from traffic.store.records import ReleaseRecord
@@ -64,15 +64,19 @@ def recorder(request: Request) -> RecorderHandle:
     return handle
 
 
-async def candidate_policy(state: GatewayState, routing: RoutingConfig) -> RoutingPolicy:
-    """The policy ``routing`` builds against the gateway's targets, with the live learned state
-    or, when it names its own state file, that file's (400 when it cannot be built: unknown
-    targets, an unreadable state file)."""
-    learned = state.decider.learned_state
+async def candidate_policy(
+    state: GatewayState, routing: RoutingConfig, learned_state: LearnedState | None = None
+) -> RoutingPolicy:
+    """The policy ``routing`` builds against the gateway's targets, with ``learned_state`` (a
+    candidate's own fitted state, given inline), else the live learned state or, when it names
+    its own state file, that file's (400 when it cannot be built: unknown targets, an
+    unreadable state file)."""
+    learned = learned_state or state.decider.learned_state
     live = state.config.routing.learned
     candidate = routing.learned
     try:
-        if candidate is not None and candidate.state_file != (live and live.state_file):
+        own_file = candidate is not None and candidate.state_file != (live and live.state_file)
+        if learned_state is None and candidate is not None and own_file:
             # a candidate scorer (its own state file) on a share of live traffic
             learned = await asyncio.to_thread(read_learned_state, candidate)
         return build_policy(state.config, routing, learned)
@@ -87,18 +91,20 @@ async def start_canary(
     share: float,
     weights: str | None = None,
     schedule: tuple[float, ...] = (),
+    learned_state: LearnedState | None = None,
 ) -> Canary:
     """``routing`` decides ``share`` of the requests from now on (see :func:`candidate_policy`);
     ``weights``: the candidate weights version its arm's local answers come from (a release of
     weights and routing together; a replica must already serve it); ``schedule``: the shares
-    of the later stages, each taken when the test finds the candidate not worse (1: promote)."""
+    of the later stages, each taken when the test finds the candidate not worse (1: promote);
+    ``learned_state``: the candidate's own fitted state (the scorer fitted for its weights)."""
     state: GatewayState = request.app.state.switchyard
     if weights is not None and not _replicas_of(state, weights):
         raise InvalidRequestError(f"invalid release: no replica serves weights {weights}")
     if any(b <= a for a, b in zip((share, *schedule), schedule, strict=False)):
         raise InvalidRequestError("invalid release: the schedule's shares must increase")
-    policy = await candidate_policy(state, routing)
-    own = policy.state if isinstance(policy, LearnedPolicy) else None  # its own state file's?
+    policy = await candidate_policy(state, routing, learned_state)
+    own = policy.state if isinstance(policy, LearnedPolicy) else None  # its own state?
     own = own if own is not state.decider.learned_state else None
     canary = await state.reloader.start_canary(  # every gateway's
         routing, share, own, weights=weights, schedule=schedule

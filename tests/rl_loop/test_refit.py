@@ -18,9 +18,9 @@ from rl_loop import refit_cli
 from rl_loop import replay as replay_cli
 from rl_loop.config import RefitConfig
 from rl_loop.evaluate import ItemResult, ModelEval
-from rl_loop.loop import indistinguishable_classes
 from rl_loop.outcomes import Arm, RecordedOutcome, VerdictCache, answer_text
 from rl_loop.refit import fit_state, refit_policy
+from rl_loop.ship import indistinguishable_classes
 from router.chat_text import request_text
 from router.config import LearnedConfig, RoutingConfig
 from router.features import RequestFeatures

@@ -61,7 +61,8 @@ def _changes(db: Path) -> list[tuple[str, str, dict[str, Any]]]:
 
 def _release_row(db: Path) -> tuple[str, str | None, float]:
     with sqlite3.connect(str(db)) as conn:
-        row = conn.execute("SELECT status, candidate_weights, share FROM routing_release").fetchone()
+        query = "SELECT status, candidate_weights, share FROM routing_release"
+        row = conn.execute(query).fetchone()
         return row[0], row[1], row[2]
 
 

@@ -1,0 +1,209 @@
+"""Step 5 as a release: a candidate earns its traffic by evidence, weights and routing together.
+
+    swap      the candidate's weights onto ``canary_replicas`` of the replicas only (the
+              hot-swap: drain, reload, probe, undrain tagged with the candidate's version)
+    routing   the scorer fitted for the candidate's weights (its gate answers, the classes it
+              cannot be told apart on inherited), written beside the round, not served yet
+    canary    ``POST /admin/canary`` with that routing and state inline, the candidate's weights
+              version, ``share`` and the later stages: the gateway's candidate arm routes by the
+              candidate's scorer and answers locally only from the candidate's replicas, live
+              from the others (gateway.routing.decider); users' verdicts on the requests the
+              arms could answer differently feed the sequential test
+              (gateway.routing.release_monitor), which moves it through its stages, promotes
+              it, or rolls it back (worse than live by the margin, or a segment's local accept
+              under the floor) and fences the losing weights' replicas
+    traffic   ``drive`` sends users' requests (the caller's: the flywheel's simulated IDE) until
+              the release ends or ``drive`` runs out of its budget; then the loop rolls it back
+              itself (no evidence is not a pass: fail safe)
+    weights   promoted: the other replicas take the candidate (their swap undrains them);
+              rolled back: the canary replicas go back to the served weights
+
+Every step is in the gateway's change log (the canary and its end by ``release-monitor`` or
+``flywheel``; the swaps by the hot-swap's actor) and in the release table. Afterwards the loop's
+refit (step 6) fits routing for whatever is served, as without a release.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+
+from rl_loop.config import LoopConfig
+from rl_loop.model_registry import record_checkpoint
+from rl_loop.outcomes import verdict_of
+from serving.build import read_version
+from serving.hotswap import HotSwapConfig, SwapReport, publish_weights
+from traffic.store import InferenceFilter, StoreBackend
+from traffic.store.console_queries import release as read_release
+
+log = logging.getLogger(__name__)
+
+# Users' traffic until the event is set (or the caller's own budget runs out).
+Drive = Callable[[asyncio.Event], Coroutine[Any, Any, None]]
+ENDED = frozenset({"promoted", "rolled_back"})
+ACTOR = "flywheel"
+
+
+@dataclass(slots=True)
+class ReleaseOutcome:
+    """What the release did, for the round's report."""
+
+    release_id: str
+    status: str = "not_started"  # promoted | rolled_back | swap_failed | not_started
+    decided_by: str | None = None
+    timed_out: bool = False
+    decision: dict[str, Any] = field(default_factory=dict)
+    swaps: list[dict[str, Any]] = field(default_factory=list)
+    seconds: float = 0.0
+    arms: dict[str, Any] = field(default_factory=dict)  # from the record (release_figures)
+
+    @property
+    def promoted(self) -> bool:
+        return self.status == "promoted"
+
+    def to_json(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in self.__slots__}  # type: ignore[attr-defined]
+
+
+def _swap_json(name: str, report: SwapReport) -> dict[str, Any]:
+    return {
+        "step": name,
+        "ok": report.ok,
+        "rolled_back": report.rolled_back,
+        "replicas": [r.replica for r in report.replicas],
+        "seconds": round(report.seconds, 2),
+    }
+
+
+async def _admin(
+    swap: HotSwapConfig, method: str, path: str, body: dict[str, Any] | None = None
+) -> Any:
+    headers = {"authorization": f"Bearer {swap.admin_token}", "x-switchyard-actor": ACTOR}
+    async with httpx.AsyncClient(timeout=swap.request_timeout_s) as client:
+        response = await client.request(
+            method, swap.gateway_url.rstrip("/") + path, json=body, headers=headers
+        )
+    if response.status_code != 200:
+        raise RuntimeError(f"{method} {path} failed ({response.status_code}): {response.text}")
+    return response.json()
+
+
+async def release_candidate(
+    round_index: int,
+    candidate_dir: Path,
+    served_dir: Path,
+    replicas: tuple[str, ...],
+    candidate_state: Path,
+    store: StoreBackend,
+    swap: HotSwapConfig,
+    config: LoopConfig,
+    drive: Drive,
+) -> ReleaseOutcome:
+    """The release of ``candidate_dir`` (module docstring); ``candidate_state``: the learned
+    state fitted for its weights. Returns what it did; the replicas serve the outcome's winner."""
+    cfg = config.release
+    started = time.perf_counter()
+    version = read_version(candidate_dir).version_id
+    canary, rest = replicas[-cfg.canary_replicas :], replicas[: -cfg.canary_replicas]
+    if not rest:
+        raise ValueError("a release needs more replicas than canary_replicas")
+    outcome = ReleaseOutcome(release_id=f"release-r{round_index}-{version}")
+    await record_checkpoint(store, candidate_dir, "candidate")
+    first = await publish_weights(candidate_dir, served_dir, canary, swap)
+    outcome.swaps.append(_swap_json("canary", first))
+    if not first.ok:
+        outcome.status = "swap_failed"
+        await record_checkpoint(store, candidate_dir, "rejected")
+        return outcome
+    live_routing = await _admin(swap, "GET", "/admin/routing")
+    state = orjson.loads(await asyncio.to_thread(candidate_state.read_bytes))
+    body = {
+        "routing": {**live_routing, "version": outcome.release_id},
+        "share": cfg.share,
+        "schedule": list(cfg.schedule),
+        "weights_version": version,
+        "learned_state": state,
+    }
+    started_canary = await _admin(swap, "POST", "/admin/canary", body)
+    policy_version = str(started_canary["canary"])  # the release table's id
+    stop = asyncio.Event()
+    traffic = asyncio.create_task(drive(stop))
+    record = None
+    try:
+        while not traffic.done():
+            record = await read_release(store, policy_version)
+            if record is not None and record.status in ENDED:
+                break
+            await asyncio.sleep(cfg.poll_s)
+    finally:
+        stop.set()
+        await traffic
+    record = await read_release(store, policy_version)
+    if record is None or record.status not in ENDED:
+        outcome.timed_out = True  # no decision within the traffic: roll back, fail safe
+        await _admin(swap, "DELETE", "/admin/canary")
+        record = await read_release(store, policy_version)
+    if record is not None:
+        outcome.status, outcome.decided_by = record.status, record.decided_by
+        outcome.decision = dict(record.decision)
+    if outcome.promoted:
+        second = await publish_weights(candidate_dir, served_dir, rest, swap)
+        outcome.swaps.append(_swap_json("rest", second))
+        if second.ok:
+            await record_checkpoint(store, served_dir, "retired")
+            await record_checkpoint(store, candidate_dir, "promoted")
+        else:  # the rest still serve the old weights: the candidate is not the served model
+            outcome.status = "swap_failed"
+            back = await publish_weights(served_dir, candidate_dir, canary, swap)
+            outcome.swaps.append(_swap_json("canary_back", back))
+    else:
+        back = await publish_weights(served_dir, candidate_dir, canary, swap)
+        outcome.swaps.append(_swap_json("canary_back", back))
+        await record_checkpoint(store, candidate_dir, "rejected")
+    outcome.seconds = round(time.perf_counter() - started, 1)
+    return outcome
+
+
+async def release_figures(
+    store: StoreBackend, since: datetime, release_id: str, local_target: str
+) -> dict[str, Any]:
+    """Each arm's verdicts on the requests the arms could answer differently (read back from
+    the record), and the canary's harm: the candidate's share times live's accept minus the
+    candidate's there (positive: the candidate cost users accepted answers)."""
+    counts = {"candidate": [0, 0], "live": [0, 0]}  # accepted, judged
+    share = None
+    async for row in store.iter_inferences(InferenceFilter(since=since)):
+        inf = row.inference
+        if inf.release_id is None or not inf.release_id.startswith(release_id):
+            continue
+        if inf.release_arm not in counts or inf.release_p is None:
+            continue
+        other = inf.release_other_target
+        differs = other != inf.route_target or local_target in (other, inf.route_target)
+        verdict = verdict_of(row)
+        if not differs or verdict is None:
+            continue
+        if inf.release_arm == "candidate":
+            share = inf.release_p
+        counts[inf.release_arm][0] += verdict
+        counts[inf.release_arm][1] += 1
+    rates = {arm: (a / n if n else None) for arm, (a, n) in counts.items()}
+    harm = None
+    c, live = rates["candidate"], rates["live"]
+    if c is not None and live is not None and share is not None:
+        harm = round(share * (live - c), 4)
+    return {
+        "arms": {arm: {"accepted": a, "verdicts": n} for arm, (a, n) in counts.items()},
+        "accept": rates,
+        "candidate_share": share,
+        "harm": harm,
+    }

@@ -1,0 +1,165 @@
+"""The flywheel's releases: its settings, the users' traffic a release runs on, and the injected
+bad candidate (issue 23's check that a release catches what a gate let through).
+
+    drive      the simulated IDE's traffic at the round's pace until the release ends or its
+               ``tasks`` are sent (the loop then rolls it back: fail safe); the client keeps
+               its own labels, as in a round
+    injected   in round ``inject_round``, the round's candidate (trained and gated as usual) is
+               replaced by a copy made worse on one learnable family: a few SFT steps on that
+               family's prompts with plausible wrong answers (each task's ``wrong_reply``),
+               beside the other learnable families' reference answers so that only that family
+               suffers. The routing released with it is the one the good candidate's gate
+               would fit (the gate fooled: the case a release exists for). Its held-out accept
+               per family, against the served model's, is what makes it "known worse".
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import Callable, Coroutine
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from flywheel_tasks import strict_verify, verify  # scripts/ is on the path (flywheel.py)
+from flywheel_traffic import Pace, traffic
+from pydantic import BaseModel, ConfigDict, Field, JsonValue
+
+from loadtests.ide_client import RunStats
+from rl_loop.config import LoopConfig
+from rl_loop.datasets import SftExample
+from rl_loop.evaluate import AnswerCache, EvalItem, evaluate_policy
+from rl_loop.loop import Candidate
+from rl_loop.modeling import load_policy, save_checkpoint
+from rl_loop.release_stage import release_figures
+from rl_loop.train import PhaseData, train_candidate
+from serving.build import read_version
+from tasks.ide import FAMILIES
+from traffic.store import StoreBackend
+
+INJECT_SEED_START = 3_000_000  # training-split task seeds no round draws
+
+
+class ReleaseWorkload(BaseModel):
+    """How the flywheel releases its candidates (``rl_loop.release_stage``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    enabled: bool = Field(
+        default=True, description="Release through a canary (needs 2 replicas; else all at once)."
+    )
+    share: float = Field(default=0.5, gt=0, lt=1, description="The candidate arm's first share.")
+    schedule: tuple[float, ...] = Field(default=(1.0,), description="Later stages' shares.")
+    tasks: int = Field(default=600, ge=1, description="IDE tasks a release may run on at most.")
+    margin: float = Field(default=0.1, gt=0, lt=1, description="The test's tolerated loss.")
+    inject_round: int | None = Field(
+        default=1, ge=0, description="The round whose candidate is made worse (None: none)."
+    )
+    inject_examples: int = Field(default=48, ge=1, description="Wrong answers taught.")
+    inject_steps: int = Field(default=60, ge=1, description="SFT steps of the sabotage.")
+
+
+def drive_for(
+    base: str, oracle: str, budget: int, seed: int, pace: Pace, sent: list[RunStats]
+) -> Callable[[asyncio.Event], Coroutine[Any, Any, None]]:
+    """Users' traffic for one release (module docstring); each batch's stats into ``sent``."""
+
+    async def drive(stop: asyncio.Event) -> None:
+        done, k = 0, 0
+        while not stop.is_set() and done < budget:
+            n = min(pace.batch, budget - done)
+            sent.append(await traffic(base, oracle, n, seed * 1000 + k, pace))
+            done, k = done + n, k + 1
+
+    return drive
+
+
+def sabotage_family(learnable: list[str]) -> str:
+    """The family the injected candidate is made worse on: the first learnable one."""
+    return sorted(learnable)[0]
+
+
+def _examples(family: str, learnable: list[str], n: int) -> list[SftExample]:
+    out = []
+    for i in range(n):
+        for name in learnable:
+            task = FAMILIES[name].generate(INJECT_SEED_START + 7919 * i + 3)
+            answer = task.wrong_reply if name == family else task.reference_reply
+            out.append(SftExample(task.messages(), answer))
+    return out
+
+
+def injected_candidate(
+    candidate: Candidate,
+    family: str,
+    learnable: list[str],
+    config: LoopConfig,
+    workload: ReleaseWorkload,
+    heldout: list[EvalItem],
+    answers: AnswerCache,
+) -> tuple[Candidate, dict[str, Any]]:
+    """The round's candidate made worse on ``family`` (module docstring), saved as a new
+    checkpoint; returns it (gate bypassed) and its held-out accept per family against the
+    served model's (blocking: call in a worker thread)."""
+    work = config.work_dir / f"round-{candidate.result.round}" / "injected"
+    policy = load_policy(candidate.candidate_dir, config.device, config.experts_implementation)
+    sft = config.sft.model_copy(
+        update={"steps": workload.inject_steps, "replay_windows": 0, "max_epochs": 1000.0}
+    )
+    rl = config.rl.model_copy(update={"enabled": False})
+    dpo = config.dpo.model_copy(update={"steps": 0})
+    run = config.model_copy(update={"sft": sft, "rl": rl, "dpo": dpo})
+    data = PhaseData(sft=_examples(family, learnable, workload.inject_examples))
+    policy, _ = train_candidate(policy, data, run, work / "train", config.seed)
+    metadata: dict[str, JsonValue] = {
+        "kind": "injected-bad",
+        "family": family,
+        "from": candidate.result.candidate,
+    }
+    bad_dir = save_checkpoint(
+        policy, config.work_dir / "checkpoints", kind=config.checkpoint_kind,
+        seed=config.seed, metadata=metadata,
+    )  # fmt: skip
+    del policy
+    bad = read_version(bad_dir).version_id
+    items = [i for i in heldout if i.tags.get("family") in learnable]
+    evaluated = {}
+    for name, path in (("served", candidate.served_dir), ("injected", bad_dir)):
+        model = load_policy(path, config.device, config.experts_implementation)
+        version = read_version(path).version_id
+        found = evaluate_policy(
+            model, version, items, verify, config.gate, strict_verify, cache=answers
+        )
+        evaluated[name] = found.class_rates()
+    candidate.result.candidate = bad
+    known = {"family": family, "checkpoint": bad, "heldout_accept": evaluated}
+    return dataclasses.replace(candidate, candidate_dir=Path(bad_dir), passed=True), known
+
+
+async def release_record(
+    store: StoreBackend,
+    since: datetime,
+    round_index: int,
+    outcome: dict[str, Any],
+    injected: dict[str, Any],
+    sent: list[RunStats],
+) -> dict[str, Any]:
+    """The round's release as the report keeps it (rl_loop.report.release_targets): what
+    decided it, each arm's verdicts and the canary's harm read back from the record, the
+    users' traffic it ran on, and the injected candidate's evidence where there was one."""
+    figures = await release_figures(store, since, outcome["release_id"], "local")
+    return {
+        "round": round_index,
+        "status": outcome["status"],
+        "decided_by": outcome["decided_by"],
+        "timed_out": outcome["timed_out"],
+        "decision": outcome["decision"],
+        "seconds": outcome["seconds"],
+        "injected": injected or None,
+        "figures": figures,
+        "traffic": {
+            "tasks": sum(x.total().sent for x in sent),
+            "failed": sum(x.total().errors for x in sent),
+        },
+    }
