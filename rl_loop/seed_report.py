@@ -12,8 +12,13 @@ Each input is a run's ``report.json`` (``rl_loop.report.write_report``). Figures
 - ``ope_coverage``: over (seed, round) pairs with an off-policy estimate, the share whose 95%
   interval covers the next round's realised accept rate (target >= 0.9), with the mean
   absolute error of the estimate and of the older replay preview (``rl_loop.ope_check``);
+- ``canary_harm_max``: max over every release of every seed of the candidate's share times
+  live's accept minus the candidate's on the requests the arms could answer differently
+  (target <= 0.01), and ``injected_rolled_back``: whether each seed's injected bad candidate
+  was rolled back by the release monitor within its round;
 - per seed, the cost of the safety: learnable families local by the last round, cost per 1k
-  drop, the first round whose learnable families' local share reaches 0.8, failed requests.
+  drop, the first round whose learnable families' local share reaches 0.8, failed requests,
+  and each release's outcome.
 """
 
 from __future__ import annotations
@@ -34,6 +39,8 @@ def seed_summary(reports: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     agent: list[float] = []
     per_seed: list[dict[str, Any]] = []
     checks: list[dict[str, Any]] = []
+    harms: list[float] = []
+    injected: list[bool] = []
     for report in reports:
         targets = report["targets"]
         rounds = report["rounds"]
@@ -52,6 +59,13 @@ def seed_summary(reports: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         drop = targets["cost_per_1k_drop"]["drop"]
         checked = coverage(rounds)
         checks += checked
+        releases = [r["release"] for r in rounds if r.get("release")]
+        harms += [h for r in releases if (h := r["figures"].get("harm")) is not None]
+        injected += [
+            r["status"] == "rolled_back" and r["decided_by"] == "release-monitor"
+            for r in releases
+            if r.get("injected")
+        ]
         per_seed.append(
             {
                 "seed": report.get("seed"),
@@ -68,6 +82,11 @@ def seed_summary(reports: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
                 "beyond_share_per_round": [r["beyond"].get("local_share") for r in rounds],
                 "agent_ratio_per_round": agent_every.get("ratio_per_round"),
                 "ope": checked,
+                "releases": [
+                    {k: r.get(k) for k in ("round", "status", "decided_by", "timed_out")}
+                    | {"harm": r["figures"].get("harm"), "injected": bool(r.get("injected"))}
+                    for r in releases
+                ],
             }
         )
     cost_met = all(
@@ -86,6 +105,10 @@ def seed_summary(reports: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         "agent_success_ratio_min": min(agent) if agent else None,
         "agent_success_met": bool(agent) and min(agent) >= 0.95,
         "cost_of_safety_met": bool(per_seed) and cost_met,
+        "canary_harm_max": max(harms) if harms else None,
+        "canary_harm_met": bool(harms) and max(harms) <= 0.01,
+        "injected_rolled_back": injected,
+        "injected_met": len(injected) == len(per_seed) and all(injected),
         "ope_pairs": len(checks),
         "ope_coverage": _mean([float(c["covered"]) for c in checks]),
         "ope_coverage_met": bool(checks) and sum(c["covered"] for c in checks) >= 0.9 * len(checks),

@@ -90,6 +90,25 @@ class LearnedState:
     calibration: dict[Segment, SegmentPool] = field(
         default_factory=lambda: {s: SegmentPool() for s in SEGMENTS}
     )
+    _plans: dict[tuple[Segment, Knobs], SegmentPlan] = field(
+        default_factory=dict, repr=False, compare=False
+    )
+
+    def plans(self, config: LearnedConfig) -> dict[Segment, SegmentPlan]:
+        """Each segment's threshold plan under ``config`` (``router.calibration.plan``), built
+        once per knob setting and kept: it takes tens of milliseconds on a large pool, so the
+        reload authority builds it in a worker thread before a policy is swapped in."""
+        scorer = self.scorer
+        out: dict[Segment, SegmentPlan] = {}
+        for segment in SEGMENTS:
+            knobs = Knobs.of(config, segment)
+            found = self._plans.get((segment, knobs))
+            if found is None:
+                pool = self.calibration[segment] if scorer is not None else SegmentPool()
+                f = scorer.frontier.mean() if scorer is not None else 1.0
+                found = self._plans[(segment, knobs)] = plan(pool, f, knobs)
+            out[segment] = found
+        return out
 
     def counts(self, class_key: str, arm: Arm) -> ArmCounts:
         return self.classes.get(class_key, {}).get(arm, ArmCounts())
@@ -190,13 +209,7 @@ class LearnedPolicy:
         self._config = config
         self._state = state
         self._version = f"{rules.version}+{state.version}"
-        scorer = state.scorer
-        self.plans: dict[Segment, SegmentPlan] = {}
-        for segment in SEGMENTS:
-            knobs = Knobs.of(config, segment)
-            pool = state.calibration[segment] if scorer is not None else SegmentPool()
-            f = scorer.frontier.mean() if scorer is not None else 1.0
-            self.plans[segment] = plan(pool, f, knobs)
+        self.plans: dict[Segment, SegmentPlan] = state.plans(config)
 
     @property
     def threshold(self) -> float:

@@ -154,9 +154,13 @@ class Reloader:
                 config = SwitchyardConfig.model_validate({**data, **doc.sections})
             except ValidationError as exc:
                 raise ConfigFileError(f"fleet routing document: {exc}") from exc
-            learned = _learned(doc.learned)
+            # Decoding a fitted state and planning its thresholds take milliseconds to tens of
+            # them on a large calibration pool: in a worker thread, not on the serving loop.
+            learned = await asyncio.to_thread(_learned, doc.learned)
             if learned is None and config.routing.learned is not None:
                 learned = LearnedState("unfitted")
+            if learned is not None and config.routing.learned is not None:
+                await asyncio.to_thread(learned.plans, config.routing.learned)
             tokenizers = self.targets.load_tokenizers(config)
             for tokenizer in tokenizers.values():  # a target it adds hashes from the start
                 await tokenizer.await_load()
@@ -165,7 +169,8 @@ class Reloader:
             snapshot.canary_version != current.canary_version or snapshot.epoch != current.epoch
         )
         if canary_changed:
-            canary = self._canary(snapshot.canary, config or decider.routing.config, learned)
+            base = config or decider.routing.config
+            canary = await asyncio.to_thread(self._canary, snapshot.canary, base, learned)
 
         def commit() -> None:
             routing = decider.routing

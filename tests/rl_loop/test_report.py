@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from rl_loop.report import (
@@ -97,3 +99,43 @@ def test_the_seed_summary_takes_the_worst_round_of_every_seed() -> None:
     assert summary["agent_success_ratio_min"] is None and not summary["agent_success_met"]
     assert [s["accept_ratio_per_round"] for s in summary["per_seed"]][1][1] == round(0.9, 4)
     assert seed_summary([good])["overall_accept_met"] and seed_summary([good])["beyond_share_met"]
+
+
+def test_releases_are_judged_by_their_harm_and_the_injected_candidates_rollback() -> None:
+    def release(
+        round_index: int, status: str, by: str, harm: float, injected: bool
+    ) -> dict[str, Any]:
+        return {
+            "round": round_index,
+            "status": status,
+            "decided_by": by,
+            "timed_out": by == "flywheel",
+            "injected": {"family": "quick"} if injected else None,
+            "figures": {"harm": harm},
+        }
+
+    def report(seed: int, releases: list[dict[str, Any]]) -> dict[str, object]:
+        rounds = [_judged(i, 100, 10) for i in range(len(releases) + 1)]
+        for r, rel in zip(rounds, releases, strict=False):
+            r.release = rel
+        targets = check_targets(rounds, ["quick"], 0.05, 0)
+        return {
+            "seed": seed,
+            "settings": {"exploration_share": 0.05},
+            "rounds": [r.to_json() for r in rounds],
+            "targets": targets,
+        }
+
+    caught = report(0, [release(0, "promoted", "release-monitor", 0.004, False),
+                        release(1, "rolled_back", "release-monitor", 0.03, True)])  # fmt: skip
+    timed_out = report(1, [release(0, "rolled_back", "flywheel", 0.002, True)])
+    targets = caught["targets"]
+    assert isinstance(targets, dict)
+    harm = targets["canary_harm_every_round"]
+    assert harm["max"] == 0.03 and not harm["met"]  # the bad candidate's harm counts too
+    assert targets["injected_bad_candidate_rolled_back"]["met"]
+    summary = seed_summary([caught, timed_out])
+    assert summary["canary_harm_max"] == 0.03 and not summary["canary_harm_met"]
+    # rolled back by the loop at the end of its traffic, not by the test: not caught
+    assert summary["injected_rolled_back"] == [True, False] and not summary["injected_met"]
+    assert [len(s["releases"]) for s in summary["per_seed"]] == [2, 1]

@@ -21,6 +21,7 @@ from starlette.responses import RedirectResponse, Response
 from gateway.access import admin_token
 from gateway.admin import changes, operations
 from gateway.console.flywheel_runs import gate_reports
+from gateway.console.pages.routing import release_view
 from gateway.console.swap_jobs import SwapJob, SwapKind, promote_command
 from gateway.console.web import PREFIX, SECURITY_HEADERS, Ctx
 from gateway.errors import InvalidRequestError, NotFoundError
@@ -81,6 +82,8 @@ async def models_page(ctx: Ctx) -> Response:
         gates=gates,
         on_disk=on_disk,
         local_targets=ctx.local_targets(),
+        canary=ctx.state.decider.canary,
+        release=release_view(ctx),
         **_swap_view(ctx),
     )
 

@@ -157,7 +157,7 @@ async def routing_page(ctx: Ctx) -> Response:
         live=live,
         live_view=_live_view(ctx),
         canary=canary,
-        release=_release_view(ctx),
+        release=release_view(ctx),
         form=form_values(live),
         targets=sorted(ctx.state.config.backends),
         history=history,
@@ -168,7 +168,7 @@ async def routing_page(ctx: Ctx) -> Response:
     )
 
 
-def _release_view(ctx: Ctx) -> dict[str, Any] | None:
+def release_view(ctx: Ctx) -> dict[str, Any] | None:
     """The running canary's sequential test (gateway.routing.release_monitor): each arm's
     accept rate on the requests the arms decided differently, with its anytime-valid band, the
     difference's bounds, and the next decision with its reason."""

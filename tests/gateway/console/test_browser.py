@@ -312,3 +312,26 @@ def test_an_automatic_rollback_shows_in_the_change_log(page: Page, site: Site) -
     page.goto("/ui/history")
     row = page.locator("#changes tr", has_text="release-monitor").first
     assert "routing.rollback" in row.inner_text() and "v1-auto" in row.inner_text()
+
+
+def test_a_release_of_weights_shows_on_the_models_page(page: Page, site: Site) -> None:
+    """A release carrying weights: the models page names the candidate's weights, its share and
+    the test's next decision, and links to where it is decided."""
+    base = site.url
+    bearer = {"authorization": f"Bearer {ADMIN_TOKEN}"}
+    (url,) = site.gw.state.targets.pools()["local"].replicas
+    body = {"target": "local", "replica": url, "weights_version": "ft-release"}
+    httpx.post(base + "/admin/replicas/undrain", json=body, headers=bearer).raise_for_status()
+    routing = site.gw.state.routing.config.routing.model_dump(mode="json")
+    canary = {"routing": {**routing, "version": "v1-weights"}, "share": 0.3}
+    canary["weights_version"] = "ft-release"
+    httpx.post(base + "/admin/canary", json=canary, headers=bearer).raise_for_status()
+    try:
+        page.goto("/ui/models")
+        shown = page.inner_text("#model-release")
+        assert "ft-release" in shown and "30.0%" in shown and "Next decision: continue" in shown
+        page.click("#model-release a")
+        page.wait_for_url("**/ui/routing*")
+        assert "ft-release" in page.inner_text("#canary-state")
+    finally:
+        httpx.delete(base + "/admin/canary", headers=bearer).raise_for_status()
