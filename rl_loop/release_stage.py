@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 import orjson
@@ -43,7 +44,6 @@ from rl_loop.outcomes import verdict_of
 from serving.build import read_version
 from serving.hotswap import HotSwapConfig, SwapReport, publish_weights
 from traffic.store import InferenceFilter, StoreBackend
-from traffic.store.console_queries import release as read_release
 
 log = logging.getLogger(__name__)
 
@@ -135,26 +135,24 @@ async def release_candidate(
     }
     started_canary = await _admin(swap, "POST", "/admin/canary", body)
     policy_version = str(started_canary["canary"])  # the release table's id
+    path = f"/admin/releases/{quote(policy_version, safe='')}"  # the release table's row
     stop = asyncio.Event()
     traffic = asyncio.create_task(drive(stop))
-    record = None
     try:
         while not traffic.done():
-            record = await read_release(store, policy_version)
-            if record is not None and record.status in ENDED:
+            if (await _admin(swap, "GET", path))["status"] in ENDED:
                 break
             await asyncio.sleep(cfg.poll_s)
     finally:
         stop.set()
         await traffic
-    record = await read_release(store, policy_version)
-    if record is None or record.status not in ENDED:
+    record = await _admin(swap, "GET", path)
+    if record["status"] not in ENDED:
         outcome.timed_out = True  # no decision within the traffic: roll back, fail safe
         await _admin(swap, "DELETE", "/admin/canary")
-        record = await read_release(store, policy_version)
-    if record is not None:
-        outcome.status, outcome.decided_by = record.status, record.decided_by
-        outcome.decision = dict(record.decision)
+        record = await _admin(swap, "GET", path)
+    outcome.status, outcome.decided_by = record["status"], record["decided_by"]
+    outcome.decision = dict(record["decision"])
     if outcome.promoted:
         second = await publish_weights(candidate_dir, served_dir, rest, swap)
         outcome.swaps.append(_swap_json("rest", second))

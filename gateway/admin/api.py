@@ -6,6 +6,7 @@ of :mod:`gateway.admin.router` puts them under ``/admin``, behind the admin toke
 - keys: ``POST /keys`` (201; the plaintext once), ``GET /keys``, ``POST /keys/{key_id}/revoke``;
 - canary: ``POST /canary`` (a routing, or weights and routing, release), ``POST
   /canary/pause`` and ``/canary/resume``, ``POST /canary/promote``, ``DELETE /canary`` (roll back);
+  ``GET /releases/{id}`` (the release table's row);
 - replicas: ``POST /replicas/drain``, ``POST /replicas/undrain`` (a weight swap's steps);
 - config: ``POST /reload`` (the config file again), ``GET /routing``, ``GET /backends``;
 - traffic: ``GET /traffic/summary``, ``POST /traffic/export``.
@@ -41,6 +42,7 @@ from gateway.admin.models import (
     ExportRequest,
     KeyList,
     KeyView,
+    ReleaseView,
     Reloaded,
     ReplicaCommand,
     ReplicaDrained,
@@ -68,6 +70,7 @@ from gateway.config import ConfigFileError
 from gateway.errors import (
     MAPPED_ERRORS,
     InvalidRequestError,
+    NotFoundError,
     error_body,
     invalid_request,
     json_error_response,
@@ -76,6 +79,7 @@ from gateway.routing.table import Canary
 from router.config import RoutingConfig
 from router.learned import LearnedState
 from traffic.export import export_from_store, summarize
+from traffic.store.console_queries import release
 
 
 async def create_key(request: Request, actor: Actor, spec: KeyCreate) -> CreatedKey:
@@ -194,6 +198,14 @@ async def reload_config(request: Request, state: AdminState, actor: Actor) -> Re
     return Reloaded(reloaded=True, policy_version=version, reloads=state.decider.reloads)
 
 
+async def release_info(handle: Store, release_id: str) -> ReleaseView:
+    """One release from the release table (404: none recorded by that id)."""
+    found = await release(handle.backend, release_id)
+    if found is None:
+        raise NotFoundError(f"no release {release_id}")
+    return ReleaseView(**{f: getattr(found, f) for f in ReleaseView.model_fields})
+
+
 async def routing_info(state: AdminState) -> RoutingConfig:
     """The live routing config."""
     return state.routing.config.routing
@@ -230,6 +242,7 @@ def add_routes(router: APIRouter) -> None:
     router.add_api_route("/canary/promote", promote_canary, methods=["POST"])
     router.add_api_route("/canary/pause", pause_canary, methods=["POST"])
     router.add_api_route("/canary/resume", resume_canary, methods=["POST"])
+    router.add_api_route("/releases/{release_id}", release_info, methods=["GET"])
     router.add_api_route("/traffic/summary", traffic_summary, methods=["GET"])
     router.add_api_route("/traffic/export", traffic_export, methods=["POST"])
     router.add_api_route("/replicas/drain", drain_replica, methods=["POST"])

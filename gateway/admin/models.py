@@ -200,6 +200,22 @@ class CanaryStaged(BaseModel):
     schedule: list[float] = Field(description="The later stages' shares.")
 
 
+class ReleaseView(BaseModel):
+    """``GET /admin/releases/{id}``: one release as the release table keeps it."""
+
+    id: str
+    status: str = Field(description="running, paused, promoted or rolled_back.")
+    created_at: datetime
+    updated_at: datetime
+    live_version: str
+    live_weights: str | None
+    candidate_weights: str | None
+    share: float
+    schedule: list[float]
+    decided_by: str | None
+    decision: dict[str, Any] = Field(description="Who ended it, why, the test's figures.")
+
+
 class CanaryPromoted(BaseModel):
     promoted: str = Field(description="The policy version now deciding every request.")
 

@@ -20,6 +20,7 @@ import pytest
 from loadtests.bench.sim_gateway import simulator_backends
 from tests.gateway.conftest import store_gateway
 from tests.gateway.routing.test_release_monitor import ADMIN, CHAT, _feedback
+from traffic.store.console_queries import releases
 
 MAX_REQUESTS = 300
 
@@ -94,6 +95,13 @@ def test_each_arm_is_served_by_its_own_weights_and_a_rejected_candidate_is_fence
         assert not pool.replicas[live_replica].drained
         for _ in range(10):
             assert _ask(gw).headers["x-switchyard-replica"] == live_replica
+        (version,) = [r.id for r in gw.call(releases(gw.app.state.recorder.backend))]
+        row = httpx.get(f"{gw.base_url}/admin/releases/{version}", headers=ADMIN).json()
+        assert (row["status"], row["decided_by"], row["candidate_weights"]) == (
+            "rolled_back", "release-monitor", "w2",
+        )  # fmt: skip
+        missing = httpx.get(f"{gw.base_url}/admin/releases/none", headers=ADMIN)
+        assert missing.status_code == 404 and missing.json()["error"]["type"] == "not_found_error"
     finally:
         gw.stop()
     db = tmp_path / "traffic.db"
