@@ -6,7 +6,7 @@
              shadow answers for a share of frontier-served requests, auth off)
     round r  traffic: the simulated IDE sends N tasks of the fixed family mix, posts feedback
              record:  the gateway records every exchange, shadow answer and feedback
-             loop:    rl_loop.loop: datasets -> RL + SFT -> gate -> hot-swap -> refit routing,
+             loop:    rl_loop: datasets -> RL + SFT -> gate -> release or swap -> refit routing,
                       while a trickle of IDE traffic flows through the swap
              agents:  beside the chat mix, a batch of agent episodes (loadtests.agent: mixed
                       task kinds, Chat Completions and Responses, streamed and not) through the
@@ -26,7 +26,9 @@ weights (``rl_loop.agent_evidence``), so the scorer learns where agent steps may
 does the agent distillation when ``loop.agent_distill`` is on (``rl_loop.agent_data``).
 
 Presets: full (default), `FLYWHEEL_QUICK=1` (about 20 minutes on 2 cores), `FLYWHEEL_SMOKE=1`
-(one round on minimal settings, for the test). The task verifier (tasks.ide) is injected
+(one round on minimal settings, for the test). With two replicas each candidate is released as a
+canary decided by users' verdicts (rl_loop.release_stage, scripts/flywheel_release.py);
+`FLYWHEEL_RELEASE=0` swaps every replica at once instead. The task verifier (tasks.ide) is injected
 into the RL loop as a plain callable: the RL loop never imports the task families. SIGTERM or
 SIGINT, at any point, stops every process the run started (`serving.processes.ProcessFleet`).
 """
@@ -476,7 +478,10 @@ def main() -> int:
         quick = "quick" if os.environ.get("FLYWHEEL_QUICK") else "full"
         preset = "smoke" if os.environ.get("FLYWHEEL_SMOKE") else quick
         seed = int(os.environ.get("FLYWHEEL_SEED", "0"))
-        settings = Settings.model_validate({**PRESETS[preset], "seed": seed})
+        # FLYWHEEL_RELEASE=0: every replica swapped at once, routing reloaded for all traffic
+        releasing = os.environ.get("FLYWHEEL_RELEASE", "1") != "0"
+        release = {**PRESETS[preset].get("release", {}), "enabled": releasing}
+        settings = Settings.model_validate({**PRESETS[preset], "seed": seed, "release": release})
         transformers_logging.disable_progress_bar()  # type: ignore[no-untyped-call]
         logging.basicConfig(format="[%(name)s %(asctime)s] %(message)s", datefmt="%H:%M:%S")
         for name in ("rl_loop", "serving.hotswap"):
