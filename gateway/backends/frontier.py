@@ -200,7 +200,7 @@ def clean_response(data: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _clean_chunk(chunk: dict[str, Any]) -> dict[str, Any]:
+def clean_chunk(chunk: dict[str, Any]) -> dict[str, Any]:
     """litellm's stream chunk reduced to OpenAI's ``chat.completion.chunk`` fields."""
     out: dict[str, Any] = {
         "id": chunk.get("id"),
@@ -271,7 +271,7 @@ class LitellmStream:
         worker: WorkerLoop,
         text: bool = False,
     ) -> None:
-        self._clean = _clean_text_chunk if text else _clean_chunk
+        self._clean = _clean_text_chunk if text else clean_chunk
         self._worker = worker
         self._first = first
         self._rest = rest
@@ -335,6 +335,11 @@ class LitellmBackend:
         self._loader = litellm
         self._worker = worker
         self._api_key = os.environ.get(config.api_key_env) if config.api_key_env else None
+
+    @property
+    def loader(self) -> LitellmLoader:
+        """The background import of litellm this back-end calls through."""
+        return self._loader
 
     def _params(self, call: UpstreamCall, stream: bool) -> dict[str, Any]:
         fields = _CHAT_FIELDS if call.endpoint == "chat.completions" else _COMPLETION_FIELDS

@@ -1,15 +1,19 @@
 """The frontier back-end: the client's request passed through where the provider speaks its format.
 
     door \\ provider        OpenAI-compatible             Anthropic
-    OpenAI chat            body as sent (model renamed)   litellm translates
-    OpenAI completions     text-completion models only;   litellm translates
+    OpenAI chat            body as sent (model renamed)   litellm's classes translate
+    OpenAI completions     text-completion models only;   litellm (acompletion)
                            chat models: litellm
-    Responses              OpenAI: the client's own body, litellm translates
-                           the answer as it came (native);
+    Responses              OpenAI: the client's own body, litellm's classes translate
+                           the answer as it came (native);  the door's chat body
                            others: the translated chat body
     Messages (-> chat)     the translated chat body       the client's own body, and the answer
                                                           in Anthropic's format (native)
 
+A chat body to Anthropic is translated by litellm's own transformation classes and sent by the
+same direct POST (:mod:`gateway.backends.anthropic_translate`; ``translation: acompletion`` on
+the target, or a request whose ``http://`` image litellm would fetch, goes through
+``litellm.acompletion`` instead); the record's tag ``note.translation`` says which path served it.
 A direct call is one POST on the gateway's aiohttp session, the answer's bytes relayed as they
 come (:mod:`gateway.backends.relay`): no per-call wrapper, no per-chunk objects. The Messages door
 to Anthropic sends the client's body unchanged apart from ``model``: thinking blocks with their
@@ -33,13 +37,15 @@ the input is passed back with its status.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any, Final, NamedTuple
 
 import aiohttp
 import orjson
 
+from gateway.backends.anthropic_translate import AnswerState, AnthropicTranslator, translatable
 from gateway.backends.base import UpstreamCall, UpstreamResult, UpstreamStream, Usage
 from gateway.backends.frontier import LitellmBackend
 from gateway.backends.provider_routes import FORWARDED_HEADERS, ProviderRoute, ProviderWire
@@ -61,6 +67,7 @@ from gateway.wire.reasoning import reconcile_reasoning
 log = logging.getLogger(__name__)
 
 _JSON = {"Content-Type": "application/json"}
+LARGE_CONVERSATION: Final = 200  # messages: translated in a worker thread beyond this
 # A native answer's usage in chat completions' shape, by the provider's wire format.
 _NATIVE_USAGE: dict[ProviderWire, Callable[[Any], dict[str, Any] | None]] = {
     "anthropic": usage_as_openai,
@@ -70,13 +77,21 @@ _NATIVE_USAGE: dict[ProviderWire, Callable[[Any], dict[str, Any] | None]] = {
 
 class _Direct(NamedTuple):
     """A direct call: where, what, with which headers; whether the provider speaks the door's
-    own format (``native``), and what was changed in the client's body for it (``notes``)."""
+    own format (``native``), and what was changed in the client's body for it (``notes``);
+    ``translated``: a chat body sent to Anthropic through litellm's classes, and what reading
+    its answer needs."""
 
     url: str
     payload: bytes
     headers: dict[str, str]
     native: bool
     notes: dict[str, str]
+    translated: AnswerState | None = None
+
+
+# The record's note of how a chat body reached Anthropic (tag ``note.translation``).
+TRANSLATED_BY_CLASSES: Final = {"translation": "litellm-transforms"}
+TRANSLATED_BY_ACOMPLETION: Final = {"translation": "litellm-acompletion"}
 
 
 class PassThroughBackend:
@@ -102,15 +117,46 @@ class PassThroughBackend:
         self._timeouts = answer_timeouts(config)
         # None once the provider showed it has no Responses API (see _no_such_path).
         self._responses_url = route.responses_url
+        self._translator: AnthropicTranslator | None = None  # built once litellm is loaded
 
-    def _direct(self, call: UpstreamCall) -> _Direct | None:
-        """The direct call to make; None: litellm's."""
-        route = self.route
+    def _headers_for(self, call: UpstreamCall) -> dict[str, str]:
         headers = self._headers
         if call.client_headers:
             sent = {k: v for k, v in call.client_headers.items() if k in self._forwarded}
             if sent:
                 headers = {**headers, **sent}
+        return headers
+
+    def _translates(self, call: UpstreamCall) -> bool:
+        """A chat body to Anthropic, sent through litellm's transformation classes (not the
+        Messages door's own body, and not a request litellm would have to fetch for)."""
+        return (
+            self.route.wire == "anthropic"
+            and self.config.translation == "transforms"
+            and call.endpoint == "chat.completions"
+            and call.wire_format != "anthropic.messages"
+            and bool(self.route.chat_url)
+            and translatable(call.body)
+        )
+
+    async def _translated(self, call: UpstreamCall, stream: bool) -> _Direct:
+        translator = self._translator
+        if translator is None:
+            lm = await self._fallback.loader.get()
+            translator = self._translator = AnthropicTranslator(lm, self.name, self.route.model)
+        body = {**call.body, "stream": stream}
+        if len(body.get("messages") or ()) > LARGE_CONVERSATION:  # ~8 ms per 1,000 messages
+            data, extra, state = await asyncio.to_thread(translator.request, body)
+        else:
+            data, extra, state = translator.request(body)
+        headers = {**self._headers_for(call), **extra}
+        payload = orjson.dumps(data)
+        return _Direct(self.route.chat_url, payload, headers, False, TRANSLATED_BY_CLASSES, state)
+
+    def _direct(self, call: UpstreamCall) -> _Direct | None:
+        """The direct call to make; None: litellm's."""
+        route = self.route
+        headers = self._headers_for(call)
         if route.wire == "anthropic":
             if call.wire_format != "anthropic.messages" or call.client_body is None:
                 return None
@@ -181,6 +227,9 @@ class PassThroughBackend:
 
     async def _call(self, call: UpstreamCall, stream: bool) -> tuple[_Direct, Any] | None:
         """The direct call made and the provider's 200 answer; None: litellm's call to make."""
+        if self._translates(call):
+            translated = await self._translated(call, stream)
+            return translated, await self._post(translated, stream)
         direct = self._direct(call)
         if direct is None:
             return None
@@ -193,10 +242,17 @@ class PassThroughBackend:
     async def complete(self, call: UpstreamCall) -> UpstreamResult:
         made = await self._call(call, stream=False)
         if made is None:
-            return await self._fallback.complete(call)
+            result = await self._fallback.complete(call)
+            if self.route.wire == "anthropic":
+                result.notes = {**result.notes, **TRANSLATED_BY_ACOMPLETION}
+            return result
         direct, resp = made
         native, notes = direct.native, direct.notes
         body, parsed = await read_json_answer(resp, self.name, self.route.provider)
+        if direct.translated is not None:
+            assert self._translator is not None  # built by _translated
+            parsed = self._translator.answer(parsed, direct.translated)
+            body = orjson.dumps(parsed)
         asked = _asked_model(call) if native and self.route.wire == "anthropic" else None
         served = parsed.get("model")
         if asked is not None and isinstance(served, str) and served != asked:  # renamed
@@ -213,11 +269,17 @@ class PassThroughBackend:
     async def open_stream(self, call: UpstreamCall) -> UpstreamStream:
         made = await self._call(call, stream=True)
         if made is None:
-            return await self._fallback.open_stream(call)
+            stream = await self._fallback.open_stream(call)
+            if self.route.wire == "anthropic":
+                stream.outcome.notes.update(TRANSLATED_BY_ACOMPLETION)
+            return stream
         direct, resp = made
         native, notes = direct.native, direct.notes
         watcher: EventWatcher
-        if not native:
+        if direct.translated is not None:
+            assert self._translator is not None  # built by _translated
+            watcher = self._translator.watcher(direct.translated, not call.client_wants_usage)
+        elif not native:
             watcher = OpenAIWatcher(strip_usage=not call.client_wants_usage)
         elif self.route.wire == "anthropic":
             watcher = AnthropicWatcher(_asked_model(call))

@@ -78,16 +78,18 @@ def test_every_round_is_judged_not_only_the_last() -> None:
     assert beyond_bound(0.05, 200) == pytest.approx(0.05 + 3 * (0.05 * 0.95 / 200) ** 0.5)
 
 
-def test_the_seed_summary_takes_the_worst_round_of_every_seed() -> None:
-    def report(seed: int, rounds: list[RoundFigures]) -> dict[str, object]:
-        targets = check_targets(rounds, ["quick"], 0.05, 0)
-        return {
-            "seed": seed,
-            "settings": {"exploration_share": 0.05},
-            "rounds": [r.to_json() for r in rounds],
-            "targets": targets,
-        }
+def _report(seed: int, rounds: list[RoundFigures]) -> dict[str, object]:
+    """A run's report.json as the seed summary reads it."""
+    return {
+        "seed": seed,
+        "settings": {"exploration_share": 0.05},
+        "rounds": [r.to_json() for r in rounds],
+        "targets": check_targets(rounds, ["quick"], 0.05, 0),
+    }
 
+
+def test_the_seed_summary_takes_the_worst_round_of_every_seed() -> None:
+    report = _report
     good = report(0, [_judged(0, 100, 10), _judged(1, 100, 10)])
     dip = report(1, [_judged(0, 100, 10), _judged(1, 70, 40), _judged(2, 100, 10)])
     summary = seed_summary([good, dip])
@@ -118,13 +120,7 @@ def test_releases_are_judged_by_their_harm_and_the_injected_candidates_rollback(
         rounds = [_judged(i, 100, 10) for i in range(len(releases) + 1)]
         for r, rel in zip(rounds, releases, strict=False):
             r.release = rel
-        targets = check_targets(rounds, ["quick"], 0.05, 0)
-        return {
-            "seed": seed,
-            "settings": {"exploration_share": 0.05},
-            "rounds": [r.to_json() for r in rounds],
-            "targets": targets,
-        }
+        return _report(seed, rounds)
 
     caught = report(0, [release(0, "promoted", "release-monitor", 0.004, False),
                         release(1, "rolled_back", "release-monitor", 0.03, True)])  # fmt: skip
