@@ -72,6 +72,12 @@ class AnthropicTranslator:
         (beta features), and what its answer's reading needs. A body Anthropic cannot be asked
         (litellm refuses it) is the client's 400."""
         params = {k: v for k, v in body.items() if k in self._supported}
+        # OpenAI's `developer` role is the system prompt to every other provider; litellm maps
+        # it in acompletion's common path, which this one skips.
+        messages: Any = [  # litellm types them as its TypedDicts: the door validated them
+            {**m, "role": "system"} if m.get("role") == "developer" else m
+            for m in body.get("messages") or []
+        ]
         try:
             optional = self._config.map_openai_params(params, {}, self._model, True)
             json_mode = bool(optional.pop("json_mode", False))
@@ -79,7 +85,7 @@ class AnthropicTranslator:
             headers: dict[str, str] = {}
             data = self._config.transform_request(
                 model=self._model,
-                messages=list(body.get("messages") or []),
+                messages=messages,
                 optional_params=optional,
                 litellm_params=litellm_params,
                 headers=headers,
