@@ -22,6 +22,7 @@ COLOURS: Final = MappingProxyType(
         "switchyard": "#1f77b4",
         "frontier_openai": "#2ca02c",
         "frontier_anthropic": "#9467bd",
+        "translated_anthropic": "#17becf",
         "litellm": "#d62728",
     }
 )

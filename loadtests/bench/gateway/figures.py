@@ -78,6 +78,10 @@ def _targets() -> tuple[Target, ...]:
     for system in FRONTIER_SYSTEMS.values():
         found.append(Target(f"cpu_us_per_extra_chunk.{system}", 15.0, True, "us"))
     found.append(Target("frontier_stream_vs_litellm.openai", 20.0, False, "x"))
+    # issue 45: a cross-format call through litellm's classes, against its whole proxy
+    found.append(Target("translated_cpu_ms_per_request.unary", 1.5, True, "ms"))
+    found.append(Target("translated_cpu_ms_per_request.stream", 2.0, True, "ms"))
+    found.append(Target("translated_stream_vs_litellm", 20.0, False, "x"))
     for spec in SYSTEM_SPECS.values():
         if spec.recording_of is not None:
             for mode in RECORDING_MODES:
@@ -208,6 +212,12 @@ def headline(
             wire: _ratio(find(rows, system, "stream"), litellm_stream)
             for wire, system in FRONTIER_SYSTEMS.items()
         },
+        "translated_cpu_ms_per_request": {
+            mode: _cpu(find(rows, "translated_anthropic", mode)) for mode in ("unary", "stream")
+        },
+        "translated_stream_vs_litellm": _ratio(
+            find(rows, "translated_anthropic", "stream"), litellm_stream
+        ),
         "recording_on_off": {
             spec.recording_of: {
                 mode: _median_ratio(

@@ -20,6 +20,9 @@ simulator:
 - ``frontier_anthropic``, ``frontier_anthropic_rec``: the frontier path to an Anthropic-format
   upstream (``anthropic/<model>`` at ``<sim>``) through the gateway's Anthropic door
   ``/v1/messages``, off and on;
+- ``translated_anthropic``, ``translated_anthropic_rec``: the chat door to the Anthropic-format
+  upstream, translated by litellm's own classes (gateway.backends.anthropic_translate), off and
+  on;
 - ``litellm``: the LiteLLM proxy (one worker, master key, no database, retries off), OpenAI
   format only (the like-for-like comparison for ``frontier_openai``).
 
@@ -51,6 +54,8 @@ SystemName = Literal[
     "frontier_openai_rec",
     "frontier_anthropic",
     "frontier_anthropic_rec",
+    "translated_anthropic",
+    "translated_anthropic_rec",
     "litellm",
 ]
 ServerName = Literal[
@@ -147,6 +152,23 @@ SYSTEM_SPECS: Final = MappingProxyType(
             "frontier",
             "direct_anthropic",
             recording_of="frontier_anthropic",
+        ),
+        "translated_anthropic": SystemSpec(
+            "Switchyard chat -> Anthropic (litellm's classes)",
+            "frontier",
+            "openai",
+            FRONTIER_ANTHROPIC_MODEL,
+            "frontier",
+            "direct_anthropic",
+        ),
+        "translated_anthropic_rec": SystemSpec(
+            "Switchyard chat -> Anthropic (litellm's classes) +rec",
+            "frontier_rec",
+            "openai",
+            FRONTIER_ANTHROPIC_MODEL,
+            "frontier",
+            "direct_anthropic",
+            recording_of="translated_anthropic",
         ),
         "litellm": SystemSpec(
             "LiteLLM proxy", "litellm", "openai", FRONTIER_OPENAI_MODEL, "proxy", "direct"
