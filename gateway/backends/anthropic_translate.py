@@ -26,7 +26,6 @@ from __future__ import annotations
 from types import ModuleType
 from typing import Any, NamedTuple
 
-import httpx
 import orjson
 
 from gateway.backends.base import StreamOutcome
@@ -55,6 +54,7 @@ class AnthropicTranslator:
 
     def __init__(self, litellm: ModuleType, name: str, model: str) -> None:
         del litellm  # imported by the loader: the submodules below are loaded with it
+        import httpx  # litellm's own dependency; not imported at the gateway's start-up
         from litellm.llms.anthropic.chat.handler import ModelResponseIterator
         from litellm.llms.anthropic.chat.transformation import AnthropicConfig
         from litellm.types.utils import ModelResponse
@@ -111,7 +111,9 @@ class AnthropicTranslator:
             )
         except Exception as exc:
             raise UpstreamError(
-                f"{self.name}: Anthropic's answer could not be read: {exc}", backend=self.name
+                f"{self.name}: the provider's answer could not be read ({type(exc).__name__}: "
+                f"{exc})",
+                backend=self.name,
             ) from exc
         return clean_response(response.model_dump())
 
