@@ -169,3 +169,44 @@ def test_a_tool_name_anthropic_refuses_is_renamed_there_and_back() -> None:
     }
     (call,) = translator.answer(answer, state)["choices"][0]["message"]["tool_calls"]
     assert call["function"]["name"] == "mcp/fs.read"
+
+
+def test_text_deltas_built_by_hand_match_litellms_parser() -> None:
+    import litellm
+
+    from gateway.backends.anthropic_translate import AnswerState
+    from gateway.backends.base import StreamOutcome
+
+    events: list[dict[str, Any]] = [
+        {"type": "message_start", "message": {
+            "id": "msg_1", "type": "message", "role": "assistant", "model": "claude-haiku-4-5",
+            "content": [], "stop_reason": None, "usage": {"input_tokens": 5, "output_tokens": 1},
+        }},
+        {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
+        *[{"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": t}}
+          for t in ("Hel", "", "lo \u00e9", " world")],
+        {"type": "content_block_stop", "index": 0},
+        {"type": "message_delta", "delta": {"stop_reason": "end_turn"},
+         "usage": {"output_tokens": 4}},
+        {"type": "message_stop"},
+    ]  # fmt: skip
+    block = b"".join(
+        b"event: " + e["type"].encode() + b"\ndata: " + json.dumps(e).encode() + b"\n\n"
+        for e in events
+    )
+    translator = AnthropicTranslator(litellm, "t", "anthropic/claude-haiku-4-5")
+
+    def relayed(fast: bool) -> list[Any]:
+        watcher = translator.watcher(AnswerState(False, None), strip_usage=False)
+        watcher._text_fast = fast
+        outcome = StreamOutcome()
+        out = watcher.watch(block, outcome)
+        assert outcome.completed and outcome.usage.completion_tokens == 4
+        lines = [ln[6:] for ln in out.split(b"\n\n") if ln.startswith(b"data: {")]
+        return [{k: v for k, v in json.loads(ln).items() if k not in ("id", "created")}
+                for ln in lines]  # fmt: skip
+
+    fast, parsed = relayed(True), relayed(False)
+    assert fast == parsed
+    text = "".join(c["choices"][0]["delta"].get("content", "") for c in fast if c["choices"])
+    assert text == "Hello \u00e9 world"
