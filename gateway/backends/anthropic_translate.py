@@ -15,7 +15,8 @@ against about 0.3 ms a request, 0.3 ms an answer and 30-66 us an event through t
 (docs/notes/issue45-research.md, measured on litellm 1.106). Hand-written here: only the
 stream's finishing (the first chunk's role, empty chunks dropped, usage held to one last chunk
 when the client asked for it, ``[DONE]``), which litellm does in its stream wrapper, and the
-chunk of a plain text delta, the bulk of a stream (:meth:`ChatFromAnthropicWatcher._text_delta`).
+chunks of a plain text delta and of the stop reason, most of a stream's cost
+(:meth:`ChatFromAnthropicWatcher._built`).
 
 ``AnthropicConfig`` is built without arguments: arguments set class-level defaults that every
 later request of every target would carry. A request whose ``http://`` image litellm would fetch
@@ -56,6 +57,7 @@ class AnthropicTranslator:
     def __init__(self, litellm: ModuleType, name: str, model: str) -> None:
         del litellm  # imported by the loader: the submodules below are loaded with it
         import httpx  # litellm's own dependency; not imported at the gateway's start-up
+        from litellm.litellm_core_utils.core_helpers import map_finish_reason
         from litellm.llms.anthropic.chat.handler import ModelResponseIterator
         from litellm.llms.anthropic.chat.transformation import AnthropicConfig
         from litellm.types.utils import ModelResponse
@@ -66,6 +68,7 @@ class AnthropicTranslator:
         self._supported = frozenset(self._config.get_supported_openai_params(self._model))
         self._iterator = ModelResponseIterator
         self._response = ModelResponse
+        self._finish_reason: Any = map_finish_reason  # Anthropic's stop reason, as OpenAI's
         self._raw = httpx.Response(200)  # transform_parsed_response reads only its headers
 
     def request(self, body: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str], AnswerState]:
@@ -127,25 +130,28 @@ class AnthropicTranslator:
         )
         # json_mode: the answer's text comes as a forced tool's input, which the parser turns
         # into text deltas; every event goes through it then.
-        return ChatFromAnthropicWatcher(parser, strip_usage, text_fast=not state.json_mode)
+        fast = None if state.json_mode else self._finish_reason
+        return ChatFromAnthropicWatcher(parser, strip_usage, fast)
 
 
 class ChatFromAnthropicWatcher:
     """Anthropic's events in, OpenAI's chunks out. Usage, completion and error events are read
     by :class:`~gateway.backends.relay.AnthropicWatcher` (one reading of that format: an
-    opening error still becomes the provider's HTTP refusal); each event it lets through is
-    translated by litellm's parser."""
+    opening error still becomes the provider's HTTP refusal, and the usage chunk is the one
+    the native path records); each event it lets through is translated by litellm's parser,
+    but for the two that make most of a stream's cost: a plain text delta, and the stop reason
+    (mapped by litellm's ``map_finish_reason``, given as ``fast``; None: every event parsed,
+    as for ``json_mode``, where the parser turns a forced tool's input into text)."""
 
-    __slots__ = ("_first", "_head", "_native", "_parser", "_strip_usage", "_text_fast", "_usage")
+    __slots__ = ("_fast", "_first", "_head", "_native", "_parser", "_strip_usage")
 
-    def __init__(self, parser: Any, strip_usage: bool, text_fast: bool = True) -> None:
+    def __init__(self, parser: Any, strip_usage: bool, fast: Any = None) -> None:
         self._native = AnthropicWatcher()
         self._parser = parser
         self._strip_usage = strip_usage
         self._first = True
-        self._usage: dict[str, Any] | None = None
         self._head: dict[str, Any] | None = None  # the last parsed chunk's id, model, created
-        self._text_fast = text_fast
+        self._fast = fast
 
     def watch(self, block: bytes, outcome: StreamOutcome) -> bytes:
         passed = self._native.watch(block, outcome)  # up to an error event, if any
@@ -156,44 +162,49 @@ class ChatFromAnthropicWatcher:
                 continue
             try:
                 data = orjson.loads(event[at + 5 :])
-                text = self._text_delta(data)
-                if text is not None:  # the bulk of a stream: built here, not by the parser
-                    if text:
-                        out.append(self._text_chunk(text))
+                built = self._built(data)
+                if built is not None:  # the bulk of a stream: built here, not by the parser
+                    if built:
+                        out.append(built)
                     continue
                 chunk = clean_chunk(self._parser.chunk_parser(data).model_dump())
             except Exception as exc:  # an event litellm cannot read: the stream is broken
                 outcome.error = f"upstream stream error: unreadable event ({exc})"
                 break
-            usage = chunk.pop("usage", None)
-            if usage:
-                self._usage = usage
+            chunk.pop("usage", None)  # the native watcher's reading is the one sent
             self._head = {k: v for k, v in chunk.items() if k != "choices"}
             self._finish(chunk, out)
             if isinstance(data, dict) and data.get("type") == "message_stop":
-                if not self._strip_usage and self._usage:
-                    tail = {**chunk, "choices": [], "usage": self._usage}
+                usage = self._native.usage
+                if not self._strip_usage and usage:
+                    tail = {**chunk, "choices": [], "usage": usage}
                     out.append(b"data: " + orjson.dumps(tail) + b"\n\n")
                 out.append(b"data: [DONE]\n\n")
         return b"".join(out)
 
-    def _text_delta(self, data: Any) -> str | None:
-        """A plain text delta's text, once a parsed chunk gave the stream's id (None: any
-        other event, which litellm's parser reads). Measured: 26 us an event through the
-        parser and its pydantic chunk, about 3 us built here; a text delta is one line of
-        Anthropic's format, and the tests hold both readings to the same chunks."""
-        if not self._text_fast or self._head is None or self._first:
+    def _built(self, data: Any) -> bytes | None:
+        """The chunk of a plain text delta or of the stop reason, built here once a parsed
+        chunk gave the stream's id (b"": an empty text, nothing to send; None: an event for
+        litellm's parser). Measured: 26 us a text delta through the parser and its pydantic
+        chunk, about 250 us its ``message_delta`` (its usage step builds an ``AnthropicConfig``),
+        about 3 us each built here; the tests hold both readings to the same chunks."""
+        if self._fast is None or self._head is None or self._first or not isinstance(data, dict):
             return None
-        if not isinstance(data, dict) or data.get("type") != "content_block_delta":
+        kind, delta = data.get("type"), data.get("delta")
+        if not isinstance(delta, dict):
             return None
-        delta = data.get("delta")
-        if not isinstance(delta, dict) or delta.get("type") != "text_delta":
-            return None
-        text = delta.get("text")
-        return text if isinstance(text, str) else None
+        if kind == "content_block_delta" and delta.get("type") == "text_delta":
+            text = delta.get("text")
+            if not isinstance(text, str):
+                return None
+            return self._chunk({"content": text}, None) if text else b""
+        if kind == "message_delta":
+            stop = delta.get("stop_reason")
+            return self._chunk({}, self._fast(stop if isinstance(stop, str) and stop else "stop"))
+        return None
 
-    def _text_chunk(self, text: str) -> bytes:
-        choice = {"index": 0, "delta": {"content": text}, "logprobs": None, "finish_reason": None}
+    def _chunk(self, delta: dict[str, Any], finish: str | None) -> bytes:
+        choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
         return b"data: " + orjson.dumps({**(self._head or {}), "choices": [choice]}) + b"\n\n"
 
     def _finish(self, chunk: dict[str, Any], out: list[bytes]) -> None:

@@ -89,6 +89,11 @@ class AnthropicWatcher:
         self._model = model  # the name message_start gives the model (None: the provider's)
         self._usage: dict[str, Any] = {}
 
+    @property
+    def usage(self) -> dict[str, Any] | None:
+        """The usage read so far, in chat completions' shape (None: none yet)."""
+        return usage_as_openai(self._usage) if self._usage else None
+
     def watch(self, block: bytes, outcome: StreamOutcome) -> bytes:
         if _USAGE_EVENTS.named_in(block):
             for data in _USAGE_EVENTS(block):

@@ -198,7 +198,8 @@ def test_text_deltas_built_by_hand_match_litellms_parser() -> None:
 
     def relayed(fast: bool) -> list[Any]:
         watcher = translator.watcher(AnswerState(False, None), strip_usage=False)
-        watcher._text_fast = fast
+        if not fast:
+            watcher._fast = None
         outcome = StreamOutcome()
         out = watcher.watch(block, outcome)
         assert outcome.completed and outcome.usage.completion_tokens == 4
