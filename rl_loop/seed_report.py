@@ -27,7 +27,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from rl_loop.ope_check import coverage
-from rl_loop.report import beyond_bound
+from rl_loop.report import beyond_bound, caught
 
 LEARNED_SHARE = 0.8  # a learnable family counts as gone local from this local share on
 
@@ -61,11 +61,7 @@ def seed_summary(reports: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         checks += checked
         releases = [r["release"] for r in rounds if r.get("release")]
         harms += [h for r in releases if (h := r["figures"].get("harm")) is not None]
-        injected += [
-            r["status"] == "rolled_back" and r["decided_by"] == "release-monitor"
-            for r in releases
-            if r.get("injected")
-        ]
+        injected += [caught(r) for r in releases if r.get("injected")]
         per_seed.append(
             {
                 "seed": report.get("seed"),

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import Callable, Coroutine
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -32,7 +31,7 @@ from rl_loop.datasets import SftExample
 from rl_loop.evaluate import AnswerCache, EvalItem, evaluate_policy
 from rl_loop.loop import Candidate
 from rl_loop.modeling import load_policy, save_checkpoint
-from rl_loop.release_stage import release_figures
+from rl_loop.release_stage import Drive, release_figures
 from rl_loop.train import PhaseData, train_candidate
 from serving.build import read_version
 from tasks.ide import FAMILIES
@@ -62,7 +61,7 @@ class ReleaseWorkload(BaseModel):
 
 def drive_for(
     base: str, oracle: str, budget: int, seed: int, pace: Pace, sent: list[RunStats]
-) -> Callable[[asyncio.Event], Coroutine[Any, Any, None]]:
+) -> Drive:
     """Users' traffic for one release (module docstring); each batch's stats into ``sent``."""
 
     async def drive(stop: asyncio.Event) -> None:

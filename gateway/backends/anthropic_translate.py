@@ -48,7 +48,14 @@ class AnswerState(NamedTuple):
 def translatable(body: dict[str, Any]) -> bool:
     """Whether the transformation runs without I/O: no ``http://`` image (litellm downloads
     those inside ``transform_request``, blocking)."""
-    return b'"http://' not in orjson.dumps(body.get("messages"))
+    for message in body.get("messages") or ():
+        content = message.get("content") if isinstance(message, dict) else None
+        for part in content if isinstance(content, list) else ():
+            image = part.get("image_url") if isinstance(part, dict) else None
+            url = image.get("url") if isinstance(image, dict) else image
+            if isinstance(url, str) and url.startswith("http://"):
+                return False
+    return True
 
 
 class AnthropicTranslator:

@@ -74,26 +74,17 @@ class Decider:
         if canary.weights is not None and not differs:
             backend = view.routing.backends.get(live.target)
             differs = backend is not None and backend.kind == "vllm"
-        release, weights = canary.routing.version, canary.weights
         share = 0.0 if canary.paused else canary.share
-        if unit_hash(features.request_id or "", "canary") < share:
-            return replace(
-                candidate,
-                release_arm="candidate",
-                release_p=share,
-                release_other=live.target,
-                release_differs=differs,
-                release_id=release,
-                release_weights=weights,
-            )
+        on_candidate = unit_hash(features.request_id or "", "canary") < share
+        chosen, other = (candidate, live) if on_candidate else (live, candidate)
         return replace(
-            live,
-            release_arm="live",
-            release_p=1.0 - share,
-            release_other=candidate.target,
+            chosen,
+            release_id=canary.routing.version,
+            release_arm="candidate" if on_candidate else "live",
+            release_p=share if on_candidate else 1.0 - share,
+            release_other=other.target,
+            release_weights=canary.weights,
             release_differs=differs,
-            release_id=release,
-            release_weights=weights,
         )
 
     def swap(self, view: RoutingView, learned_state: LearnedState | None) -> None:

@@ -85,8 +85,10 @@ class ReleaseMonitor:
         if not self.config.enabled or release is None or not decision.release_differs:
             return
         candidate = decision.release_arm == "candidate"
-        share = p if candidate else 1.0 - p if p is not None else None
-        if share is None or not 0 < share < 1:  # a paused release assigns no one to it
+        if p is None:
+            return
+        share = p if candidate else 1.0 - p  # the candidate arm's share
+        if not 0 < share < 1:  # a paused release assigns no one to it
             return
         guarded = local and decision.kind != "learned_explore"
         pending = self._pending

@@ -211,3 +211,15 @@ def test_text_deltas_built_by_hand_match_litellms_parser() -> None:
     assert fast == parsed
     text = "".join(c["choices"][0]["delta"].get("content", "") for c in fast if c["choices"])
     assert text == "Hello \u00e9 world"
+
+
+def test_only_a_plain_http_image_keeps_a_request_off_the_classes() -> None:
+    from gateway.backends.anthropic_translate import translatable
+
+    def image(url: str) -> dict[str, Any]:
+        part = {"type": "image_url", "image_url": {"url": url}}
+        return {"messages": [{"role": "user", "content": [part]}]}
+
+    assert not translatable(image("http://example.com/a.png"))  # litellm would fetch it
+    assert translatable(image("https://example.com/a.png"))
+    assert translatable({"messages": [{"role": "user", "content": "see http://example.com"}]})
