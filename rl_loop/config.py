@@ -334,6 +334,14 @@ class ReleaseConfig(_Strict):
         description="The later stages' shares, increasing; 1 promotes (release.auto_promote).",
     )
     poll_s: float = Field(default=2.0, gt=0, description="How often the release's status is read.")
+    shadow: float = Field(
+        default=0.0,
+        ge=0,
+        le=1,
+        description="A shadow stage first (0: none): the candidate's replicas answer this share "
+        "of users' requests off their path and its routing is refitted on them before the "
+        "candidate arm takes any request (needs the caller's shadow traffic).",
+    )
 
 
 class LoopConfig(_Strict):

@@ -4,6 +4,13 @@
               hot-swap: drain, reload, probe, undrain tagged with the candidate's version)
     routing   the scorer fitted for the candidate's weights (its gate answers, the classes it
               cannot be told apart on inherited), written beside the round, not served yet
+    shadow    optional (``release.shadow`` > 0 and the caller's ``ReleaseTraffic.shadow``): the
+              release starts in its shadow stage, paused, the candidate's replicas answering
+              that share of users' requests off their path; when that traffic is done the
+              candidate's routing is refitted with those answers verified (live traffic's
+              mix, the candidate's own weights) and the resume hands it to the candidate arm.
+              A scorer fitted on the gate's few items alone sends little local, so the test
+              would see few requests on which the arms differ and time out
     canary    ``POST /admin/canary`` with that routing and state inline, the candidate's weights
               version, ``share`` and the later stages: the gateway's candidate arm routes by the
               candidate's scorer and answers locally only from the candidate's replicas, live
@@ -49,6 +56,20 @@ log = logging.getLogger(__name__)
 
 # Users' traffic until the event is set (or the caller's own budget runs out).
 Drive = Callable[[asyncio.Event], Coroutine[Any, Any, None]]
+# The candidate's routing fitted again (with its shadow answers): the learned state's JSON.
+Refit = Callable[[], Coroutine[Any, Any, dict[str, Any]]]
+
+
+@dataclass(frozen=True, slots=True)
+class ReleaseTraffic:
+    """The users' traffic of a release: ``live`` while the arms serve, ``shadow`` (optional)
+    for the shadow stage, run to its own budget; it returns once its requests are recorded
+    and their labels kept, so that the refit can verify the shadows."""
+
+    live: Drive
+    shadow: Drive | None = None
+
+
 ENDED = frozenset({"promoted", "rolled_back"})
 ACTOR = "flywheel"
 
@@ -62,6 +83,7 @@ class ReleaseOutcome:
     decided_by: str | None = None
     timed_out: bool = False
     decision: dict[str, Any] = field(default_factory=dict)
+    shadow: dict[str, Any] = field(default_factory=dict)  # the shadow stage, when there was one
     swaps: list[dict[str, Any]] = field(default_factory=list)
     seconds: float = 0.0
     arms: dict[str, Any] = field(default_factory=dict)  # from the record (release_figures)
@@ -106,10 +128,12 @@ async def release_candidate(
     store: StoreBackend,
     swap: HotSwapConfig,
     config: LoopConfig,
-    drive: Drive,
+    drive: ReleaseTraffic,
+    refit: Refit | None = None,
 ) -> ReleaseOutcome:
     """The release of ``candidate_dir`` (module docstring); ``candidate_state``: the learned
-    state fitted for its weights. Returns what it did; the replicas serve the outcome's winner."""
+    state fitted for its weights; ``refit``: that fit again, for the shadow stage's end.
+    Returns what it did; the replicas serve the outcome's winner."""
     cfg = config.release
     started = time.perf_counter()
     version = read_version(candidate_dir).version_id
@@ -133,11 +157,17 @@ async def release_candidate(
         "weights_version": version,
         "learned_state": state,
     }
+    shadowing = cfg.shadow > 0 and drive.shadow is not None and refit is not None
+    if shadowing:
+        body["shadow"] = cfg.shadow
     started_canary = await _admin(swap, "POST", "/admin/canary", body)
     policy_version = str(started_canary["canary"])  # the release table's id
     path = f"/admin/releases/{quote(policy_version, safe='')}"  # the release table's row
+    if shadowing:
+        assert drive.shadow is not None and refit is not None
+        outcome.shadow = await _shadow_stage(drive.shadow, refit, swap, path)
     stop = asyncio.Event()
-    traffic = asyncio.create_task(drive(stop))
+    traffic = asyncio.create_task(drive.live(stop))
     try:
         while not traffic.done():
             if (await _admin(swap, "GET", path))["status"] in ENDED:
@@ -169,6 +199,23 @@ async def release_candidate(
         await record_checkpoint(store, candidate_dir, "rejected")
     outcome.seconds = round(time.perf_counter() - started, 1)
     return outcome
+
+
+async def _shadow_stage(
+    drive: Drive, refit: Refit, swap: HotSwapConfig, path: str
+) -> dict[str, Any]:
+    """The shadow stage (module docstring): its traffic, the refit, the resume. An operator who
+    ended the release meanwhile is obeyed (no resume)."""
+    started = time.perf_counter()
+    await drive(asyncio.Event())
+    refitted = await refit()
+    if (await _admin(swap, "GET", path))["status"] in ENDED:
+        return {"seconds": round(time.perf_counter() - started, 1), "ended": True}
+    await _admin(swap, "POST", "/admin/canary/resume", {"learned_state": refitted})
+    return {
+        "seconds": round(time.perf_counter() - started, 1),
+        "routing": refitted.get("version"),
+    }
 
 
 async def release_figures(

@@ -14,12 +14,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 import time
 from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from rl_loop.config import LoopConfig
 from rl_loop.evaluate import ModelEval
@@ -28,7 +30,7 @@ from rl_loop.model_registry import record_checkpoint
 from rl_loop.outcomes import VerdictCache
 from rl_loop.promote import promote
 from rl_loop.refit import RefitReport, refit_policy
-from rl_loop.release_stage import Drive, release_candidate
+from rl_loop.release_stage import ReleaseTraffic, release_candidate
 from rl_loop.rewards import Verify
 from router.features import RequestFeatures
 from router.learned import Outcome, class_key
@@ -44,7 +46,7 @@ async def ship_candidate(
     verify: Verify,
     cache: VerdictCache,
     agent_evidence: AgentEvidence | None = None,
-    drive: Drive | None = None,
+    drive: ReleaseTraffic | None = None,
 ) -> Path:
     """Steps 5-6 (module docstring). Returns the checkpoint served afterwards.
     ``agent_evidence``: the served checkpoint's held-out agent steps as local outcomes
@@ -68,6 +70,11 @@ async def ship_candidate(
         fitted = await refit_round(
             services, config, candidate, verify, cache, state_file=state_file
         )
+
+        async def refit_with_shadows() -> dict[str, Any]:
+            await refit_round(services, config, candidate, verify, cache, state_file=state_file)
+            return dict(json.loads(await asyncio.to_thread(state_file.read_bytes)))
+
         outcome = await release_candidate(
             result.round,
             candidate.candidate_dir,
@@ -78,6 +85,7 @@ async def ship_candidate(
             swap_config,
             config,
             drive,
+            refit_with_shadows,
         )
         result.swap = {"release": outcome.to_json(), "candidate_routing": fitted.version}
         if outcome.promoted:

@@ -94,9 +94,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from flywheel_agent import AgentWork, AgentWorkload, agent_traffic  # noqa: E402
 from flywheel_release import (  # noqa: E402
     ReleaseWorkload,
-    drive_for,
     injected_candidate,
     release_record,
+    release_traffic,
     sabotage_family,
 )
 from flywheel_tasks import heldout_items, strict_verify, verify  # noqa: E402
@@ -265,8 +265,7 @@ async def run(s: Settings, preset: str, fleet: ProcessFleet) -> dict[str, Any]:
         f"output {run_dir}"
     )
     served = base_model(s.pretrain_steps, s.pretrain_seq_len, s.pretrain_copy)
-    rel = s.release
-    release = {"enabled": rel.enabled, "share": rel.share, "schedule": rel.schedule}
+    release = s.release.loop_release()
     loop_config = LoopConfig.model_validate(
         {"work_dir": run_dir, "threads": os.cpu_count(), "seed": s.seed, "release": release}
         | s.loop
@@ -419,9 +418,10 @@ async def rounds(
             )  # fmt: skip
             log(f"round {r}: injected {injected['checkpoint']}, held-out accept {injected}")
         sent: list[RunStats] = []
-        drive = drive_for(
-            services.gateway_url, sim_url, s.release.tasks, 9000 + r + shift, pace, sent
-        )
+        drive = release_traffic(
+            services.gateway_url, sim_url, s.release, 9000 + r + shift, pace, sent,
+            lambda x: keep_labels(labels, x, labels_file), services.store,
+        )  # fmt: skip
         shipped_at = datetime.now(UTC)
         stop = asyncio.Event()
         background = asyncio.create_task(

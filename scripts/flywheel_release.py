@@ -3,7 +3,9 @@ bad candidate (issue 23's check that a release catches what a gate let through).
 
     drive      the simulated IDE's traffic at the round's pace until the release ends or its
                ``tasks`` are sent (the loop then rolls it back: fail safe); the client keeps
-               its own labels, as in a round
+               its own labels, as in a round. First, when ``shadow`` > 0, the shadow stage's
+               ``shadow_tasks``, after which the client's labels are kept and the record
+               settled, so that the loop can verify the candidate's shadow answers
     injected   in round ``inject_round``, the round's candidate (trained and gated as usual) is
                replaced by a copy made worse on one learnable family: a few SFT steps on that
                family's prompts with plausible wrong answers (each task's ``wrong_reply``),
@@ -17,12 +19,13 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from datetime import datetime
+from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from flywheel_tasks import strict_verify, verify  # scripts/ is on the path (flywheel.py)
-from flywheel_traffic import Pace, traffic
+from flywheel_traffic import Pace, settle, traffic
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
 from loadtests.ide_client import RunStats
@@ -31,13 +34,14 @@ from rl_loop.datasets import SftExample
 from rl_loop.evaluate import AnswerCache, EvalItem, evaluate_policy
 from rl_loop.loop import Candidate
 from rl_loop.modeling import load_policy, save_checkpoint
-from rl_loop.release_stage import Drive, release_figures
+from rl_loop.release_stage import Drive, ReleaseTraffic, release_figures
 from rl_loop.train import PhaseData, train_candidate
 from serving.build import read_version
 from tasks.ide import FAMILIES
 from traffic.store import StoreBackend
 
 INJECT_SEED_START = 3_000_000  # training-split task seeds no round draws
+SHADOW_SEEDS = 500  # the shadow stage's task seeds: the release's, shifted past any it draws
 
 
 class ReleaseWorkload(BaseModel):
@@ -48,10 +52,26 @@ class ReleaseWorkload(BaseModel):
     enabled: bool = Field(
         default=True, description="Release through a canary (needs 2 replicas; else all at once)."
     )
-    share: float = Field(default=0.5, gt=0, lt=1, description="The candidate arm's first share.")
+    share: float = Field(
+        default=0.3,
+        gt=0,
+        lt=1,
+        description="The candidate arm's first share (the issue's quick 30% -> 100%): the "
+        "canary's harm is this share times the arms' accept gap where they differ.",
+    )
     schedule: tuple[float, ...] = Field(default=(1.0,), description="Later stages' shares.")
     tasks: int = Field(default=600, ge=1, description="IDE tasks a release may run on at most.")
     margin: float = Field(default=0.1, gt=0, lt=1, description="The test's tolerated loss.")
+    shadow: float = Field(
+        default=1.0, ge=0, le=1, description="The shadow stage's share (0: no shadow stage)."
+    )
+    shadow_tasks: int = Field(default=400, ge=1, description="IDE tasks of the shadow stage.")
+
+    def loop_release(self) -> dict[str, Any]:
+        """The loop's ``release`` settings (``rl_loop.config.ReleaseConfig``) for this workload."""
+        keys = ("enabled", "share", "schedule", "shadow")
+        return {k: getattr(self, k) for k in keys}
+
     inject_round: int | None = Field(
         default=1, ge=0, description="The round whose candidate is made worse (None: none)."
     )
@@ -72,6 +92,33 @@ def drive_for(
             done, k = done + n, k + 1
 
     return drive
+
+
+def release_traffic(
+    base: str,
+    oracle: str,
+    workload: ReleaseWorkload,
+    seed: int,
+    pace: Pace,
+    sent: list[RunStats],
+    keep: Callable[[RunStats], None],
+    store: StoreBackend,
+) -> ReleaseTraffic:
+    """The users' traffic of one release (module docstring); ``keep``: the client's labels of
+    a batch kept (``flywheel_traffic.keep_labels``)."""
+    live = drive_for(base, oracle, workload.tasks, seed, pace, sent)
+    if workload.shadow <= 0:
+        return ReleaseTraffic(live)
+
+    async def shadow(stop: asyncio.Event) -> None:
+        since, batches = datetime.now(UTC), len(sent)
+        budget = workload.shadow_tasks
+        await drive_for(base, oracle, budget, seed + SHADOW_SEEDS, pace, sent)(stop)
+        for stats in sent[batches:]:
+            keep(stats)
+        await settle(store, since)
+
+    return ReleaseTraffic(live, shadow)
 
 
 def sabotage_family(learnable: list[str]) -> str:

@@ -36,6 +36,7 @@ from gateway.admin.models import (
     CanaryDropped,
     CanaryPromoted,
     CanaryRequest,
+    CanaryResume,
     CanaryStaged,
     CanaryStarted,
     CreatedKey,
@@ -114,6 +115,7 @@ async def set_canary(
             body.weights_version,
             tuple(body.schedule),
             own,
+            body.shadow,
         )
     except (ValueError, KeyError, TypeError, AttributeError) as exc:  # a malformed state too
         raise InvalidRequestError(f"invalid canary: {exc}") from exc
@@ -126,9 +128,16 @@ async def pause_canary(request: Request, state: AdminState, actor: Actor) -> Can
     return _staged(await restage(state, request.app.state.recorder, actor, "pause"))
 
 
-async def resume_canary(request: Request, state: AdminState, actor: Actor) -> CanaryStaged:
-    """The paused canary takes its share again (404: no canary)."""
-    return _staged(await restage(state, request.app.state.recorder, actor, "resume"))
+async def resume_canary(
+    request: Request, state: AdminState, actor: Actor, body: CanaryResume | None = None
+) -> CanaryStaged:
+    """The paused canary takes its share again, a shadow stage ends (with the candidate arm's
+    state refitted on its shadow answers, when given) (404: no canary)."""
+    try:
+        own = LearnedState.from_json(body.learned_state) if body and body.learned_state else None
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:  # a malformed state
+        raise InvalidRequestError(f"invalid learned state: {exc}") from exc
+    return _staged(await restage(state, request.app.state.recorder, actor, "resume", None, own))
 
 
 def _staged(canary: Canary) -> CanaryStaged:

@@ -96,12 +96,33 @@ class CanaryRequest(BaseModel):
         "at one moves to the next; at 1 (or with none left) it promotes (`release.auto_promote`).",
     )
 
+    shadow: float = Field(
+        default=0.0,
+        ge=0,
+        le=1,
+        description="A shadow stage first (needs weights_version): paused, the candidate's "
+        "weights answer this share of all requests off the users' path; `POST "
+        "/admin/canary/resume` (optionally with the arm's refitted learned_state) ends it.",
+    )
+
     @field_validator("schedule")
     @classmethod
     def _stages(cls, value: list[float]) -> list[float]:
         if any(not 0 < v <= 1 for v in value):
             raise ValueError("every stage's share must be in (0, 1]")
         return value
+
+
+class CanaryResume(BaseModel):
+    """``POST /admin/canary/resume``'s optional body."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    learned_state: dict[str, Any] | None = Field(
+        default=None,
+        description="Ends a shadow stage with the candidate arm's scorer refitted on its "
+        "shadow answers (as rl_loop.refit writes it).",
+    )
 
 
 class TrafficSummaryQuery(BaseModel):
@@ -204,7 +225,7 @@ class ReleaseView(BaseModel):
     """``GET /admin/releases/{id}``: one release as the release table keeps it."""
 
     id: str
-    status: str = Field(description="running, paused, promoted or rolled_back.")
+    status: str = Field(description="shadow, running, paused, promoted or rolled_back.")
     created_at: datetime
     updated_at: datetime
     live_version: str

@@ -92,24 +92,38 @@ async def start_canary(
     weights: str | None = None,
     schedule: tuple[float, ...] = (),
     learned_state: LearnedState | None = None,
+    shadow: float = 0.0,
 ) -> Canary:
     """``routing`` decides ``share`` of the requests from now on (see :func:`candidate_policy`);
     ``weights``: the candidate weights version its arm's local answers come from (a release of
     weights and routing together; a replica must already serve it); ``schedule``: the shares
     of the later stages, each taken when the test finds the candidate not worse (1: promote);
-    ``learned_state``: the candidate's own fitted state (the scorer fitted for its weights)."""
+    ``learned_state``: the candidate's own fitted state (the scorer fitted for its weights);
+    ``shadow``: a shadow stage first (status ``shadow``, paused): the candidate's weights
+    answer that share of all requests off the users' path until a resume, which may carry
+    the scorer refitted on those answers."""
     state: GatewayState = request.app.state.switchyard
     if weights is not None and not _replicas_of(state, weights):
         raise InvalidRequestError(f"invalid release: no replica serves weights {weights}")
+    if shadow > 0 and (weights is None or state.config.shadow.target is None):
+        raise InvalidRequestError(
+            "invalid release: a shadow stage needs weights_version and a shadow.target "
+            "(the local target the candidate's weights answer on)"
+        )
     if any(b <= a for a, b in zip((share, *schedule), schedule, strict=False)):
         raise InvalidRequestError("invalid release: the schedule's shares must increase")
     policy = await candidate_policy(state, routing, learned_state)
     own = policy.state if isinstance(policy, LearnedPolicy) else None  # its own state?
     own = own if own is not state.decider.learned_state else None
     canary = await state.reloader.start_canary(  # every gateway's
-        routing, share, own, weights=weights, schedule=schedule
+        routing, share, own, weights=weights, schedule=schedule, shadow=shadow
     )
-    detail = {"share": share, "current": state.routing.policy.version, "weights": weights}
+    detail = {
+        "share": share,
+        "current": state.routing.policy.version,
+        "weights": weights,
+        **({"shadow": shadow} if shadow > 0 else {}),
+    }
     handle = request.app.state.recorder
     await changes.record(
         handle,
@@ -128,6 +142,7 @@ async def start_canary(
         routing=routing.model_dump(mode="json"),
         share=share,
         schedule=[share, *schedule],
+        status="shadow" if shadow > 0 else "running",
     )
     await changes.start_release(handle, started)
     return canary
@@ -298,10 +313,13 @@ async def restage(
     actor: str,
     change: StageChange,
     why: dict[str, object] | None = None,
+    learned_state: LearnedState | None = None,
 ) -> Canary:
     """The running release's next ``stage`` (its next share; a new test starts), or ``pause``
     (no request goes to the candidate arm; verdicts awaited still count) or ``resume`` it, on
-    every gateway; in the change log and the release table (404: no canary)."""
+    every gateway; in the change log and the release table (404: no canary). A resume ends a
+    shadow stage; ``learned_state`` then replaces the candidate arm's fitted state (refitted
+    on its shadow answers)."""
     canary = state.decider.canary
     if canary is None:
         raise NotFoundError("no canary running")
@@ -311,13 +329,18 @@ async def restage(
             raise InvalidRequestError("the release has no later stage below 100%: promote it")
         share, schedule = schedule[0], schedule[1:]
     paused = change == "pause"
-    changed = await state.reloader.restage(share, schedule, paused)
+    if learned_state is not None and (change != "resume" or canary.shadow <= 0):
+        raise InvalidRequestError("a new learned state is taken only by a shadow stage's resume")
+    if learned_state is not None:  # built here first: a malformed state is the caller's 400
+        await candidate_policy(state, canary.routing, learned_state)
+    changed = await state.reloader.restage(share, schedule, paused, learned_state)
     if change == "stage" and state.release_monitor is not None:
         state.release_monitor.restart(canary.routing.version)
     detail = {
         "share_before": canary.share,
         "share": share,
         "schedule": list(schedule),
+        **({"shadow_ended": True, "refitted": learned_state is not None} if canary.shadow else {}),
         **(why or {}),
     }
     version = canary.policy.version

@@ -10,6 +10,11 @@ once (a sampled request beyond that is skipped and counted, never queued without
 streamed, and never touches the client. Its record carries the local answer and the facts needed
 to compare later (latency, tokens); the verdict is added by whoever can verify it (the RL loop's
 verifiers), since correctness is a property of the task, not of the gateway.
+
+A release's shadow stage (``Canary.shadow``, a release of weights started with ``shadow``)
+replaces the draw: every request, whatever served it, is shadowed at that share, and the shadow
+is answered only by replicas serving the candidate's weights. Those answers, verified, are what
+the candidate's routing is refitted on before it takes any user's request (rl_loop.release_stage).
 """
 
 from __future__ import annotations
@@ -33,12 +38,25 @@ def shadow_probability(
     """The probability that a request served by ``served_target`` is shadowed (module
     docstring); None when no shadow is configured, 0 for a target that is never shadowed."""
     cfg = state.config.shadow
+    pin = release_shadow(state)
+    if pin is not None:
+        return pin[1]
     if cfg.share <= 0 or cfg.target is None:
         return None
     served = state.config.backends.get(served_target) if served_target is not None else None
     if served is None or served.kind != "litellm":
         return 0.0
     return shadow_share(cfg.share, p_local)
+
+
+def release_shadow(state: GatewayState) -> tuple[str, float] | None:
+    """The candidate weights and share of a release in its shadow stage, else None."""
+    canary = state.decider.canary
+    if canary is None or canary.weights is None or canary.shadow <= 0:
+        return None
+    if state.config.shadow.target is None:
+        return None
+    return canary.weights, canary.shadow
 
 
 def should_shadow(inference_id: str, share: float | None) -> bool:
@@ -53,15 +71,22 @@ def start_shadow(state: GatewayState, inference_id: str, call: UpstreamCall) -> 
         state.metrics.shadows.labels("skipped").inc()
         return False
     state.shadows_in_flight += 1
-    state.background.spawn(_run(state, inference_id, call))
+    pin = release_shadow(state)
+    weights = (pin[0], True) if pin is not None else None
+    state.background.spawn(_run(state, inference_id, call, weights))
     return True
 
 
-async def _run(state: GatewayState, inference_id: str, call: UpstreamCall) -> None:
+async def _run(
+    state: GatewayState,
+    inference_id: str,
+    call: UpstreamCall,
+    weights_pin: tuple[str, bool] | None,
+) -> None:
     target = state.config.shadow.target
     assert target is not None
     body = {k: v for k, v in call.body.items() if k not in ("stream", "stream_options")}
-    shadow_call = UpstreamCall(call.endpoint, body, call.features)
+    shadow_call = UpstreamCall(call.endpoint, body, call.features, weights_pin=weights_pin)
     t0 = time.perf_counter()
     try:
         backend = state.routing.backends[target]

@@ -35,8 +35,8 @@ class RoutingDoc:
 @dataclass(frozen=True, slots=True)
 class CanaryDoc:
     """A candidate routing section deciding ``share`` of the requests (with its own learned
-    state when it names another state file); a release's weights, later stages and pause
-    (:class:`gateway.routing.table.Canary`)."""
+    state when it names another state file); a release's weights, later stages, pause and
+    shadow stage (:class:`gateway.routing.table.Canary`)."""
 
     routing: dict[str, Any]
     share: float
@@ -44,6 +44,7 @@ class CanaryDoc:
     weights: str | None = None
     schedule: tuple[float, ...] = ()
     paused: bool = False
+    shadow: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,6 +140,7 @@ def encode_canary(doc: CanaryDoc | _Clear) -> bytes:
             "weights": doc.weights,
             "schedule": list(doc.schedule),
             "paused": doc.paused,
+            "shadow": doc.shadow,
         }
     )
 
@@ -154,6 +156,7 @@ def decode_canary(raw: bytes) -> CanaryDoc | None:
         data.get("weights"),
         tuple(float(x) for x in data.get("schedule") or ()),
         bool(data.get("paused", False)),
+        float(data.get("shadow") or 0.0),
     )
 
 

@@ -190,7 +190,7 @@ class Reloader:
         routing = RoutingConfig.model_validate(doc.routing)
         own = _learned(doc.learned) if doc.learned is not None else learned
         policy = build_policy(config, routing, own)
-        return Canary(policy, doc.share, routing, doc.weights, doc.schedule, doc.paused)
+        return Canary(policy, doc.share, routing, doc.weights, doc.schedule, doc.paused, doc.shadow)
 
     def rebuild(self) -> None:
         """The back-ends built again for the routing served now (the fleet joined: local
@@ -282,25 +282,47 @@ class Reloader:
         *,
         weights: str | None = None,
         schedule: tuple[float, ...] = (),
+        shadow: float = 0.0,
     ) -> Canary:
         """Every member lets ``routing`` decide ``share`` of its requests (``own_learned``: the
         candidate's own fitted state, when it names another state file; ``weights`` and
-        ``schedule``: a release's candidate weights and later stages)."""
+        ``schedule``: a release's candidate weights and later stages; ``shadow``: a shadow
+        stage first, paused, the candidate's weights answering that share off the path)."""
         learned = own_learned.to_json() if own_learned is not None else None
-        doc = CanaryDoc(routing.model_dump(mode="json"), share, learned, weights, schedule)
+        doc = CanaryDoc(
+            routing.model_dump(mode="json"),
+            share,
+            learned,
+            weights,
+            schedule,
+            paused=shadow > 0,
+            shadow=shadow,
+        )
         await self.fleet.publish(FleetChange(canary=doc))
         canary = self.decider.canary
         if canary is None:
             raise InvalidRequestError("invalid canary: the fleet could not apply it (see logs)")
         return canary
 
-    async def restage(self, share: float, schedule: tuple[float, ...], paused: bool) -> Canary:
+    async def restage(
+        self,
+        share: float,
+        schedule: tuple[float, ...],
+        paused: bool,
+        own_learned: LearnedState | None = None,
+    ) -> Canary:
         """The running canary at another stage (share, stages left) or paused / resumed, on
-        every member; its routing, learned state and weights unchanged (404: no canary)."""
+        every member; its routing and weights unchanged, its learned state too unless
+        ``own_learned`` replaces it (a resume after the shadow stage, with the scorer refitted
+        on the candidate's shadow answers); any stage change ends the shadow stage (404: no
+        canary)."""
         doc = self.applied.canary
         if doc is None or self.decider.canary is None:
             raise NotFoundError("no canary running")
-        changed = dataclasses.replace(doc, share=share, schedule=schedule, paused=paused)
+        learned = own_learned.to_json() if own_learned is not None else doc.learned
+        changed = dataclasses.replace(
+            doc, share=share, schedule=schedule, paused=paused, learned=learned, shadow=0.0
+        )
         await self.fleet.publish(FleetChange(canary=changed))
         canary = self.decider.canary
         if canary is None:

@@ -35,7 +35,9 @@ class Canary:
     ``weights``: the candidate's weights version, for a release of weights and routing together
     (its arm's local answers come only from replicas serving it, live's from the others);
     ``schedule``: the shares of the stages still to come after this one (a passed test moves to
-    the next, the last promotes); ``paused``: no request goes to the candidate arm for now."""
+    the next, the last promotes); ``paused``: no request goes to the candidate arm for now;
+    ``shadow``: a release's shadow stage (paused, with weights): this share of all requests is
+    answered again by the candidate's weights off the users' path (gateway.doors.shadow)."""
 
     policy: RoutingPolicy
     share: float
@@ -43,6 +45,7 @@ class Canary:
     weights: str | None = None
     schedule: tuple[float, ...] = ()
     paused: bool = False
+    shadow: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)

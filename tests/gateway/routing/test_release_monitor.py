@@ -20,6 +20,7 @@ from tests.gateway.conftest import store_gateway
 ADMIN = {"Authorization": "Bearer ops-admin"}
 CHAT = {"model": "auto", "messages": [{"role": "user", "content": "hello"}]}
 MAX_REQUESTS = 400
+PASS_MARGIN = 0.3  # a passing test's margin: an A/A at accept 1 and 0.1 needs ~450 verdicts
 
 
 def _feedback(base: str, inference_id: str, kind: str) -> None:
@@ -59,6 +60,9 @@ def _run(frontier_sim: Any, tmp_path: Path, candidate_accepted: bool, **release:
         ok = candidate_accepted or not served_by_candidate
         _feedback(gw.base_url, resp.headers["x-request-id"], "accepted" if ok else "rejected")
         time.sleep(0.01)  # the monitor's action runs as a task
+    deadline = time.monotonic() + 30  # verdicts still on their way through the recorder
+    while gw.state.decider.canary is not None and time.monotonic() < deadline:
+        time.sleep(0.1)
     return gw, made, db
 
 
@@ -95,14 +99,16 @@ def test_a_canary_users_reject_is_rolled_back_by_the_release_monitor(
 def test_a_candidate_as_good_as_live_is_promoted_where_asked(
     frontier_sim: Any, tmp_path: Path
 ) -> None:
-    gw, made, db = _run(frontier_sim, tmp_path, candidate_accepted=True, auto_promote=True)
+    gw, made, db = _run(
+        frontier_sim, tmp_path, candidate_accepted=True, auto_promote=True, margin=PASS_MARGIN
+    )
     try:
         assert gw.state.decider.canary is None and made < MAX_REQUESTS
         assert gw.state.routing.policy.version.startswith("cand")  # promoted, not dropped
     finally:
         gw.stop()
     (promotion,) = [c for c in _changes(db) if c[1] == "routing.promote"]
-    assert promotion[0] == "release-monitor" and promotion[3]["delta_low"] > -0.1
+    assert promotion[0] == "release-monitor" and promotion[3]["delta_low"] > -PASS_MARGIN
 
 
 def test_requests_the_arms_decide_alike_are_not_counted(frontier_sim: Any, tmp_path: Path) -> None:

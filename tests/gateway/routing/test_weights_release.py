@@ -2,7 +2,9 @@
 replicas serving the candidate's weights and live's only from the others; a candidate whose
 local answers users reject is rolled back by the release monitor (its local floor) and its
 replicas are fenced until a swap puts the live weights back; a passing one moves through its
-stages and is promoted, fencing the old weights; an operator can pause and resume it. A real
+stages and is promoted, fencing the old weights; an operator can pause and resume it; a shadow
+stage first has the candidate's weights answer users' requests off their path, then ends with
+the candidate arm's routing refitted. A real
 gateway (in-process, SQLite store) with two replicas of one local target: the frontier
 simulator, reached under two addresses."""
 
@@ -19,7 +21,7 @@ import pytest
 
 from loadtests.bench.sim_gateway import simulator_backends
 from tests.gateway.conftest import store_gateway
-from tests.gateway.routing.test_release_monitor import ADMIN, CHAT, _feedback
+from tests.gateway.routing.test_release_monitor import ADMIN, CHAT, PASS_MARGIN, _feedback
 from traffic.store.console_queries import releases
 
 MAX_REQUESTS = 300
@@ -32,6 +34,7 @@ def _gateway(sim_url: str, tmp_path: Path, **release: Any) -> Any:
     gw = store_gateway(
         sim_url, f"sqlite:///{tmp_path / 'traffic.db'}", tmp_path / "spool",
         auth={"required": False}, backends=backends, release=release,
+        shadow={"target": "local", "share": 0.0},  # no usual shadows: a release's stage only
     )  # fmt: skip
     gw.start()
     for url, version in ((sim_url, "w1"), (other, "w2")):
@@ -118,7 +121,7 @@ def test_a_passing_release_goes_through_its_stages_then_promotes_and_fences_the_
     frontier_sim: Any, tmp_path: Path
 ) -> None:
     gw, live_replica, candidate_replica = _gateway(
-        frontier_sim.base_url, tmp_path, auto_promote=True
+        frontier_sim.base_url, tmp_path, auto_promote=True, margin=PASS_MARGIN
     )
     try:
         _start(gw, share=0.5, schedule=[0.6, 1.0])
@@ -164,13 +167,60 @@ def test_an_operator_pauses_and_resumes_a_release(frontier_sim: Any, tmp_path: P
     assert "routing.pause" in actions and "routing.resume" in actions
 
 
+def _shadows(db: Path) -> list[tuple[str, dict[str, Any]]]:
+    with sqlite3.connect(str(db)) as conn:
+        rows = conn.execute("SELECT inference_id, comparison FROM shadow").fetchall()
+        return [(i, json.loads(c)) for i, c in rows]
+
+
+def test_a_shadow_stage_answers_on_the_candidate_weights_then_resumes_with_refitted_routing(
+    frontier_sim: Any, tmp_path: Path
+) -> None:
+    gw, live_replica, candidate_replica = _gateway(frontier_sim.base_url, tmp_path)
+    db = tmp_path / "traffic.db"
+    try:
+        _start(gw, shadow=1.0)
+        assert _release_row(db)[0] == "shadow"
+        served = [_ask(gw) for _ in range(12)]
+        assert {r.headers["x-switchyard-replica"] for r in served} == {live_replica}
+        ids = {r.headers["x-request-id"] for r in served}
+        deadline = time.monotonic() + 10
+        while len(_shadows(db)) < len(ids) and time.monotonic() < deadline:
+            time.sleep(0.1)  # shadows run after the answer, then the writer's batch
+        shadows = _shadows(db)
+        assert {i for i, _ in shadows} == ids  # every request, at share 1
+        assert {(c["replica"].rstrip("/"), c["weights_version"]) for _, c in shadows} == {
+            (candidate_replica, "w2")
+        }
+        refitted = {"version": "fit-cand", "classes": {}}
+        r = httpx.post(
+            gw.base_url + "/admin/canary/resume",
+            json={"learned_state": {"bogus": 1}},
+            headers=ADMIN,
+        )
+        assert r.status_code == 400 and r.json()["error"]["type"] == "invalid_request_error"
+        r = httpx.post(
+            gw.base_url + "/admin/canary/resume", json={"learned_state": refitted}, headers=ADMIN
+        )
+        assert r.status_code == 200 and r.json()["paused"] is False, r.text
+        assert gw.state.decider.canary is not None and gw.state.decider.canary.shadow == 0
+        resumed = {_ask(gw).headers["x-switchyard-replica"] for _ in range(30)}
+        assert resumed == {live_replica, candidate_replica}
+        assert len(_shadows(db)) == len(ids)  # the stage is over: no more shadows
+        assert _release_row(db)[0] == "running"
+    finally:
+        gw.stop()
+    (resume,) = [d for _, b, d in _changes(db) if b == "routing.resume"]
+    assert resume["shadow_ended"] is True and resume["refitted"] is True
+
+
 def test_a_release_naming_weights_no_replica_serves_is_refused(
     frontier_sim: Any, tmp_path: Path
 ) -> None:
     gw, _, _ = _gateway(frontier_sim.base_url, tmp_path)
     try:
         routing = gw.state.config.routing.model_dump(mode="json")
-        for extra in ({"weights_version": "w9"}, {"schedule": [0.4]}):
+        for extra in ({"weights_version": "w9"}, {"schedule": [0.4]}, {"shadow": 0.5}):
             body = {"routing": {**routing, "version": "cand"}, "share": 0.5, **extra}
             r = httpx.post(gw.base_url + "/admin/canary", json=body, headers=ADMIN)
             assert r.status_code == 400, r.text
