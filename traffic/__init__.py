@@ -5,7 +5,9 @@
   the async record writer with its spool, and the read API (``iter_inferences`` with an
   :class:`~traffic.store.InferenceFilter` whose time window is answered from the UUIDv7 ids);
 - :mod:`traffic.export`: datasets (SFT, preference pairs, RL prompts) built from the store's
-  rows, in memory for the RL loop or as JSONL / Parquet files with a manifest.
+  rows, in memory for the RL loop or as JSONL / Parquet files with a manifest;
+- :mod:`traffic.scrub`: secrets and PII replaced by stable placeholders, with the findings to
+  restore them; every exported text goes through it (docs/secrets.md).
 
 It imports nothing else of the project (``tests/test_architecture.py``): the gateway and the RL
 loop import it, and whatever only the gateway can do (re-translating records written before

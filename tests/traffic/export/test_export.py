@@ -167,7 +167,8 @@ def test_sft_export_counts_and_files(tmp_path: Path) -> None:
     assert pq.read_table(tmp_path / "train.parquet").num_rows == c.train
 
     texts = json.dumps(train + _jsonl(tmp_path / "eval.jsonl"))
-    assert "bob@corp.io" not in texts and "<EMAIL>" in texts and "<SECRET>" in texts
+    assert "bob@corp.io" not in texts and "sk-abcdefghijklmnopqrstu12345" not in texts
+    assert "<EMAIL_1>" in texts and "<SECRET_OPENAI_KEY_1>" in texts
     late = [r for r in train if r["messages"][-2]["content"] == "Late follow-up in episode 0"]
     assert len(late) == 1  # its episode began in train, so it stays there
 

@@ -1,0 +1,419 @@
+"""The hand-written detectors: regular expressions with checks, each match a kind and a span.
+
+Every rule runs on the original text and reports spans; nothing is replaced here
+(:mod:`traffic.scrub.scrubber` merges the spans of every detector and writes placeholders).
+
+Secrets
+    ``private_key_pem``: a PEM private-key block, BEGIN to END, or to the end of its base64
+    lines when the END line is missing (a truncated paste). Vendor formats, the token only:
+    ``anthropic_key`` (``sk-ant-``), ``openai_key`` (``sk-``, ``sk-proj-``...), ``stripe_key``
+    (``sk_/rk_`` + ``live_/test_``), ``aws_access_key`` (``AKIA``/``ASIA`` + 16),
+    ``github_token`` (``gh[pousr]_``, ``github_pat_``), ``gitlab_token`` (``glpat-``),
+    ``slack_token`` (``xox?-``), ``google_api_key`` (``AIza`` + 35), ``huggingface_token``
+    (``hf_``), ``jwt`` (``eyJ...eyJ...sig``); the part after the prefix needs a digit or both
+    cases, so ``ghp_xxxx...`` and ``AKIAXXXX...`` placeholders stay. ``bearer_token``: the
+    token after ``Bearer`` or ``Authorization: token``; ``basic_auth``: the value after
+    ``Authorization: Basic``, or base64 of ``user:password`` in docker's ``"auth": "..."`` and
+    npm's ``_auth=``. An assigned value: a name that *ends* in a secret keyword
+    (``api_key``, ``token``, ``secret``, ``password``, ``access_key_id``, ...) then ``=``,
+    ``:``, ``:=`` or ``=>``, then a quoted value of 8+ characters without whitespace or
+    template markers (``${``, ``{{``, ``<``), or an unquoted value of 16+
+    ``[A-Za-z0-9+/=_-]`` holding a letter and a digit; its kind is ``password`` when the name
+    says so (``pass``, ``pwd``), ``aws_secret`` when it names AWS, else ``generic_secret``;
+    cursor names (``nextPageToken``, ``page_token``) are not credentials. ``password`` also:
+    ``curl -u user:PASSWORD`` and ``mysql -pPASSWORD`` on a command line.
+PII
+    ``email`` (kept: ``git@`` remotes and reserved example domains: ``example.com/.org/.net``,
+    ``*.example``, ``*.test``, ``*.invalid``, ``*.localhost``); ``credit_card`` (13-19 digits
+    in card groupings, a known issuer prefix and a valid Luhn sum); ``ip`` (IPv6 validated by
+    :mod:`ipaddress`; IPv4 dotted quads without leading zeros; kept: loopback, unspecified,
+    netmasks, and a quad after a version context such as ``v``, ``version``, ``==``, ``@``);
+    ``phone`` (``+`` international with 8-15 digits, North-American ``NXX-XXX-XXXX`` or
+    ``(NXX) XXX-XXXX``, or 7-15 digits right after a phone keyword; bare digit runs are ids).
+
+Not detected here: names, postal addresses, secrets without a known prefix that are not
+assigned to a secret-like name, passwords inside URLs (detect-secrets' rule does that:
+:mod:`traffic.scrub.plugins`).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import ipaddress
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class Detection:
+    """``text[start:end]`` looks like a ``kind`` (``github_token``, ``email``...)."""
+
+    start: int
+    end: int
+    kind: str
+
+
+# Returns the (start, end) to report for a match, or None to keep the match.
+SpanOf = Callable[[re.Match[str]], tuple[int, int] | None]
+
+
+@dataclass(frozen=True)
+class _Rule:
+    pattern: re.Pattern[str]
+    span: SpanOf
+    # The kind, or a function of the match for rules that name several kinds.
+    kind: str | Callable[[re.Match[str]], str]
+    # Lowercase literals at which every match starts: the pattern is then only tried there,
+    # found with str.find, instead of at every position (Python's re is slow at that).
+    anchors: tuple[str, ...] = ()
+    # Cheap necessary condition on the text, for rules without anchors.
+    gate: Callable[[str], bool] | None = None
+
+
+def _whole(check: Callable[[str], bool] | None = None) -> SpanOf:
+    return lambda m: m.span() if check is None or check(m.group(0)) else None
+
+
+def _group(group: str, check: Callable[[str], bool] | None = None) -> SpanOf:
+    """Report only the named group (the value after a name, ``Bearer`` or ``Basic``)."""
+
+    def span(m: re.Match[str]) -> tuple[int, int] | None:
+        value = m.group(group)
+        if value is None or (check is not None and not check(value)):
+            return None
+        return m.span(group)
+
+    return span
+
+
+def _letters_and_digits(value: str) -> bool:
+    return any(c.isdigit() for c in value) and any(c.isalpha() for c in value)
+
+
+def _token_like(value: str) -> bool:
+    has_digit = any(c.isdigit() for c in value)
+    mixed_case = any(c.isupper() for c in value) and any(c.islower() for c in value)
+    return has_digit or mixed_case
+
+
+# ---------------------------------------------------------------- secrets
+
+_B = r"(?<![A-Za-z0-9_-])"  # token start boundary
+_E = r"(?![A-Za-z0-9_-])"  # token end boundary
+# (name, kind, prefix, rest): the check applies to ``rest``. Order matters where prefixes
+# nest (``sk-ant-`` before ``sk-``).
+_VENDOR_TOKENS = (
+    ("anthropic", "anthropic_key", r"sk-ant-", r"[A-Za-z0-9_-]{20,}"),
+    ("openai", "openai_key", r"sk-(?:proj-|svcacct-|admin-)?", r"[A-Za-z0-9_-]{20,}"),
+    ("stripe", "stripe_key", r"(?:sk|rk)_(?:live|test)_", r"[A-Za-z0-9]{16,}"),
+    ("aws", "aws_access_key", r"(?:AKIA|ASIA)", r"[0-9A-Z]{16}"),
+    ("github", "github_token", r"gh[pousr]_", r"[A-Za-z0-9]{36,}"),
+    ("github_pat", "github_token", r"github_pat_", r"[A-Za-z0-9_]{22,}"),
+    ("gitlab", "gitlab_token", r"glpat-", r"[A-Za-z0-9_-]{20,}"),
+    ("slack", "slack_token", r"xox[abposr]-", r"[A-Za-z0-9-]{10,}"),
+    ("google", "google_api_key", r"AIza", r"[0-9A-Za-z_-]{35}"),
+    ("huggingface", "huggingface_token", r"hf_", r"[A-Za-z0-9]{30,}"),
+    ("jwt", "jwt", r"eyJ", r"[A-Za-z0-9_-]{5,}\.eyJ[A-Za-z0-9_-]{5,}\.[A-Za-z0-9_-]{10,}"),
+)
+_VENDOR_KIND = {name: kind for name, kind, _, _ in _VENDOR_TOKENS}
+_VENDOR = re.compile(
+    _B
+    + "(?:"
+    + "|".join(
+        f"(?P<{name}>{prefix}(?P<{name}_rest>{rest}))" for name, _, prefix, rest in _VENDOR_TOKENS
+    )
+    + ")"
+    + _E
+)
+
+
+def _vendor_kind(m: re.Match[str]) -> str:
+    assert m.lastgroup is not None  # the outer group of the alternative closes last
+    return _VENDOR_KIND[m.lastgroup]
+
+
+def _vendor_span(m: re.Match[str]) -> tuple[int, int] | None:
+    assert m.lastgroup is not None
+    return m.span() if _token_like(m.group(m.lastgroup + "_rest")) else None
+
+
+# The name must END with one of these (any prefix: client_secret, GITHUB_TOKEN, db_password);
+# matching starts at the keyword, since scanning for the name's start is slow.
+_SECRET_NAME = (
+    r"(?:api[_-]?key|apikey|secret(?:[_-]?key)?|token|passw(?:or)?d|pwd"
+    r"|access[_-]?key(?:[_-]?id)?|private[_-]?key|credentials?)"
+)
+_ASSIGNED_SECRET = re.compile(
+    r"(?i)" + _SECRET_NAME + r"[\"']?\s*(?::=|=>|[:=])\s*"
+    r"(?:(?P<q>[\"'`])(?P<quoted>[^\s\"'`<>${}]{8,})(?P=q)"
+    r"|(?P<bare>[A-Za-z0-9+/=_-]{16,})(?=$|[\s,;&)\]}]))"
+)
+_NAME_BEFORE = re.compile(r"[A-Za-z0-9_.-]*$")
+# Names that end in "token" but hold a cursor, not a credential.
+_CURSOR_NAME = re.compile(r"(?:page|next|continuation|cursor|sync|resume)[_-]?token[\"']?$")
+
+
+def _assigned_name(m: re.Match[str]) -> str:
+    """The whole assigned name, lowercased (matching starts at its keyword)."""
+    before = _NAME_BEFORE.search(m.string, max(0, m.start() - 64), m.start())
+    keyword = re.match(r"[\w-]+[\"']?", m.group(0))
+    return ((before.group(0) if before else "") + (keyword.group(0) if keyword else "")).lower()
+
+
+def _assigned_span(m: re.Match[str]) -> tuple[int, int] | None:
+    if _CURSOR_NAME.search(_assigned_name(m)):
+        return None
+    if m.group("quoted") is not None:
+        return m.span("quoted")
+    return _group("bare", _letters_and_digits)(m)
+
+
+def _assigned_kind(m: re.Match[str]) -> str:
+    """``password``, ``aws_secret`` or ``generic_secret``, from the whole assigned name."""
+    name = _assigned_name(m)
+    if "pass" in name or "pwd" in name:
+        return "password"
+    return "aws_secret" if "aws" in name else "generic_secret"
+
+
+# A registry credential: base64 of ``user:password`` (docker's config.json ``"auth"``,
+# npm's ``_auth=``).
+_AUTH_CONFIG = re.compile(
+    r"(?i)(?:\"auth\"\s*:\s*\"|_auth\s*=\s*)(?P<value>[A-Za-z0-9+/]{8,}={0,2})(?![A-Za-z0-9+/=])"
+)
+
+
+def _user_and_password(value: str) -> bool:
+    try:
+        decoded = base64.b64decode(value, validate=True).decode()
+    except (binascii.Error, ValueError):
+        return False
+    user, colon, password = decoded.partition(":")
+    return bool(user and colon and password) and decoded.isprintable()
+
+
+# A password on a command line: ``curl -u user:password``, ``mysql -pPASSWORD``.
+_CLI_PASSWORD = re.compile(
+    r"(?:curl\b[^\n|;&]*?\s(?:-u|--user)\s*[\"']?[^\s:\"']+:"
+    r"|mysql(?:dump|admin)?\b[^\n|;&]*?\s-p)(?P<password>[^\s\"'|;&]{4,})"
+)
+
+
+# ---------------------------------------------------------------- email
+
+# Patterns start with a character class and check the character before it with a lookbehind
+# after the first one: re can then skip ahead to candidate characters quickly.
+_EMAIL = re.compile(
+    r"(?P<local>[A-Za-z0-9](?<![A-Za-z0-9._%+-][A-Za-z0-9])[A-Za-z0-9._%+-]*)@"
+    r"(?P<domain>(?:[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?\.)+[A-Za-z]{2,24})(?![A-Za-z0-9-])"
+)
+_RESERVED_DOMAIN = re.compile(
+    r"(?i)(?:^|\.)(?:example\.(?:com|org|net)|[^.]+\.(?:example|test|invalid|localhost))$"
+    r"|^(?:example|test|invalid|localhost)$"
+)
+
+
+def _email(m: re.Match[str]) -> tuple[int, int] | None:
+    if m.group("local").lower() == "git" or _RESERVED_DOMAIN.search(m.group("domain")):
+        return None
+    return m.span()
+
+
+# ---------------------------------------------------------------- credit cards
+
+_CARD = re.compile(
+    r"\d(?<![\w.-]\d)(?:\d{12,18}"
+    r"|\d{3}(?P<s1>[ -])\d{4}(?P=s1)\d{4}(?P=s1)\d{4}(?:(?P=s1)\d{3})?"
+    r"|\d{3}(?P<s2>[ -])\d{6}(?P=s2)\d{4,5})(?![\w-]|\.\d)"
+)
+_ISSUER = re.compile(
+    r"^(?:4|5[1-5]|2(?:2[2-9]|[3-6]\d|7[01]|720)|3[47]|6(?:011|4[4-9]|5)|35|3[068])"
+)
+
+
+def luhn_valid(digits: str) -> bool:
+    """True when ``digits`` passes the Luhn checksum used by payment card numbers."""
+    total = 0
+    for i, char in enumerate(reversed(digits)):
+        d = int(char)
+        if i % 2 == 1:
+            d = d * 2 - 9 if d > 4 else d * 2
+        total += d
+    return total % 10 == 0
+
+
+def _card(m: re.Match[str]) -> tuple[int, int] | None:
+    digits = re.sub(r"[ -]", "", m.group(0))
+    if 13 <= len(digits) <= 19 and _ISSUER.match(digits) and luhn_valid(digits):
+        return m.span()
+    return None
+
+
+# ---------------------------------------------------------------- IP addresses
+
+_IPV6 = re.compile(
+    r"(?<![\w:.])(?=[0-9A-Fa-f]*:[0-9A-Fa-f]*:)[0-9A-Fa-f:]{2,39}"
+    r"(?:(?<=:)(?:\d{1,3}\.){3}\d{1,3})?(?![\w:]|\.\d)"
+)
+_IPV4 = re.compile(r"\d(?<![\w.]\d)\d{0,2}\.\d{1,3}\.\d{1,3}\.\d{1,3}(?![\w]|\.\d)")
+# Necessary conditions, cheap because they start with a literal: an address without "::" has
+# seven colons, so it holds ":h:h:"; a dotted quad holds ".d.d".
+_IPV6_GATE = re.compile(r":[0-9A-Fa-f]{1,4}:[0-9A-Fa-f]{1,4}:")
+_IPV4_GATE = re.compile(r"\.\d{1,3}\.\d")
+_VERSION_CONTEXT = re.compile(
+    r"(?i)(?:\b(?:v|version|ver|release|build|rev)\s*[:=(]?\s*[\"']?|(?:==|>=|<=|~=|!=|\^|~|@)\s*)$"
+)
+
+
+def _ipv6(m: re.Match[str]) -> tuple[int, int] | None:
+    text = m.group(0)
+    try:
+        address = ipaddress.IPv6Address(text)
+    except ValueError:
+        return None
+    groups = [g for g in text.split(":") if g]
+    has_hex_letter = any(c in "abcdefABCDEF" for c in text)
+    if not any(c.isdigit() for c in text) or (len(groups) < 3 and not has_hex_letter):
+        return None
+    if address.is_loopback or address.is_unspecified:
+        return None
+    return m.span()
+
+
+def _ipv4(m: re.Match[str]) -> tuple[int, int] | None:
+    text = m.group(0)
+    octets = text.split(".")
+    if any(len(o) > 1 and o.startswith("0") for o in octets):
+        return None
+    try:
+        address = ipaddress.IPv4Address(text)
+    except ValueError:
+        return None
+    value = int(address)
+    inverted = ~value & 0xFFFFFFFF
+    is_netmask = octets[0] == "255" and (inverted & (inverted + 1)) == 0
+    if address.is_loopback or address.is_unspecified or is_netmask:
+        return None
+    if _VERSION_CONTEXT.search(m.string[max(0, m.start() - 24) : m.start()]):
+        return None
+    return m.span()
+
+
+# ---------------------------------------------------------------- phone numbers
+
+_PHONE_INTL = re.compile(r"\+(?<![\w+]\+)\d{1,3}(?:[ .-]?\(?\d{1,5}\)?){1,6}(?![\w-]|\.\d)")
+_PHONE_NANP = re.compile(
+    r"[2-9(](?<![\w.+-][2-9(])(?:(?<=\()[2-9]\d{2}\)\s?|(?<=[2-9])\d{2}(?P<sep>[-. ]))\d{3}"
+    r"(?(sep)(?P=sep)|[-. ])\d{4}(?![\w-]|\.\d)"
+)
+_PHONE_KEYWORD = re.compile(
+    r"(?i)\b(?:phone|tel|telephone|mobile|cell|fax|whatsapp)\b(?:\s*(?:number|no\.?|#))?"
+    r"\s*[:=]?\s*(?P<number>\+?\(?\d[\d ().-]{5,20}\d)(?![\w-])"
+)
+
+
+def _digit_count_between(low: int, high: int) -> Callable[[str], bool]:
+    return lambda text: low <= sum(c.isdigit() for c in text) <= high
+
+
+_PEM = re.compile(
+    r"-----BEGIN (?P<label>[A-Z0-9 ]*)PRIVATE KEY( BLOCK)?-----"
+    r"(?:[\s\S]*?-----END (?P=label)PRIVATE KEY( BLOCK)?-----"
+    r"|(?:[ \t]*\r?\n[ \t]*(?:[A-Za-z0-9+/=]{16,}|[A-Za-z-]+: [^\n]*))*)"
+)
+
+_RULES = (
+    _Rule(_PEM, _whole(), "private_key_pem", anchors=("-----begin",)),
+    _Rule(
+        _VENDOR,
+        _vendor_span,
+        _vendor_kind,
+        anchors=("sk-", "sk_", "rk_", "akia", "asia", "gh", "glpat-", "xox", "aiza", "hf_", "eyj"),
+    ),
+    _Rule(
+        re.compile(r"(?i)\bbearer\s+(?P<token>[A-Za-z0-9._~+/=-]{16,})(?![A-Za-z0-9._~+/=-])"),
+        _group("token", _token_like),
+        "bearer_token",
+        anchors=("bearer",),
+    ),
+    _Rule(
+        re.compile(
+            r"(?i)\bauthorization[\"']?\s*[:=]\s*[\"']?(?P<scheme>basic|token)\s+"
+            r"(?P<token>[A-Za-z0-9._~+/=-]{8,})"
+        ),
+        _group("token"),
+        lambda m: "basic_auth" if m.group("scheme").lower() == "basic" else "bearer_token",
+        anchors=("authorization",),
+    ),
+    _Rule(
+        _AUTH_CONFIG,
+        _group("value", _user_and_password),
+        "basic_auth",
+        anchors=('"auth"', "_auth"),
+    ),
+    _Rule(_CLI_PASSWORD, _group("password"), "password", anchors=("curl", "mysql")),
+    _Rule(
+        _ASSIGNED_SECRET,
+        _assigned_span,
+        _assigned_kind,
+        anchors=("api", "secret", "token", "passw", "pwd", "access", "private", "credential"),
+    ),
+    _Rule(_EMAIL, _email, "email", gate=lambda text: "@" in text),
+    _Rule(_CARD, _card, "credit_card"),
+    _Rule(_IPV6, _ipv6, "ip", gate=lambda t: "::" in t or _IPV6_GATE.search(t) is not None),
+    _Rule(_IPV4, _ipv4, "ip", gate=lambda text: _IPV4_GATE.search(text) is not None),
+    _Rule(
+        _PHONE_INTL,
+        _whole(_digit_count_between(8, 15)),
+        "phone",
+        gate=lambda text: "+" in text,
+    ),
+    _Rule(
+        _PHONE_KEYWORD,
+        _group("number", _digit_count_between(7, 15)),
+        "phone",
+        anchors=("phone", "tel", "mobile", "cell", "fax", "whatsapp"),
+    ),
+    _Rule(_PHONE_NANP, _whole(), "phone"),
+)
+
+
+def _anchor_positions(lower: str, anchors: tuple[str, ...]) -> list[int]:
+    positions: set[int] = set()
+    for anchor in anchors:
+        at = lower.find(anchor)
+        while at != -1:
+            positions.add(at)
+            at = lower.find(anchor, at + 1)
+    return sorted(positions)
+
+
+def _detect(rule: _Rule, text: str, lower: str) -> list[Detection]:
+    """``rule``'s accepted matches, left to right, never overlapping one another."""
+    if rule.gate is not None and not rule.gate(text):
+        return []
+    if rule.anchors and len(lower) == len(text):
+        matches = (rule.pattern.match(text, at) for at in _anchor_positions(lower, rule.anchors))
+    else:  # no anchors, or lowercasing moved offsets (rare scripts): scan everywhere
+        matches = (m for m in rule.pattern.finditer(text))
+    found: list[Detection] = []
+    done = 0
+    for m in matches:
+        if m is None or m.start() < done:
+            continue
+        span = rule.span(m)
+        if span is None:
+            continue
+        kind = rule.kind if isinstance(rule.kind, str) else rule.kind(m)
+        found.append(Detection(span[0], span[1], kind))
+        done = m.end()
+    return found
+
+
+def detect(text: str) -> list[Detection]:
+    """Every span the hand-written rules find in ``text``, rule by rule (spans may overlap
+    across rules: a bearer token that is a JWT is reported by both)."""
+    lower = text.lower()
+    return [d for rule in _RULES for d in _detect(rule, text, lower)]
