@@ -6,7 +6,7 @@ STAMP := $(VENV)/.switchyard-installed
 export LITELLM_LOCAL_MODEL_COST_MAP := True
 export SWITCHYARD_CACHE := $(CURDIR)/.cache
 
-.PHONY: setup setup-gpu demo test test-fast check lint typecheck bench-gateway bench-kv bench-serving bench-hostile bench-routing bench-loop-lag bench-fleet bench-train bench-console fuzz train-base flywheel clean-cache
+.PHONY: setup setup-gpu demo test test-fast check lint typecheck bench-gateway bench-kv bench-serving bench-hostile bench-routing bench-token-count bench-loop-lag bench-fleet bench-train bench-console fuzz train-base flywheel clean-cache
 
 # Idempotent: re-installs only when pyproject.toml changed since the last install; compiles
 # the record writer's hot modules when their sources changed (gateway/recording/accel.py).
@@ -72,6 +72,11 @@ bench-hostile: setup
 # Learned routing against the baselines on a flywheel run's record (FLYWHEEL_QUICK=1 make flywheel first).
 bench-routing: setup
 	$(PY) -m loadtests.bench.routing
+
+# CPU a request spends counting its prompt's tokens before the call (tiktoken), and the
+# encodings' load time and memory (also a section of bench-gateway's JSON).
+bench-token-count: setup
+	$(PY) -m loadtests.bench.token_count
 
 # Event-loop lag (/health) while one maximal allowed request is served, per door.
 bench-loop-lag: setup

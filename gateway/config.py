@@ -233,6 +233,13 @@ class BackendConfig(BaseModel):
         description="vllm: the served model's directory (tokenizer + chat template), needed by "
         "cache_aware to hash prompts into blocks exactly as vLLM does.",
     )
+    max_input_tokens: int | None = Field(
+        default=None,
+        gt=0,
+        description="The target's context window in prompt tokens: a longer prompt is never sent "
+        "to it. Unset: litellm's model map (`max_input_tokens`) for litellm targets; none (not "
+        "checked) for vllm ones.",
+    )
 
     @model_validator(mode="after")
     def _check_kind_fields(self) -> BackendConfig:
@@ -279,6 +286,25 @@ class StoreSection(StoreConfig):
     )
 
 
+class TokenCountConfig(BaseModel):
+    """Prompt tokens counted before the call (gateway/backends/prompt_count.py), for `tpm`
+    admission, fleet budget reservations and context windows."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    enabled: bool = Field(
+        default=True,
+        description="false: no count; tpm checked after calls only, fleet budgets reserve the "
+        "key's mean cost, context windows left to the providers.",
+    )
+    cache_chars: int = Field(
+        default=16 * 1024 * 1024,
+        ge=0,
+        description="Characters of long prompt texts kept with their counts (system prompts, "
+        "tools, an agent's history), so a next turn encodes only what is new (0: no cache).",
+    )
+
+
 class GatewaySection(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -286,6 +312,7 @@ class GatewaySection(BaseModel):
     limits: LimitsConfig = Field(default_factory=LimitsConfig)
     breaker: BreakerConfig = Field(default_factory=BreakerConfig)
     retry: RetryConfig = Field(default_factory=RetryConfig)
+    token_count: TokenCountConfig = Field(default_factory=TokenCountConfig)
     admin_token_env: str = Field(
         default=ADMIN_TOKEN_ENV, description="Env var holding the admin credential."
     )

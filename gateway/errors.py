@@ -2,6 +2,7 @@
 
 GatewayError                      status  OpenAI type
  +-- InvalidRequestError           400    invalid_request_error   (malformed JSON, bad field)
+ |    +-- ContextWindowExceededError 400   invalid_request_error   (prompt over a target's window)
  +-- AuthenticationError           401    authentication_error
  +-- PermissionDeniedError         403    permission_error        (revoked key, budget spent)
  +-- NotFoundError                 404    not_found_error         (unknown model, unknown id)
@@ -56,6 +57,13 @@ class GatewayError(Exception):
 class InvalidRequestError(GatewayError):
     status = 400
     error_type = "invalid_request_error"
+
+
+class ContextWindowExceededError(InvalidRequestError):
+    """The prompt is longer than the context window of the target it names (or of every target
+    that could serve it), as counted before any upstream call."""
+
+    code = "context_length_exceeded"  # OpenAI's code for the same refusal
 
 
 class AuthenticationError(GatewayError):

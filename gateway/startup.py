@@ -25,6 +25,7 @@ from gateway.auth.ratelimit import build_rate_limiter
 from gateway.auth.shared_budget import SharedBudget
 from gateway.backends.litellm_loader import LitellmLoader
 from gateway.backends.pricing import PriceBook
+from gateway.backends.prompt_count import PromptCounter
 from gateway.backends.provider_routes import openai_like_registry
 from gateway.backends.worker_loop import WorkerLoop
 from gateway.background import Background
@@ -78,11 +79,15 @@ def build_state(
         )
     r = config.gateway.retry
     monitor = ReleaseMonitor(config.release, background.spawn)
+    counter = PromptCounter(config.gateway.token_count)
+    if config.gateway.token_count.enabled:
+        counter.prepare(config.backends)  # tiktoken's encodings, loaded on a worker thread
     return GatewayState(
         config_path=config_path,
         session=session,
         metrics=metrics,
         prices=prices,
+        prompt_counter=counter,
         recorder=recorder,
         decider=decider,
         targets=targets,

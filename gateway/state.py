@@ -17,6 +17,7 @@ import aiohttp
 from gateway.auth.admission import Admission
 from gateway.auth.login_throttle import LoginThrottle
 from gateway.backends.pricing import PriceBook
+from gateway.backends.prompt_count import PromptCounter
 from gateway.background import Background
 from gateway.config import SwitchyardConfig
 from gateway.in_flight import InFlightRequests
@@ -41,6 +42,7 @@ class GatewayState:
     session: aiohttp.ClientSession  # one for every back-end
     metrics: GatewayMetrics
     prices: PriceBook  # litellm's price map, read at start-up
+    prompt_counter: PromptCounter  # prompt tokens before a call (gateway.doors.prompt_gate)
     recorder: RecordSink | None  # None: the store is off
     decider: Decider  # the one routing decision
     targets: Targets  # the back-ends it routes to, their pools and breakers

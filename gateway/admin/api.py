@@ -128,13 +128,16 @@ async def pause_canary(request: Request, state: AdminState, actor: Actor) -> Can
     return _staged(await restage(state, request.app.state.recorder, actor, "pause"))
 
 
+NO_RESUME_BODY = CanaryResume()  # a resume without a body (the console's button)
+
+
 async def resume_canary(
-    request: Request, state: AdminState, actor: Actor, body: CanaryResume | None = None
+    request: Request, state: AdminState, actor: Actor, body: CanaryResume = NO_RESUME_BODY
 ) -> CanaryStaged:
     """The paused canary takes its share again, a shadow stage ends (with the candidate arm's
     state refitted on its shadow answers, when given) (404: no canary)."""
     try:
-        own = LearnedState.from_json(body.learned_state) if body and body.learned_state else None
+        own = LearnedState.from_json(body.learned_state) if body.learned_state else None
     except (ValueError, KeyError, TypeError, AttributeError) as exc:  # a malformed state
         raise InvalidRequestError(f"invalid learned state: {exc}") from exc
     return _staged(await restage(state, request.app.state.recorder, actor, "resume", None, own))

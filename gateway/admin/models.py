@@ -116,7 +116,7 @@ class CanaryRequest(BaseModel):
 class CanaryResume(BaseModel):
     """``POST /admin/canary/resume``'s optional body."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
     learned_state: dict[str, Any] | None = Field(
         default=None,

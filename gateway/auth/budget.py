@@ -23,8 +23,9 @@ retried on the next tick; an ``add_spend`` that failed after committing may then
 (an overcount, never an undercount). :meth:`BudgetGuard.close` makes a last flush.
 
 Across a fleet (:meth:`BudgetGuard.share`, with ``fleet.backend: redis``): :meth:`reserve` holds a
-call's expected cost in Redis before the call and :meth:`settle` releases it with the real cost
-after, atomically, so N gateways overshoot by at most the calls in flight
+call's expected cost in Redis before the call (its counted input's cost plus the key's mean
+output cost, gateway.doors.prompt_gate) and :meth:`settle` releases that reservation with the
+real cost after, atomically, so N gateways overshoot by at most the calls in flight
 (:mod:`gateway.auth.shared_budget`); the store stays the durable record, flushed as above.
 
 Memory: one entry per key that has spent or been read, bounded by the number of keys in the store.
@@ -37,7 +38,6 @@ import contextlib
 import logging
 import math
 import time
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -94,7 +94,6 @@ class BudgetGuard:
         self._store_down = False
         self.stats = BudgetStats()
         self._shared: SharedBudget | None = None
-        self._held: dict[str, deque[Reservation]] = {}  # this process's calls in flight
         self._settling: set[asyncio.Task[None]] = set()
 
     def share(self, shared: SharedBudget) -> None:
@@ -135,30 +134,30 @@ class BudgetGuard:
                 code="budget_exceeded",
             )
 
-    async def reserve(self, principal: PrincipalView) -> None:
-        """Before a call, across the fleet: hold its expected cost, or refuse (403) when the
-        key's settled and held spend has reached its budget. A no-op without a fleet, a budget,
-        or while Redis is unreachable (:meth:`check` stands then)."""
+    async def reserve(
+        self, principal: PrincipalView, input_usd: float | None = None
+    ) -> Reservation | None:
+        """Before a call, across the fleet: hold its expected cost (``input_usd``: what its
+        counted prompt costs; None: unknown), or refuse (403) when the key's settled and held
+        spend has reached its budget. None without a fleet, a budget, or while Redis is
+        unreachable (:meth:`check` stands then); else the call's reservation, for
+        :meth:`settle`."""
         key_id = principal.key_id
         if self._shared is None or principal.budget_usd is None or key_id is None:
-            return
-        reservation = await self._shared.reserve(principal, self.spent(key_id))
-        if reservation is not None:
-            self._held.setdefault(key_id, deque()).append(reservation)
+            return None
+        return await self._shared.reserve(principal, self.spent(key_id), input_usd)
 
-    def settle(self, principal: PrincipalView, usd: float | None) -> None:
+    def settle(
+        self, principal: PrincipalView, usd: float | None, reservation: Reservation | None = None
+    ) -> None:
         """After a call, whatever its end: its cost counts now (:meth:`record_spend`) and, across
-        the fleet, replaces one reservation of the key (in the background). Sync."""
+        the fleet, replaces the call's ``reservation`` (in the background). Sync."""
         key_id = principal.key_id
         if key_id is None:
             return
         self.record_spend(key_id, usd)
         if self._shared is None or principal.budget_usd is None:
             return
-        held = self._held.get(key_id)
-        reservation = held.popleft() if held else None
-        if held is not None and not held:
-            del self._held[key_id]
         cost = usd if usd is not None and math.isfinite(usd) and usd > 0 else 0.0
         if reservation is None and not cost:
             return

@@ -14,10 +14,13 @@ request is allowed ``W / N`` later, which is exactly the Retry-After given. One 
 
 Requests per minute (rpm): :meth:`RateLimiter.check_request` admits a cost of 1 and counts it
 (refused requests are not counted, so a client that backs off recovers).
-Tokens per minute (tpm): the cost is known only after the call, so :meth:`check_tokens` refuses
-while the bucket has no room for one more token (what was used in the window is at the limit),
-and :meth:`record_tokens` adds the call's tokens afterwards (possibly beyond the limit: the key
-then waits until it has drained). :meth:`admit` does both checks at once (one Redis round trip).
+Tokens per minute (tpm): :meth:`check_tokens` refuses while the bucket has no room for one more
+token (before the body is read); :meth:`reserve_tokens` admits the prompt's counted tokens once
+they are known, before the call (refused when the prompt alone exceeds what is left); and
+:meth:`record_tokens` settles after the call: the tokens it used beyond its reservation (possibly
+beyond the limit: the key then waits until it has drained), or a negative amount, what it held
+and did not use, given back (never below an empty bucket). :meth:`admit` does the rpm and the
+first tpm check at once (one Redis round trip).
 
 Backends: :class:`MemoryRateLimiter` (this process; idle keys pruned once per window, an idle key
 holds no information) and :class:`RedisRateLimiter` (one Lua script per check, atomic, keys
@@ -65,8 +68,13 @@ class RateLimiter(Protocol):
     async def check_tokens(self, principal: Principal) -> None:
         """RateLimitedError when the tokens used in the window have reached tpm."""
 
+    async def reserve_tokens(self, principal: Principal, tokens: int) -> int:
+        """Hold a prompt's ``tokens`` before its call; RateLimitedError when they do not fit in
+        what is left of the window. Returns the tokens held (0: no limit, or not checked)."""
+        ...
+
     async def record_tokens(self, principal: Principal, tokens: int) -> None:
-        """Add the tokens a finished call used (prompt + completion)."""
+        """Add the tokens a finished call used beyond what it held (negative: give back)."""
 
     def stats(self) -> dict[str, float]:
         """Counters for metrics."""
@@ -88,6 +96,19 @@ def _refusal(
         f"Rate limit reached for {what} per minute ({kind}) on API key '{principal.name}': "
         f"limit {limit} per {window_s:g}s. Please try again in {wait_s:.3g}s.",
         retry_after_s=wait_s,
+    )
+
+
+def _too_large(
+    principal: Principal, tokens: int, limit: int, window_s: float, wait_s: float
+) -> RateLimitedError:
+    """A prompt that does not fit in what is left of the key's token window."""
+    never = " (more than the whole limit: it never fits)" if tokens > limit else ""
+    return RateLimitedError(
+        f"Rate limit reached for tokens per minute (tpm) on API key '{principal.name}': this "
+        f"request's prompt is {tokens} tokens{never}, more than is left of the limit of "
+        f"{limit} per {window_s:g}s. Please try again in {min(wait_s, window_s):.3g}s.",
+        retry_after_s=min(wait_s, window_s),
     )
 
 
@@ -128,13 +149,26 @@ class MemoryRateLimiter:
         if wait > _EPS_S:
             raise _refusal(principal, "tpm", limit, self._window, wait)
 
-    async def record_tokens(self, principal: Principal, tokens: int) -> None:
+    async def reserve_tokens(self, principal: Principal, tokens: int) -> int:
         limit = principal.tpm_limit
         if limit is None or principal.key_id is None or tokens <= 0:
+            return 0
+        now = self._now()
+        tat = self._tokens.get(principal.key_id, now)
+        new_tat = gcra(tat, now, self._window / limit, tokens)
+        wait = new_tat - self._window - now
+        if wait > _EPS_S:
+            raise _too_large(principal, tokens, limit, self._window, wait)
+        self._tokens[principal.key_id] = new_tat
+        return tokens
+
+    async def record_tokens(self, principal: Principal, tokens: int) -> None:
+        limit = principal.tpm_limit
+        if limit is None or principal.key_id is None or tokens == 0:
             return
         now = self._now()
         tat = self._tokens.get(principal.key_id, now)
-        self._tokens[principal.key_id] = gcra(tat, now, self._window / limit, tokens)
+        self._tokens[principal.key_id] = max(now, gcra(tat, now, self._window / limit, tokens))
 
     def stats(self) -> dict[str, float]:
         return {"tracked_keys": float(len(self._requests) + len(self._tokens))}
@@ -184,15 +218,33 @@ end
 return {0, '0'}
 """
 
-# KEYS: token tat. ARGV: now, token interval, tokens.
+# KEYS: token tat. ARGV: now, token interval, tokens (negative: given back).
 _RECORD_LUA: Final = """
 local now = tonumber(ARGV[1])
 local tat = tonumber(redis.call('GET', KEYS[1]) or '0')
 if tat < now then tat = now end
 local new_tat = tat + tonumber(ARGV[2]) * tonumber(ARGV[3])
+if new_tat <= now then
+  redis.call('DEL', KEYS[1])
+  return 0
+end
 local ttl_ms = math.ceil((new_tat - now) * 1000) + 1000
 redis.call('SET', KEYS[1], string.format('%.6f', new_tat), 'PX', ttl_ms)
 return 0
+"""
+
+# KEYS: token tat. ARGV: now, window, token interval, tokens, float slack. Returns {0} when
+# held, {1, wait} when the tokens do not fit in what is left of the window.
+_RESERVE_LUA: Final = """
+local now = tonumber(ARGV[1])
+local tat = tonumber(redis.call('GET', KEYS[1]) or '0')
+if tat < now then tat = now end
+local new_tat = tat + tonumber(ARGV[3]) * tonumber(ARGV[4])
+local wait = new_tat - tonumber(ARGV[2]) - now
+if wait > tonumber(ARGV[5]) then return {1, tostring(wait)} end
+local ttl_ms = math.ceil((new_tat - now) * 1000) + 1000
+redis.call('SET', KEYS[1], string.format('%.6f', new_tat), 'PX', ttl_ms)
+return {0, '0'}
 """
 
 
@@ -220,6 +272,7 @@ class RedisRateLimiter:
         )
         self._admit = self._scripts.register(_ADMIT_LUA)
         self._record = self._scripts.register(_RECORD_LUA)
+        self._reserve = self._scripts.register(_RESERVE_LUA)
 
     @property
     def failures(self) -> int:
@@ -249,9 +302,29 @@ class RedisRateLimiter:
     async def check_tokens(self, principal: Principal) -> None:
         await self._check(principal, None, principal.tpm_limit)
 
-    async def record_tokens(self, principal: Principal, tokens: int) -> None:
+    async def reserve_tokens(self, principal: Principal, tokens: int) -> int:
         limit = principal.tpm_limit
         if limit is None or principal.key_id is None or tokens <= 0:
+            return 0
+        args = (
+            repr(self._clock()),
+            repr(self._window),
+            repr(self._window / limit),
+            str(tokens),
+            repr(_EPS_S),
+        )
+        key = self._key(principal.key_id, "tok")
+        result = await self._scripts.call(self._reserve, [key], args)
+        if result is None:
+            self._unavailable()
+            return 0  # open: let through, its tokens recorded after the call
+        if int(result[0]) == 1:
+            raise _too_large(principal, tokens, limit, self._window, float(result[1]))
+        return tokens
+
+    async def record_tokens(self, principal: Principal, tokens: int) -> None:
+        limit = principal.tpm_limit
+        if limit is None or principal.key_id is None or tokens == 0:
             return
         args = (repr(self._clock()), repr(self._window / limit), str(tokens))
         await self._scripts.call(self._record, [self._key(principal.key_id, "tok")], args)
@@ -275,18 +348,22 @@ class RedisRateLimiter:
         )
         result = await self._scripts.call(self._admit, keys, args)
         if result is None:
-            if self._failure_mode == "closed":
-                raise RateLimitedError(
-                    "Rate limits cannot be checked right now; retry shortly.",
-                    retry_after_s=max(self._scripts.retry_s, 1.0),
-                    code="rate_limiter_unavailable",
-                )
+            self._unavailable()
             return
         status, wait = int(result[0]), float(result[1])
         if status == 1 and rpm is not None:
             raise _refusal(principal, "rpm", rpm, self._window, wait)
         if status == 2 and tpm is not None:
             raise _refusal(principal, "tpm", tpm, self._window, wait)
+
+    def _unavailable(self) -> None:
+        """Redis did not answer: 429 when failing closed; nothing (let through) when open."""
+        if self._failure_mode == "closed":
+            raise RateLimitedError(
+                "Rate limits cannot be checked right now; retry shortly.",
+                retry_after_s=max(self._scripts.retry_s, 1.0),
+                code="rate_limiter_unavailable",
+            )
 
     def _key(self, key_id: str, kind: str) -> str:
         # The {hash tag} keeps both keys of one API key in one Redis Cluster slot.

@@ -4,14 +4,16 @@ Per API key with a budget, two Redis hashes (``N`` = the fleet's name):
 
     N:budget:{<key id>}        spent (USD settled, fleet-wide), n (calls settled), mean (USD per
                                call, a running mean: the first ten calls' average, then an
-                               exponential one weighting each new call 1/10)
+                               exponential one weighting each new call 1/10), out_n, out_mean
+                               (the same of what calls cost beyond their counted input)
     N:budget:{<key id>}:held   reservation id -> "<USD> <expiry unix s>": calls in flight
 
 Reserve (one script, before the call; :meth:`SharedBudget.reserve`): drop expired reservations,
 sum the rest (``held``); refuse (403 ``budget_exceeded``) when ``spent + held >= budget``; else
-hold the key's ``mean`` under a new id. Settle (one script, when the exchange finished, whatever
-its end; :meth:`SharedBudget.settle`): drop the id, add the call's real cost to ``spent`` and to
-the mean.
+hold, under a new id, the call's input cost (its counted prompt tokens times the target's input
+price) plus ``out_mean``, or the key's ``mean`` when the input is not counted. Settle (one
+script, when the exchange finished, whatever its end; :meth:`SharedBudget.settle`): drop the id,
+add the call's real cost to ``spent`` and to the means.
 
 The bound: a call is admitted only while settled spend plus what calls in flight are expected to
 cost is under the budget, so N gateways together overshoot by at most what the calls in flight
@@ -29,6 +31,7 @@ and the caller falls back to this process's own view (the guard's local check).
 from __future__ import annotations
 
 import itertools
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -46,7 +49,8 @@ if TYPE_CHECKING:
 
 KEY_TTL_S: Final = 7 * 24 * 3600  # idle keys' hashes expire; the store re-seeds them
 
-# KEYS: spend, held. ARGV: now, budget, id, ttl_s, floor. Returns {ok, spent, held}.
+# KEYS: spend, held. ARGV: now, budget, id, ttl_s, floor, input USD ('' = not counted).
+# Returns {ok, spent, held}.
 _RESERVE_LUA: Final = """
 local now = tonumber(ARGV[1])
 local spent = tonumber(redis.call('HGET', KEYS[1], 'spent') or '0')
@@ -68,7 +72,12 @@ end
 if spent + held >= tonumber(ARGV[2]) then
   return {0, tostring(spent), tostring(held)}
 end
-local estimate = tonumber(redis.call('HGET', KEYS[1], 'mean') or '0')
+local estimate
+if ARGV[6] ~= '' then
+  estimate = tonumber(ARGV[6]) + tonumber(redis.call('HGET', KEYS[1], 'out_mean') or '0')
+else
+  estimate = tonumber(redis.call('HGET', KEYS[1], 'mean') or '0')
+end
 local ttl = tonumber(ARGV[4])
 redis.call('HSET', KEYS[2], ARGV[3], string.format('%.17g %.3f', estimate, now + ttl))
 redis.call('EXPIRE', KEYS[2], math.ceil(ttl))
@@ -76,16 +85,21 @@ redis.call('EXPIRE', KEYS[1], KEY_TTL)
 return {1, tostring(spent), tostring(held + estimate)}
 """.replace("KEY_TTL", str(KEY_TTL_S))
 
-# KEYS: spend, held. ARGV: id ('' = none), cost. Returns spent.
+# KEYS: spend, held. ARGV: id ('' = none), cost, the reservation's input USD ('' = not
+# counted). Returns spent.
 _SETTLE_LUA: Final = """
+local function add_mean(count_field, mean_field, value)
+  local n = redis.call('HINCRBY', KEYS[1], count_field, 1)
+  local mean = tonumber(redis.call('HGET', KEYS[1], mean_field) or '0')
+  local w = math.max(1.0 / n, 0.1)
+  redis.call('HSET', KEYS[1], mean_field, string.format('%.17g', mean + (value - mean) * w))
+end
 if ARGV[1] ~= '' then redis.call('HDEL', KEYS[2], ARGV[1]) end
 local cost = tonumber(ARGV[2])
 if cost > 0 then
   local spent = redis.call('HINCRBYFLOAT', KEYS[1], 'spent', ARGV[2])
-  local n = redis.call('HINCRBY', KEYS[1], 'n', 1)
-  local mean = tonumber(redis.call('HGET', KEYS[1], 'mean') or '0')
-  local w = math.max(1.0 / n, 0.1)
-  redis.call('HSET', KEYS[1], 'mean', string.format('%.17g', mean + (cost - mean) * w))
+  add_mean('n', 'mean', cost)
+  if ARGV[3] ~= '' then add_mean('out_n', 'out_mean', math.max(cost - tonumber(ARGV[3]), 0)) end
   redis.call('EXPIRE', KEYS[1], KEY_TTL)
   return spent
 end
@@ -95,9 +109,11 @@ return redis.call('HGET', KEYS[1], 'spent') or '0'
 
 @dataclass(frozen=True, slots=True)
 class Reservation:
-    """A call's hold on its key's budget, released by :meth:`SharedBudget.settle`."""
+    """A call's hold on its key's budget, released by :meth:`SharedBudget.settle`;
+    ``input_usd``: the counted input cost it holds (None: it holds the key's mean)."""
 
     id: str
+    input_usd: float | None = None
 
 
 class SharedBudget:
@@ -127,15 +143,20 @@ class SharedBudget:
         spend = f"{self._ns}:budget:{{{key_id}}}"
         return [spend, spend + ":held"]
 
-    async def reserve(self, principal: PrincipalView, floor_usd: float) -> Reservation | None:
-        """Hold the key's expected cost; 403 ``budget_exceeded`` when settled plus held spend
-        has reached the budget. None: no budget, or Redis unreachable (the caller's local
-        check stands)."""
+    async def reserve(
+        self, principal: PrincipalView, floor_usd: float, input_usd: float | None = None
+    ) -> Reservation | None:
+        """Hold the call's expected cost (``input_usd``: its counted input's cost, None: not
+        counted); 403 ``budget_exceeded`` when settled plus held spend has reached the budget.
+        None: no budget, or Redis unreachable (the caller's local check stands)."""
         budget, key_id = principal.budget_usd, principal.key_id
         if budget is None or key_id is None:
             return None
         rid = f"{self._member}:{next(self._ids)}"
-        args = (repr(self._clock()), repr(budget), rid, repr(self._ttl), repr(floor_usd))
+        if input_usd is not None and not (math.isfinite(input_usd) and input_usd >= 0):
+            input_usd = None
+        counted = "" if input_usd is None else repr(input_usd)
+        args = (repr(self._clock()), repr(budget), rid, repr(self._ttl), repr(floor_usd), counted)
         result = await self._scripts.call(self._reserve, self._keys(key_id), args)
         if result is None:
             return None
@@ -148,12 +169,15 @@ class SharedBudget:
                 f"(spent {format_usd(spent)}{in_flight}).",
                 code="budget_exceeded",
             )
-        return Reservation(rid)
+        return Reservation(rid, input_usd)
 
     async def settle(self, key_id: str, reservation: Reservation | None, usd: float) -> None:
         """Release ``reservation`` and add the call's cost (``usd`` >= 0)."""
-        rid = reservation.id if reservation is not None else ""
-        await self._scripts.call(self._settle, self._keys(key_id), (rid, repr(usd)))
+        rid, counted = "", ""
+        if reservation is not None:
+            rid = reservation.id
+            counted = "" if reservation.input_usd is None else repr(reservation.input_usd)
+        await self._scripts.call(self._settle, self._keys(key_id), (rid, repr(usd), counted))
 
     async def spent(self, key_id: str) -> float:
         """The fleet's settled spend of ``key_id`` (0 when unknown or unreachable)."""

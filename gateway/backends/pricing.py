@@ -137,6 +137,7 @@ class ModelPrices:
     base: Rates
     thresholds: tuple[Threshold, ...] = ()  # ascending
     table: tuple[TableTier, ...] = ()  # ascending by start
+    max_input_tokens: int | None = None  # the model's context window, as the map gives it
 
     def rates_for(self, prompt_tokens: int) -> Rates:
         """The rates of a call with ``prompt_tokens`` input tokens (all of them)."""
@@ -278,6 +279,14 @@ class PriceBook:
             and self.model_prices(config.model) is None
         ]
 
+    def max_input_tokens(self, config: BackendConfig) -> int | None:
+        """The target's context window: configured, else the map's ``max_input_tokens`` for
+        ``kind: litellm`` (the entry found as for its prices), else None (unknown)."""
+        if config.max_input_tokens is not None or config.kind != "litellm":
+            return config.max_input_tokens
+        prices = self.model_prices(config.model)
+        return prices.max_input_tokens if prices is not None else None
+
     def cost_usd(self, config: BackendConfig, usage: Usage) -> float | None:
         """The call's cost: configured prices, else the map's for ``kind: litellm``, else None."""
         rates = configured_rates(config)
@@ -344,8 +353,10 @@ def _entry_prices(entry: Mapping[str, Any]) -> ModelPrices | None:
         if (given := _given(entry, f"_above_{label}_tokens"))
     )
     provider = entry.get("litellm_provider")
+    window = entry.get("max_input_tokens")
     return ModelPrices(
         provider=provider if isinstance(provider, str) else None,
+        max_input_tokens=window if type(window) is int and window > 0 else None,
         base=Rates(
             base.get("input", 0.0),
             base.get("output", 0.0),

@@ -13,8 +13,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from gateway.auth.admission import Hold
 from gateway.auth.keys import ANONYMOUS, Principal
 from gateway.backends.base import Usage
+from gateway.backends.prompt_count import PromptCount
 from gateway.recording.draft import Deferred
 from gateway.state import GatewayState
 from router.decision import RouteDecision
@@ -94,6 +96,10 @@ class Exchange:
     translation_notes: dict[str, Any] = field(default_factory=dict)
     native: bool = False
     principal: Principal = ANONYMOUS
+    # The prompt counted before the call, by target (gateway.doors.prompt_gate; None: not
+    # counted), and what the call holds of its key's limits until it settles.
+    prompt_counts: dict[str, PromptCount] | None = None
+    hold: Hold | None = None
     task: asyncio.Task[Any] | None = None  # the task serving it now (abort cancels it)
     aborted: bool = False  # ended by shutdown past the drain deadline
     # How it ended (:meth:`settle`), read once by gateway.doors.finish when the record is made.

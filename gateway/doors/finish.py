@@ -38,6 +38,7 @@ def finish(state: GatewayState, ex: Exchange) -> float | None:
         log.exception("exchange %s: metrics or cost failed; recorded without a cost", ex.id)
     try:
         _account(state, ex, usage, cost)
+        _calibrate(state, ex, usage)
         if state.tracer is not None:
             _span(state, ex, status, latency)
     except Exception:
@@ -136,19 +137,41 @@ def _measure(
 
 
 def _account(state: GatewayState, ex: Exchange, usage: Usage, cost: float | None) -> None:
-    """Spend against the key's budget now; tokens against its per-minute limit."""
+    """Spend against the key's budget now, replacing what the call held of it; tokens against
+    its per-minute limit: what the call used beyond the prompt tokens it held (or, negative,
+    what it held and did not use), so that each token counts once."""
     principal = ex.principal
     if principal.key_id is None:
         return
-    admission = state.admission
+    admission, hold = state.admission, ex.hold
     if admission.budget is not None:  # also releases the call's budget reservation (any cost)
-        admission.budget.settle(principal, cost)
+        admission.budget.settle(principal, cost, hold.budget if hold is not None else None)
     if admission.rate_limiter is not None and principal.tpm_limit is not None:
-        tokens = (usage.prompt_tokens or (ex.features.prompt_tokens if ex.features else 0)) + (
-            usage.completion_tokens or 0
-        )
+        held = hold.tokens if hold is not None else 0
+        tokens = _used_tokens(ex, usage, held) - held
         if tokens:
             state.background.spawn(admission.rate_limiter.record_tokens(principal, tokens))
+
+
+def _used_tokens(ex: Exchange, usage: Usage, held: int) -> int:
+    """The tokens a call used: as the upstream reported them; else, when it was tried, its held
+    (counted) prompt tokens or the router's estimate; none when no upstream was tried."""
+    completion = usage.completion_tokens or 0
+    if usage.prompt_tokens is not None:
+        return usage.prompt_tokens + completion
+    if not ex.attempts:
+        return 0
+    return (held or (ex.features.prompt_tokens if ex.features is not None else 0)) + completion
+
+
+def _calibrate(state: GatewayState, ex: Exchange, usage: Usage) -> None:
+    """The served target's estimate learns from the prompt tokens it reported."""
+    counts, target = ex.prompt_counts, ex.target
+    if counts is None or target is None or ex.status != 200 or not usage.prompt_tokens:
+        return
+    count = counts.get(target)
+    if count is not None:
+        state.prompt_counter.observe(target, count, usage.prompt_tokens)
 
 
 def _tags(f: RequestFeatures | None, ex: Exchange) -> dict[str, str]:

@@ -8,7 +8,9 @@ body is the internal body, and the upstream's bytes go back unchanged.
 
     read body (413 past the limit) -> parse + bounds (400) -> translate (400 on a shape the
     translator did not foresee) -> features (one builder, :func:`door_features`) -> decide
-    (404 unknown model) -> serve_unary / serve_stream (gateway.doors.pipeline)
+    (404 unknown model) -> prompt counted, fitted to context windows (400), the key's tokens
+    and budget held (429, 403; gateway.doors.prompt_gate) -> serve_unary / serve_stream
+    (gateway.doors.pipeline)
 
 Parsing, bound checks and translation run on a worker thread for bodies over
 ``limits.offload_body_bytes``: they are pure Python, milliseconds of the loop for a long
@@ -35,6 +37,7 @@ from gateway.config import LimitsConfig
 from gateway.doors.exchange import Exchange, FrontDoor, new_exchange
 from gateway.doors.finish import finish
 from gateway.doors.pipeline import answer_cancelled, error_response, serve_stream, serve_unary
+from gateway.doors.prompt_gate import gate_prompt
 from gateway.errors import (
     ClientDisconnectedError,
     GatewayError,
@@ -232,6 +235,8 @@ async def serve_door(request: Request, door: FrontDoor, translate: Translate) ->
             assert ex.features is not None
             tools = translated.body.get("tools")
             ex.decision = await state.decider.decide(view, ex.features, tools)
+            offload = len(raw) > limits.offload_body_bytes
+            ex.decision = await gate_prompt(state, routing, ex, translated.body, offload=offload)
         except (GatewayError, RoutingError) as exc:
             if ex.request is None:
                 # Kept whole (not truncated) so the record shows exactly what was refused.

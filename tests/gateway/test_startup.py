@@ -147,8 +147,8 @@ def _wait_for_line(log_path: Path, text: str, timeout_s: float = 120.0) -> None:
 
 # Imported by the gateway only when used: the dataset pipeline (an export), httpx (litellm's
 # errors, once litellm imported it), redis (a Redis rate limiter, fleet or budget), the
-# OpenTelemetry SDK (traces on).
-NOT_AT_START = ("traffic.export.dataset", "httpx", "redis", "opentelemetry.sdk.trace")
+# OpenTelemetry SDK (traces on), tiktoken (on the thread that loads its encodings).
+NOT_AT_START = ("traffic.export.dataset", "httpx", "redis", "opentelemetry.sdk.trace", "tiktoken")
 
 
 def test_importing_the_app_leaves_out_what_only_some_requests_use() -> None:

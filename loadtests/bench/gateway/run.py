@@ -14,8 +14,9 @@ on (SQLite), and the LiteLLM proxy (OpenAI format). The systems are listed in
 :mod:`~loadtests.bench.gateway.settings`; the servers start one at a time
 (:mod:`~loadtests.bench.gateway.systems`), so each gateway's time to ready is its own; each
 cell's load comes from a fresh load-generator process (:mod:`~loadtests.bench.gateway.cells`).
-After the load: each server's resident memory, then the traffic store's write throughput
-(SQLite and PostgreSQL, :mod:`loadtests.bench.store`).
+After the load: each server's resident memory, the traffic store's write throughput (SQLite
+and PostgreSQL, :mod:`loadtests.bench.store`), and what counting a prompt's tokens before the
+call costs a request (:mod:`loadtests.bench.token_count`, ``token_counting`` in the JSON).
 
 Output: a table of cells and one of targets on stdout; under ``.cache/bench/gateway/``:
 ``report.json``, ``cells.csv``, ``chart.png``, the servers' configs and logs and, with
@@ -40,7 +41,7 @@ from typing import Any
 
 from rich.console import Console
 
-from loadtests.bench import store
+from loadtests.bench import store, token_count
 from loadtests.bench.gateway import chart, figures, litellm_proxy, profile, report
 from loadtests.bench.gateway.cells import cell_spec, measure_cells, measure_recording_rounds
 from loadtests.bench.gateway.settings import (
@@ -228,6 +229,8 @@ def run(settings: BenchSettings, stdout: Console, log: Console) -> dict[str, Any
         stores = store.run(
             settings.store_backends, settings.store_records, settings.postgres_url, out_dir
         )
+    log.print("token counting: CPU per request, in this process ...")
+    counting = token_count.measure(settings.quick)
     rows = report.build_rows(cells)
     headline = figures.headline(rows, systems.startup_s, memory, rounds)
     checked = figures.check_targets(headline)
@@ -237,6 +240,7 @@ def run(settings: BenchSettings, stdout: Console, log: Console) -> dict[str, Any
         "targets_summary": figures.targets_summary(checked),
         "disturbed_cells": figures.disturbed_cells(rows),
         **report.store_section(stores),
+        "token_counting": counting,  # loadtests.bench.token_count
         "headline_cell": {"mode": HEADLINE_MODE, "concurrency": HEADLINE_CONCURRENCY},
         "quick": settings.quick,
         "elapsed_s": round(time.monotonic() - started, 1),

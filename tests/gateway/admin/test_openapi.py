@@ -35,6 +35,7 @@ WRONG = {"authorization": "Bearer not-the-token"}
 BODIES = {
     ("post", "/admin/keys"): "KeyCreate",
     ("post", "/admin/canary"): "CanaryRequest",
+    ("post", "/admin/canary/resume"): "CanaryResume",
     ("post", "/admin/traffic/export"): "ExportRequest",
     ("post", "/admin/replicas/drain"): "ReplicaCommand",
     ("post", "/admin/replicas/undrain"): "ReplicaCommand",

@@ -293,3 +293,73 @@ async def test_redis_down_fails_closed_when_configured() -> None:
         await limiter.admit(key())  # no limits: Redis is not needed
     finally:
         await limiter.close()
+
+
+# --- prompt tokens held before the call -----------------------------------------------------
+
+
+Limiter = MemoryRateLimiter | RedisRateLimiter
+
+
+@pytest.fixture(params=["memory", pytest.param("redis", marks=pytest.mark.redis)])
+def token_limiter(request: pytest.FixtureRequest) -> tuple[Limiter, FakeClock]:
+    """A limiter of each kind on a fake clock (the test closes it)."""
+    clock = FakeClock()
+    if request.param == "memory":
+        return MemoryRateLimiter(60, clock=clock), clock
+    return redis_limiter(request.getfixturevalue("redis_ns"), clock), clock
+
+
+async def test_a_prompt_larger_than_what_is_left_of_the_window_is_refused_with_its_wait(
+    token_limiter: tuple[Limiter, FakeClock],
+) -> None:
+    limiter, clock = token_limiter
+    p = key(tpm=1000)
+    try:
+        await _refuses_what_does_not_fit(limiter, clock, p)
+    finally:
+        await limiter.close()
+
+
+async def _refuses_what_does_not_fit(limiter: Limiter, clock: FakeClock, p: Principal) -> None:
+    assert await limiter.reserve_tokens(p, 600) == 600
+    await limiter.check_tokens(p)  # 400 left: the door's first check lets a request in ...
+    with pytest.raises(RateLimitedError) as info:
+        await limiter.reserve_tokens(p, 500)  # ... but not a prompt of 500
+    assert info.value.retry_after_s == pytest.approx(100 * 0.06, abs=1e-3)  # 100 must drain
+    assert "prompt is 500 tokens" in info.value.message
+    assert await limiter.reserve_tokens(p, 400) == 400  # the refusal held nothing
+    clock.now += 6.01
+    with pytest.raises(RateLimitedError, match="never fits") as never:
+        await limiter.reserve_tokens(p, 1001)
+    assert never.value.retry_after_s <= 60
+
+
+async def test_settling_adds_only_what_the_call_used_beyond_its_hold_or_gives_the_rest_back(
+    token_limiter: tuple[Limiter, FakeClock],
+) -> None:
+    limiter, _ = token_limiter
+    try:
+        await _settles(limiter, key(tpm=1000))
+    finally:
+        await limiter.close()
+
+
+async def _settles(limiter: Limiter, p: Principal) -> None:
+    await limiter.reserve_tokens(p, 800)
+    await limiter.record_tokens(p, 50)  # used 850: the prompt's 800 are not counted twice
+    with pytest.raises(RateLimitedError):
+        await limiter.reserve_tokens(p, 200)
+    await limiter.record_tokens(p, -850)  # a call that held 850 and used none gives them back
+    assert await limiter.reserve_tokens(p, 1000) == 1000  # the whole window again
+    await limiter.record_tokens(p, -5000)  # never below an empty bucket
+    assert await limiter.reserve_tokens(p, 1000) == 1000
+    with pytest.raises(RateLimitedError):
+        await limiter.reserve_tokens(p, 1)
+
+
+async def test_keys_without_a_token_limit_hold_nothing() -> None:
+    limiter = MemoryRateLimiter(60)
+    assert await limiter.reserve_tokens(key(rpm=5), 10_000) == 0
+    assert await limiter.reserve_tokens(ANONYMOUS, 10_000) == 0
+    assert limiter.stats()["tracked_keys"] == 0

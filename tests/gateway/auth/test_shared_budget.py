@@ -74,6 +74,27 @@ async def test_a_refusal_counts_calls_in_flight_and_says_so(redis_ns: str) -> No
 
 
 @pytest.mark.redis
+async def test_a_counted_call_holds_its_input_cost_plus_what_calls_cost_beyond_their_input(
+    redis_ns: str,
+) -> None:
+    budget = gateway(redis_ns, "one")
+    principal = key(budget=1.0)
+    key_id = principal.key_id or ""
+    try:
+        first = await budget.reserve(principal, 0.0, input_usd=0.3)
+        assert first is not None and first.input_usd == 0.3
+        await budget.settle(key_id, first, 0.4)  # 0.3 of input, 0.1 beyond it
+        second = await budget.reserve(principal, 0.0, input_usd=0.5)  # holds 0.5 + 0.1
+        with pytest.raises(PermissionDeniedError) as refused:  # 0.4 spent + 0.6 held: full
+            await budget.reserve(principal, 0.0, input_usd=0.0)
+        assert "spent $0.40, $0.60 held by calls in flight" in refused.value.message
+        await budget.settle(key_id, second, 0.5)  # released: 0.9 spent, room again
+        assert await budget.reserve(principal, 0.0, input_usd=0.0) is not None
+    finally:
+        await budget.close()
+
+
+@pytest.mark.redis
 async def test_a_dead_gateways_reservations_expire(redis_ns: str) -> None:
     dead, alive = gateway(redis_ns, "dead", ttl_s=0.2), gateway(redis_ns, "alive")
     principal = key(budget=0.3)

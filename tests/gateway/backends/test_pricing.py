@@ -1,5 +1,6 @@
-"""Prices of calls with cache reads and writes, from configured prices and from litellm's own
-price map read as data (``gateway/backends/pricing.py``), held to ``litellm.cost_per_token``."""
+"""Prices of calls with cache reads and writes, and context windows, from configured values and
+from litellm's own price map read as data (``gateway/backends/pricing.py``), held to
+``litellm.cost_per_token`` and ``litellm.get_model_info``."""
 
 from __future__ import annotations
 
@@ -234,3 +235,33 @@ def test_frontier_backends_the_book_cannot_price_are_named(book: PriceBook) -> N
         "local": BackendConfig(kind="vllm", model="ours", replicas=["http://127.0.0.1:1"]),
     }
     assert book.unpriced(backends) == ["retired"]
+
+
+@pytest.mark.parametrize(
+    "model",
+    [
+        OPENAI,
+        "openai/gpt-4o-mini",
+        "openai/gpt-4o-mini-2024-07-18",
+        ANTHROPIC,
+        "anthropic/claude-haiku-4-5",
+        "text-completion-openai/gpt-3.5-turbo-instruct",
+    ],
+)
+def test_context_windows_are_what_litellms_get_model_info_says(
+    book: PriceBook, litellm: ModuleType, model: str
+) -> None:
+    expected = litellm.get_model_info(model)["max_input_tokens"]
+    assert isinstance(expected, int) and expected > 0
+    assert book.max_input_tokens(litellm_backend(model)) == expected
+
+
+def test_a_configured_window_wins_and_a_local_target_has_none_unless_configured(
+    book: PriceBook,
+) -> None:
+    configured = litellm_backend(OPENAI).model_copy(update={"max_input_tokens": 9})
+    assert book.max_input_tokens(configured) == 9
+    assert book.max_input_tokens(litellm_backend("anthropic/claude-retired-9")) is None
+    local = BackendConfig(kind="vllm", model="gpt-4o", replicas=["http://127.0.0.1:1"])
+    assert book.max_input_tokens(local) is None
+    assert book.max_input_tokens(local.model_copy(update={"max_input_tokens": 4096})) == 4096

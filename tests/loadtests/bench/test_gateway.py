@@ -319,6 +319,7 @@ def test_benchmark_end_to_end_on_tiny_settings(tmp_path: Path):
         assert summary["rss_mb"][server] is not None
     assert summary["time_to_ready_s"]["frontier_rec"] is None  # not asked for
     assert summary["store_write_records_per_s"]["sqlite"] is not None
+    assert summary["token_counting"]["cases_us"]["agent_warm"]["openai"] > 0
     cells = summary["cells"]
     assert len(cells) == 5 * 3
     for cell in cells:
