@@ -8,7 +8,9 @@
               release starts in its shadow stage, paused, the candidate's replicas answering
               that share of users' requests off their path; when that traffic is done the
               candidate's routing is refitted with those answers verified (live traffic's
-              mix, the candidate's own weights) and the resume hands it to the candidate arm.
+              mix, the candidate's own weights) and the resume hands it to the candidate arm,
+              unless its weights are surely worse than the served ones on some class
+              (``rl_loop.shadow_gate``): then it is rolled back before any user sees it.
               A scorer fitted on the gate's few items alone sends little local, so the test
               would see few requests on which the arms differ and time out
     canary    ``POST /admin/canary`` with that routing and state inline, the candidate's weights
@@ -37,7 +39,7 @@ import logging
 import time
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -56,8 +58,20 @@ log = logging.getLogger(__name__)
 
 # Users' traffic until the event is set (or the caller's own budget runs out).
 Drive = Callable[[asyncio.Event], Coroutine[Any, Any, None]]
-# The candidate's routing fitted again (with its shadow answers): the learned state's JSON.
-Refit = Callable[[], Coroutine[Any, Any, dict[str, Any]]]
+
+
+@dataclass(frozen=True, slots=True)
+class Refitted:
+    """The candidate's routing fitted again with its shadow answers (the learned state's JSON),
+    and the classes its weights are surely worse on than the served ones
+    (``rl_loop.shadow_gate``; any: the release is rolled back before users see it)."""
+
+    state: dict[str, Any]
+    regressions: dict[str, Any] = field(default_factory=dict)
+
+
+# The shadow stage's end: the refit and the regression check, over the records since the time.
+Refit = Callable[[datetime], Coroutine[Any, Any, Refitted]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,16 +180,8 @@ async def release_candidate(
     if shadowing:
         assert drive.shadow is not None and refit is not None
         outcome.shadow = await _shadow_stage(drive.shadow, refit, swap, path)
-    stop = asyncio.Event()
-    traffic = asyncio.create_task(drive.live(stop))
-    try:
-        while not traffic.done():
-            if (await _admin(swap, "GET", path))["status"] in ENDED:
-                break
-            await asyncio.sleep(cfg.poll_s)
-    finally:
-        stop.set()
-        await traffic
+    if (await _admin(swap, "GET", path))["status"] not in ENDED:
+        await _live_stage(drive.live, swap, path, cfg.poll_s)
     record = await _admin(swap, "GET", path)
     if record["status"] not in ENDED:
         outcome.timed_out = True  # no decision within the traffic: roll back, fail safe
@@ -201,21 +207,42 @@ async def release_candidate(
     return outcome
 
 
+async def _live_stage(drive: Drive, swap: HotSwapConfig, path: str, poll_s: float) -> None:
+    """Users' traffic on both arms until the release ends or the traffic does."""
+    stop = asyncio.Event()
+    traffic = asyncio.create_task(drive(stop))
+    try:
+        while not traffic.done():
+            if (await _admin(swap, "GET", path))["status"] in ENDED:
+                break
+            await asyncio.sleep(poll_s)
+    finally:
+        stop.set()
+        await traffic
+
+
 async def _shadow_stage(
     drive: Drive, refit: Refit, swap: HotSwapConfig, path: str
 ) -> dict[str, Any]:
-    """The shadow stage (module docstring): its traffic, the refit, the resume. An operator who
-    ended the release meanwhile is obeyed (no resume)."""
-    started = time.perf_counter()
+    """The shadow stage (module docstring): its traffic, the refit and the regression check,
+    then the resume, or the rollback when the candidate's weights regressed on a class. An
+    operator who ended the release meanwhile is obeyed."""
+    started, since = time.perf_counter(), datetime.now(UTC)
     await drive(asyncio.Event())
-    refitted = await refit()
+    refitted = await refit(since)
+    out: dict[str, Any] = {"routing": refitted.state.get("version")}
+    if refitted.regressions:
+        out["regressions"] = refitted.regressions
     if (await _admin(swap, "GET", path))["status"] in ENDED:
-        return {"seconds": round(time.perf_counter() - started, 1), "ended": True}
-    await _admin(swap, "POST", "/admin/canary/resume", {"learned_state": refitted})
-    return {
-        "seconds": round(time.perf_counter() - started, 1),
-        "routing": refitted.get("version"),
-    }
+        out["ended_by_operator"] = True
+    elif refitted.regressions:
+        worse = ", ".join(sorted(refitted.regressions))
+        reason = quote(f"shadow stage: the candidate's weights are worse on {worse}", safe="")
+        await _admin(swap, "DELETE", f"/admin/canary?reason={reason}")
+    else:
+        await _admin(swap, "POST", "/admin/canary/resume", {"learned_state": refitted.state})
+    out["seconds"] = round(time.perf_counter() - started, 1)
+    return out
 
 
 async def release_figures(

@@ -20,8 +20,8 @@ import math
 import time
 from collections import defaultdict
 from collections.abc import Sequence
+from datetime import datetime
 from pathlib import Path
-from typing import Any
 
 from rl_loop.config import LoopConfig
 from rl_loop.evaluate import ModelEval
@@ -30,10 +30,11 @@ from rl_loop.model_registry import record_checkpoint
 from rl_loop.outcomes import VerdictCache
 from rl_loop.promote import promote
 from rl_loop.refit import RefitReport, refit_policy
-from rl_loop.release_stage import ReleaseTraffic, release_candidate
+from rl_loop.release_stage import Refitted, ReleaseTraffic, release_candidate
 from rl_loop.rewards import Verify
+from rl_loop.shadow_gate import shadow_regressions
 from router.features import RequestFeatures
-from router.learned import Outcome, class_key
+from router.learned import LearnedState, Outcome, class_key
 from serving.build import read_version
 from serving.hotswap import HotSwapConfig
 
@@ -71,9 +72,21 @@ async def ship_candidate(
             services, config, candidate, verify, cache, state_file=state_file
         )
 
-        async def refit_with_shadows() -> dict[str, Any]:
+        async def refit_with_shadows(since: datetime) -> Refitted:
             await refit_round(services, config, candidate, verify, cache, state_file=state_file)
-            return dict(json.loads(await asyncio.to_thread(state_file.read_bytes)))
+            state = json.loads(await asyncio.to_thread(state_file.read_bytes))
+            live = await asyncio.to_thread(read_state, services.state_file)
+            regressions = await shadow_regressions(
+                services.record,
+                since,
+                str(result.candidate),
+                live,
+                class_tags=list(config.refit.class_tags),
+                local_target=services.local_target,
+                frontier_prefix=config.data.frontier_prefix,
+                cache=cache,
+            )
+            return Refitted(state, regressions)
 
         outcome = await release_candidate(
             result.round,
@@ -130,6 +143,13 @@ async def ship_candidate(
     out = config.work_dir / f"round-{result.round}"
     (out / "round.json").write_text(json.dumps(result.to_json(), indent=2, default=str))
     return now_served
+
+
+def read_state(path: Path) -> LearnedState:
+    """The live routing's learned state (unfitted when none was written yet; blocking)."""
+    if not path.exists():
+        return LearnedState("unfitted")
+    return LearnedState.from_json(json.loads(path.read_bytes()))
 
 
 def gate_outcomes(evaluation: ModelEval, class_tags: Sequence[str]) -> list[Outcome]:

@@ -3,7 +3,8 @@
 Routes (each typed: request and answer models in :mod:`gateway.admin.models`; the admin router
 of :mod:`gateway.admin.router` puts them under ``/admin``, behind the admin token):
 
-- keys: ``POST /keys`` (201; the plaintext once), ``GET /keys``, ``POST /keys/{key_id}/revoke``;
+- keys: ``POST /keys`` (201; the plaintext once), ``GET /keys``, ``POST /keys/{key_id}/revoke``,
+  ``PATCH /keys/{key_id}`` (its team and consent); teams: ``GET /teams``, ``PUT /teams/{id}``;
 - canary: ``POST /canary`` (a routing, or weights and routing, release), ``POST
   /canary/pause`` and ``/canary/resume``, ``POST /canary/promote``, ``DELETE /canary`` (roll back);
   ``GET /releases/{id}`` (the release table's row);
@@ -29,6 +30,13 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from gateway.admin import changes
+from gateway.admin.consent import (
+    KeyConsent,
+    TeamConsent,
+    consent_service,
+    set_key_consent,
+    set_team_consent,
+)
 from gateway.admin.dependencies import Actor, AdminState, Store
 from gateway.admin.legacy_records import LIVE_TRANSLATOR
 from gateway.admin.models import (
@@ -50,6 +58,8 @@ from gateway.admin.models import (
     ReplicaState,
     ReplicaUndrained,
     RevokedKey,
+    TeamList,
+    TeamView,
     TrafficExportManifest,
     TrafficSummary,
     TrafficSummaryQuery,
@@ -80,6 +90,7 @@ from gateway.routing.table import Canary
 from router.config import RoutingConfig
 from router.learned import LearnedState
 from traffic.export import export_from_store, summarize
+from traffic.store import TeamRecord
 from traffic.store.console_queries import release
 
 
@@ -99,6 +110,27 @@ async def revoke_key(request: Request, actor: Actor, key_id: str) -> RevokedKey:
     """Revoke a key: refused at once by this process (404 when not active)."""
     await revoke(request, actor, key_id)
     return RevokedKey(id=key_id, revoked=True)
+
+
+async def update_key(request: Request, actor: Actor, key_id: str, body: KeyConsent) -> KeyView:
+    """Change a key's team and/or its own consent (only the fields given; null clears one)."""
+    return KeyView(**public_view(await set_key_consent(request, actor, key_id, body)))
+
+
+def _team_view(team: TeamRecord) -> TeamView:
+    return TeamView(
+        id=team.id, created_at=team.created_at.isoformat(), training_use=team.training_use
+    )
+
+
+async def list_teams(request: Request) -> TeamList:
+    """Every team with a setting, and the consent its keys inherit."""
+    return TeamList(data=[_team_view(t) for t in await consent_service(request).teams()])
+
+
+async def set_team(request: Request, actor: Actor, team_id: str, body: TeamConsent) -> TeamView:
+    """Set a team's consent (the team is created if new); its keys without one take it."""
+    return _team_view(await set_team_consent(request, actor, team_id, body.training_use))
 
 
 async def set_canary(
@@ -157,9 +189,15 @@ async def promote_canary(request: Request, actor: Actor) -> CanaryPromoted:
     return CanaryPromoted(promoted=await promote(request, actor))
 
 
-async def drop_canary(request: Request, state: AdminState, actor: Actor) -> CanaryDropped:
-    """Roll the canary back: the live policy decides all."""
-    dropped = await drop(request, actor)
+async def drop_canary(
+    request: Request,
+    state: AdminState,
+    actor: Actor,
+    reason: Annotated[str | None, Query(max_length=500)] = None,
+) -> CanaryDropped:
+    """Roll the canary back: the live policy decides all (``reason``: why, for the change log
+    and the release table)."""
+    dropped = await drop(request, actor, {"reason": reason} if reason else None)
     return CanaryDropped(dropped=dropped, current=state.routing.policy.version)
 
 
@@ -249,6 +287,9 @@ def add_routes(router: APIRouter) -> None:
     router.add_api_route("/keys", create_key, methods=["POST"], status_code=201)
     router.add_api_route("/keys", list_keys, methods=["GET"])
     router.add_api_route("/keys/{key_id}/revoke", revoke_key, methods=["POST"])
+    router.add_api_route("/keys/{key_id}", update_key, methods=["PATCH"])
+    router.add_api_route("/teams", list_teams, methods=["GET"])
+    router.add_api_route("/teams/{team_id}", set_team, methods=["PUT"])
     router.add_api_route("/canary", set_canary, methods=["POST"])
     router.add_api_route("/canary", drop_canary, methods=["DELETE"])
     router.add_api_route("/canary/promote", promote_canary, methods=["POST"])

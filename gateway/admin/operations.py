@@ -9,7 +9,8 @@ canary that cannot be built), mapped to HTTP by each caller.
 - canary (a release of routing, or of weights and routing): :func:`candidate_policy` (what a
   routing change would be), :func:`start_canary`, :func:`restage` (next stage, pause, resume),
   :func:`promote`, :func:`drop` (roll back);
-- keys: :func:`create` (the plaintext is returned once), :func:`revoke`;
+- keys: :func:`create` (the plaintext is returned once), :func:`revoke`; their consent:
+  :mod:`gateway.admin.consent`;
 - replicas: :func:`drain`, :func:`undrain` (what a weight hot-swap does to each replica).
 """
 
@@ -23,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.requests import Request
 
 from gateway.admin import changes
+from gateway.auth.consent import TEAM_ID_PATTERN
 from gateway.auth.keys import KeyService
 from gateway.backends.replica_pool import ReplicaPool
 from gateway.errors import InvalidRequestError, NotFoundError
@@ -35,7 +37,7 @@ from router.config import RoutingConfig
 from router.errors import PolicyConfigError
 from router.learned import LearnedPolicy, LearnedState
 from router.policy import RoutingPolicy
-from traffic.store import ApiKeyRecord
+from traffic.store import ApiKeyRecord, TrainingUse
 from traffic.store.records import ReleaseRecord
 
 log = logging.getLogger(__name__)
@@ -54,6 +56,9 @@ class KeyCreate(BaseModel):
     rpm_limit: int | None = Field(default=None, ge=1, le=MAX_LIMIT)
     tpm_limit: int | None = Field(default=None, ge=1, le=MAX_LIMIT)
     budget_usd: float | None = Field(default=None, ge=0, allow_inf_nan=False)
+    team_id: str | None = Field(default=None, pattern=TEAM_ID_PATTERN)
+    # None: the team's setting, else the config's auth.training_use (gateway.auth.consent).
+    training_use: TrainingUse | None = None
 
 
 def recorder(request: Request) -> RecorderHandle:
@@ -225,10 +230,10 @@ async def promote_canary(
     return version
 
 
-async def drop(request: Request, actor: str) -> str | None:
+async def drop(request: Request, actor: str, why: dict[str, object] | None = None) -> str | None:
     """Roll the canary back (the live policy decides all); returns its version, if any."""
     state: GatewayState = request.app.state.switchyard
-    return await drop_canary(state, request.app.state.recorder, actor)
+    return await drop_canary(state, request.app.state.recorder, actor, why)
 
 
 async def drop_canary(
@@ -359,9 +364,20 @@ def key_service(request: Request) -> KeyService:
 async def create(request: Request, actor: str, spec: KeyCreate) -> tuple[ApiKeyRecord, str]:
     """A new key and its plaintext, which is shown once and kept nowhere."""
     record, plaintext = await key_service(request).create(
-        spec.name, spec.rpm_limit, spec.tpm_limit, spec.budget_usd
+        spec.name,
+        spec.rpm_limit,
+        spec.tpm_limit,
+        spec.budget_usd,
+        team_id=spec.team_id,
+        training_use=spec.training_use,
     )
-    detail = {"name": spec.name, "prefix": record.prefix, "budget_usd": spec.budget_usd}
+    detail = {
+        "name": spec.name,
+        "prefix": record.prefix,
+        "budget_usd": spec.budget_usd,
+        "team_id": spec.team_id,
+        "training_use": spec.training_use,
+    }
     await changes.record(request.app.state.recorder, actor, "key.create", record.id, detail)
     return record, plaintext
 

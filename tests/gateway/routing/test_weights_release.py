@@ -229,3 +229,26 @@ def test_a_release_naming_weights_no_replica_serves_is_refused(
         assert r.status_code == 404
     finally:
         gw.stop()
+
+
+def test_a_release_dropped_with_a_reason_keeps_it_in_the_change_log(
+    frontier_sim: Any, tmp_path: Path
+) -> None:
+    gw, _, candidate_replica = _gateway(frontier_sim.base_url, tmp_path)
+    try:
+        _start(gw, shadow=1.0)
+        reason = "shadow stage: the candidate's weights are worse on naming"
+        r = httpx.delete(
+            gw.base_url + "/admin/canary",
+            params={"reason": reason},
+            headers={**ADMIN, "x-switchyard-actor": "flywheel"},
+        )
+        assert r.status_code == 200 and r.json()["dropped"] == "cand", r.text
+        assert gw.state.targets.pools()["local"].replicas[candidate_replica].drained
+    finally:
+        gw.stop()
+    (rollback,) = [
+        (a, d) for a, b, d in _changes(tmp_path / "traffic.db") if b == "routing.rollback"
+    ]
+    assert rollback[0] == "flywheel" and rollback[1]["reason"] == reason
+    assert _release_row(tmp_path / "traffic.db")[0] == "rolled_back"

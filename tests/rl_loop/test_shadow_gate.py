@@ -1,0 +1,71 @@
+"""The shadow stage's gate: a candidate whose verified shadow answers are surely worse than the
+served weights' evidence on a class is named with both intervals; one as good, one with too few
+answers, or a class the served weights have no evidence on, is not (a real SQLite record)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from rl_loop.outcomes import VerdictCache, verify_shadows
+from rl_loop.shadow_gate import shadow_regressions
+from router.learned import ArmCounts, LearnedState
+from tests.rl_loop.test_refit import chat, inference, verify
+from traffic.store import ShadowRecord, SqliteBackend
+
+
+async def _record(store: SqliteBackend, answers: dict[str, tuple[int, int]]) -> None:
+    """Per family, (good, bad) shadow answers of the candidate ``v2`` on frontier-served rows,
+    and one shadow of the served weights ``v1`` that must not count."""
+    rows, shadows = [], []
+    for family, (good, bad) in answers.items():
+        for i in range(good + bad):
+            rec = inference(family, "frontier", "ok")
+            rows.append(rec)
+            answer = "ok" if i < good else "bad"
+            shadows.append(
+                ShadowRecord(
+                    inference_id=rec.id,
+                    target="local",
+                    response=chat(answer),
+                    comparison={"weights_version": "v2"},
+                )
+            )
+    rec = inference("naming", "frontier", "ok")
+    rows.append(rec)
+    served = {"weights_version": "v1"}
+    shadows.append(
+        ShadowRecord(inference_id=rec.id, target="local", response=chat("bad"), comparison=served)
+    )
+    await store.insert_inferences(rows)
+    await store.insert_shadows(shadows)
+
+
+async def test_a_class_the_candidate_regressed_on_is_named_and_no_other(tmp_path: Path) -> None:
+    store = SqliteBackend(tmp_path / "traffic.db")
+    await store.connect()
+    since = datetime.now(UTC) - timedelta(seconds=1)
+    # naming: 5/40 against the served 90/100; math: 36/40 against 90/100 (as good);
+    # tests: 0/10 (too few to judge); docs: 0/40 but the served weights have no evidence there
+    await _record(store, {"naming": (5, 35), "math": (36, 4), "tests": (0, 10), "docs": (0, 40)})
+    rows = [r async for r in store.iter_inferences(None, with_shadows=True)]
+    cache = VerdictCache(tmp_path / "verdicts.json")
+    verify_shadows(rows, verify, cache, "local")
+    served = {"local": ArmCounts(90, 10)}
+    live = LearnedState("fit-v1", {"naming": served, "math": served, "tests": served})
+    found = await shadow_regressions(
+        store, since, "v2", live, class_tags=["family"], local_target="local",
+        frontier_prefix="frontier", cache=cache,
+    )  # fmt: skip
+    assert list(found) == ["naming"]
+    naming = found["naming"]
+    assert naming["candidate"] == {"accepted": 5, "answers": 40}  # the v1 shadow left out
+    cand_low, cand_high = naming["candidate_bounds"]  # type: ignore[misc]
+    live_low, _ = naming["served_bounds"]  # type: ignore[misc]
+    assert cand_low < 5 / 40 < cand_high < live_low < 0.9
+    later = await shadow_regressions(
+        store, datetime.now(UTC) + timedelta(seconds=1), "v2", live, class_tags=["family"],
+        local_target="local", frontier_prefix="frontier", cache=cache,
+    )  # fmt: skip
+    assert later == {}  # only the stage's own window counts
+    await store.close()
