@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import cast
 
 from rl_loop.outcomes import VerdictCache, verify_shadows
 from rl_loop.shadow_gate import shadow_regressions
@@ -60,8 +61,8 @@ async def test_a_class_the_candidate_regressed_on_is_named_and_no_other(tmp_path
     assert list(found) == ["naming"]
     naming = found["naming"]
     assert naming["candidate"] == {"accepted": 5, "answers": 40}  # the v1 shadow left out
-    cand_low, cand_high = naming["candidate_bounds"]  # type: ignore[misc]
-    live_low, _ = naming["served_bounds"]  # type: ignore[misc]
+    cand_low, cand_high = cast(list[float], naming["candidate_bounds"])
+    live_low = cast(list[float], naming["served_bounds"])[0]
     assert cand_low < 5 / 40 < cand_high < live_low < 0.9
     later = await shadow_regressions(
         store, datetime.now(UTC) + timedelta(seconds=1), "v2", live, class_tags=["family"],
