@@ -240,7 +240,7 @@ def gateway_config(run: Path, replicas: list[str], sim_url: str, s: Settings) ->
                 "state_file": str(run / "learned_state.json"),
             },
         },
-        "shadow": {"share": s.shadow_share, "target": "local", "max_in_flight": 8},
+        "shadow": {"share": s.shadow_share, "target": "local", "max_in_flight": 16},
         # the release's sequential test promotes as well as rolls back (rl_loop.release_stage)
         "release": {"auto_promote": s.release.enabled, "margin": s.release.margin},
         "store": {"url": f"sqlite:///{run / 'traffic.db'}", "spool_dir": str(run / "spool")},
