@@ -284,9 +284,13 @@ def release_targets(released: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
 
 
 def caught(release: Mapping[str, Any]) -> bool:
-    """A release the gateway's sequential test rolled back (not the loop, when its traffic
-    ran out undecided)."""
-    return release.get("status") == "rolled_back" and release.get("decided_by") == "release-monitor"
+    """A release rolled back on evidence: by the gateway's sequential test, or by the shadow
+    stage's gate (``rl_loop.shadow_gate``), not by the loop when its traffic ran out undecided."""
+    if release.get("status") != "rolled_back":
+        return False
+    return release.get("decided_by") == "release-monitor" or bool(
+        (release.get("shadow") or {}).get("regressions")
+    )
 
 
 def beyond_bound(exploration_share: float, requests: int) -> float:

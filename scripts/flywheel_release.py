@@ -201,6 +201,7 @@ async def release_record(
         "decided_by": outcome["decided_by"],
         "timed_out": outcome["timed_out"],
         "decision": outcome["decision"],
+        "shadow": outcome.get("shadow") or None,
         "seconds": outcome["seconds"],
         "injected": injected or None,
         "figures": figures,

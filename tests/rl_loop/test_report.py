@@ -10,6 +10,7 @@ from rl_loop.report import (
     Figures,
     RoundFigures,
     beyond_bound,
+    caught,
     check_targets,
     mix_cost_per_1k,
     round_figures,
@@ -135,3 +136,15 @@ def test_releases_are_judged_by_their_harm_and_the_injected_candidates_rollback(
     # rolled back by the loop at the end of its traffic, not by the test: not caught
     assert summary["injected_rolled_back"] == [True, False] and not summary["injected_met"]
     assert [len(s["releases"]) for s in summary["per_seed"]] == [2, 1]
+
+
+def test_a_release_is_caught_only_when_rolled_back_on_evidence() -> None:
+    monitor = {"status": "rolled_back", "decided_by": "release-monitor"}
+    shadow = {
+        "status": "rolled_back",
+        "decided_by": "flywheel",
+        "shadow": {"regressions": {"naming": {}}},
+    }
+    timeout = {"status": "rolled_back", "decided_by": "flywheel", "shadow": {"routing": "fit"}}
+    promoted = {"status": "promoted", "decided_by": "release-monitor"}
+    assert [caught(r) for r in (monitor, shadow, timeout, promoted)] == [True, True, False, False]
