@@ -85,11 +85,15 @@ def _users(base: str, sent: list[str], candidate_accepted: bool) -> release_stag
 
 
 async def _release(
-    frontier_sim: Any, tmp_path: Path, users: Callable[[str, list[str]], release_stage.Drive]
+    frontier_sim: Any,
+    tmp_path: Path,
+    users: Callable[[str, list[str]], release_stage.Drive],
+    refit: release_stage.Refit | None = None,
 ) -> tuple[Any, StoreBackend, list[str], ReleaseOutcome, tuple[str, str]]:
-    """A release of ft-1 over base-1 on two replicas, users as given; returns the gateway
-    (running: stop it), the store (open: close it), the replicas users were answered by, the
-    outcome and the replicas (live's first)."""
+    """A release of ft-1 over base-1 on two replicas, users as given (with ``refit``, a shadow
+    stage first, on the same users); returns the gateway (running: stop it), the store (open:
+    close it), the replicas users were answered by, the outcome and the replicas (live's
+    first)."""
     backends = simulator_backends(frontier_sim.base_url)
     one, two = frontier_sim.base_url, frontier_sim.base_url.replace("127.0.0.1", "localhost")
     backends["local"] = {**backends["local"], "replicas": [one, two]}
@@ -97,6 +101,7 @@ async def _release(
     gw = store_gateway(
         frontier_sim.base_url, db, tmp_path / "spool", auth={"required": False},
         backends=backends, release={"auto_promote": True},
+        shadow={"target": "local", "share": 0.0},
     )  # fmt: skip
     gw.start()
     store = open_store(StoreConfig(url=db))
@@ -106,13 +111,16 @@ async def _release(
     await record_checkpoint(store, served, "promoted")
     state = tmp_path / "candidate_state.json"
     state.write_text(json.dumps(LearnedState("fit-candidate").to_json()))
-    config = LoopConfig(work_dir=tmp_path, release={"enabled": True, "share": 0.5, "poll_s": 0.1})
+    release = {"enabled": True, "share": 0.5, "poll_s": 0.1, "shadow": 1.0 if refit else 0.0}
+    config = LoopConfig(work_dir=tmp_path, release=release)
     swap = HotSwapConfig(gateway_url=gw.base_url, admin_token=TOKEN)
     sent: list[str] = []
     replicas = (one.rstrip("/"), two.rstrip("/"))
     try:
+        drive = users(gw.base_url, sent)
+        traffic = release_stage.ReleaseTraffic(drive, drive if refit else None)
         outcome = await release_candidate(
-            0, candidate, served, replicas, state, store, swap, config, users(gw.base_url, sent)
+            0, candidate, served, replicas, state, store, swap, config, traffic, refit
         )
     except BaseException:
         gw.stop()
@@ -201,6 +209,68 @@ async def test_a_release_the_traffic_cannot_decide_is_rolled_back_by_the_loop(
         )  # fmt: skip
         assert swaps[-1] == ("base-1", (canary,)) and len(sent) == 3
         assert _pool(gw) == {live: (None, False), canary: ("base-1", False)}
+    finally:
+        gw.stop()
+        await store.close()
+
+
+def _shadow_users(base: str, sent: list[str]) -> release_stage.Drive:
+    """Ten requests, no verdict (the shadow stage's), then users accepting every answer."""
+    calls = 0
+
+    async def drive(stop: asyncio.Event) -> None:
+        nonlocal calls
+        calls += 1
+        if calls > 1:
+            return await _users(base, sent, candidate_accepted=True)(stop)
+        async with httpx.AsyncClient(base_url=base, timeout=30) as client:
+            for _ in range(10):
+                resp = await client.post("/v1/chat/completions", json=CHAT)
+                sent.append(resp.headers["x-switchyard-replica"])
+        return None
+
+    return drive
+
+
+async def test_a_shadow_stage_hands_the_refitted_routing_to_the_candidate_arm(
+    frontier_sim: Any, tmp_path: Path, swaps: list[tuple[str, tuple[str, ...]]]
+) -> None:
+    windows: list[datetime] = []
+
+    async def refit(since: datetime) -> release_stage.Refitted:
+        windows.append(since)
+        return release_stage.Refitted(LearnedState("fit-on-shadows").to_json())
+
+    gw, store, sent, outcome, (live, canary) = await _release(
+        frontier_sim, tmp_path, _shadow_users, refit
+    )
+    try:
+        assert outcome.status == "promoted" and outcome.decided_by == "release-monitor"
+        assert outcome.shadow["routing"] == "fit-on-shadows" and len(windows) == 1
+        assert set(sent[:10]) == {live}  # the shadow stage: no user on the candidate's replica
+        assert canary in sent[10:]
+    finally:
+        gw.stop()
+        await store.close()
+
+
+async def test_a_shadow_stage_that_finds_a_regression_rolls_the_release_back(
+    frontier_sim: Any, tmp_path: Path, swaps: list[tuple[str, tuple[str, ...]]]
+) -> None:
+    async def refit(since: datetime) -> release_stage.Refitted:
+        worse = {"naming": {"candidate_bounds": [0.0, 0.2], "served_bounds": [0.8, 0.95]}}
+        return release_stage.Refitted(LearnedState("fit-on-shadows").to_json(), worse)
+
+    gw, store, sent, outcome, (live, canary) = await _release(
+        frontier_sim, tmp_path, _shadow_users, refit
+    )
+    try:
+        assert (outcome.status, outcome.decided_by, outcome.timed_out) == (
+            "rolled_back", "flywheel", False,
+        )  # fmt: skip
+        assert "naming" in outcome.decision["reason"] and outcome.shadow["regressions"]
+        assert set(sent) == {live} and len(sent) == 10  # no user ever reached the candidate
+        assert swaps[-1] == ("base-1", (canary,))
     finally:
         gw.stop()
         await store.close()
