@@ -7,7 +7,9 @@ frontier served without a broken call (the ``episode_sft`` export with ``sft_rou
 ``traffic.export.episode_export``); the exporter's time split keeps the latest
 ``data.eval_fraction`` of them out, as for the chat data. Each assistant turn of an episode is
 one example (``rl_loop.agent.distill.row_examples``): the conversation before it with the
-offered tools as the prompt, its text and tool calls as the completion.
+offered tools as the prompt, its text and tool calls as the completion. An episode with a step
+whose caller denied training is withheld whole, one with a ``redact`` step scrubbed whole
+(``traffic.export.consent``).
 """
 
 from __future__ import annotations
@@ -61,6 +63,7 @@ async def agent_sft_examples(
                 break
         counts = {
             "agent_episodes": len(episodes),
+            "agent_episodes_withheld": sum(dataset.counts.withheld.values()),
             "agent_episodes_train": len(dataset.train),
             "agent_sft": min(len(examples), config.max_examples),
         }

@@ -10,9 +10,11 @@
   ``task_id``...) and feedback summary; the RL phase samples fresh completions for them and the
   gate uses the eval split as held-out traffic.
 Both use the exporter's time split (the latest ``eval_fraction`` of episodes are ``eval``), its
-exact dedup and PII scrubbing. The exporter hands its records over in memory (the records a
-``switchyard traffic export`` would write as JSONL lines); this module reads them as typed
-examples.
+exact dedup and PII scrubbing, and its consent: a row whose caller denied training never enters,
+one whose caller asked for redaction enters scrubbed, and ``RoundData.exports`` counts both
+(``withheld``, ``redacted``: ``traffic.export.consent``). The exporter hands its records over
+in memory (the records a ``switchyard traffic export`` would write as JSONL lines); this module
+reads them as typed examples.
 """
 
 from __future__ import annotations
@@ -80,6 +82,11 @@ class RoundData:
             "pairs_train": len(self.pairs_train),
             "pairs_eval": len(self.pairs_eval),
         }
+
+    def withheld_rows(self) -> int:
+        """Rows their consent kept out of every dataset (each export read the same rows and
+        withheld the same ones, before any builder's choice)."""
+        return max((sum(c.withheld.values()) for c in self.exports.values()), default=0)
 
 
 def _dataset_config(kind: DatasetKind, config: DataConfig) -> DatasetConfig:

@@ -13,7 +13,10 @@ The model's answers are recorded as the gateway records a local answer (an OpenA
   policy's own samples.
 
 Rows get consecutive times from ``start`` and ids made from them (``traffic.store.ids.id_at``),
-so the same answers give the same pairs in the same order.
+so the same answers give the same pairs in the same order. Each row carries its answer's
+``training_use`` (the consent of the recorded request its prompt came from), which the exporter
+honours as for any recorded row (``traffic.export.consent``): ``deny`` never pairs, ``redact``
+pairs scrubbed.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from traffic.export import BuildConfig, DatasetConfig, DedupConfig, SplitConfig, build_dataset
-from traffic.store import FeedbackRecord, InferenceRecord, InferenceRow
+from traffic.store import FeedbackRecord, InferenceRecord, InferenceRow, TrainingUse
 from traffic.store.ids import id_at
 
 Messages = list[dict[str, Any]]
@@ -34,13 +37,15 @@ RECORD_START = datetime(2026, 1, 1, tzinfo=UTC)
 @dataclass(frozen=True, slots=True)
 class RecordedAnswer:
     """One answer of the model to ``prompt`` and what the user did with it: accepted it,
-    rejected it, or (``edit``) rejected it and typed ``edit`` instead."""
+    rejected it, or (``edit``) rejected it and typed ``edit`` instead. ``training_use``: the
+    prompt's consent (None: as the exporter treats rows recorded without one)."""
 
     prompt: Messages
     answer: str
     accepted: bool
     edit: str | None = None
     tags: dict[str, str] = field(default_factory=dict)
+    training_use: TrainingUse | None = None
 
 
 def answer_rows(
@@ -65,6 +70,7 @@ def answer_rows(
             status=200,
             latency_ms=0.0,
             tags=dict(a.tags),
+            training_use=a.training_use,
         )
         at = ts + timedelta(milliseconds=500)
         if a.accepted and a.edit is None:

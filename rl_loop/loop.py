@@ -227,7 +227,7 @@ async def prepare_candidate(
         local_target=services.local_target,
         work_dir=out,
     )
-    result.data = {**data.counts(), **agent_counts}
+    result.data = {**data.counts(), "withheld_rows": data.withheld_rows(), **agent_counts}
     lap("datasets")
 
     # Loading, evaluating and training are CPU/GPU-bound and long: each phase runs in a worker

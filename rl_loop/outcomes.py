@@ -11,14 +11,18 @@ class (``router.learned.class_key`` of the recorded request's tags and tools):
   verdict (cached per shadow id in a :class:`VerdictCache`, since some verifiers run code).
 ``weights_version`` says which local weights produced a local answer, so a refit can count only
 the weights served now.
+
+Consent (``traffic.export.consent``): :func:`consented` leaves out the rows whose caller denied
+training on them (with their shadows); a ``redact`` row's text is read scrubbed
+(:func:`recorded_text`), so the scorer never learns from what the caller asked to redact.
 """
 
 from __future__ import annotations
 
 import json
 import os
-from collections.abc import AsyncIterator, Mapping
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -26,7 +30,9 @@ from rl_loop.rewards import Verify
 from router.chat_text import request_text
 from router.features import RequestFeatures, recorded_features
 from router.learned import class_key
-from router.request_text import RequestText
+from router.request_text import RequestText, ToolCallText
+from traffic.export.config import DEFAULT_UNSTAMPED_TRAINING_USE
+from traffic.export.consent import ConsentTally, consent_of, redacted
 from traffic.export.conversation import canonical_body
 from traffic.store import (
     InferenceFilter,
@@ -65,12 +71,16 @@ def answer_text(response: Mapping[str, Any] | None) -> str:
     return ""
 
 
-def features_of(inf: InferenceRecord) -> RequestFeatures:
-    """The router's view of a recorded request (prompt size estimated as the gateway does)."""
+Scrub = Callable[[str], str]
+
+
+def features_of(inf: InferenceRecord, scrub: Scrub = redacted) -> RequestFeatures:
+    """The router's view of a recorded request (prompt size estimated as the gateway does;
+    its text as :func:`recorded_text` reads it)."""
     return recorded_features(
         inf.endpoint,
         json_object(inf.request) or {},
-        recorded_text(inf),
+        recorded_text(inf, scrub),
         tags=inf.tags,
         api_key_id=inf.api_key_id,
         episode_id=inf.episode_id,
@@ -78,10 +88,25 @@ def features_of(inf: InferenceRecord) -> RequestFeatures:
     )
 
 
-def recorded_text(inf: InferenceRecord) -> RequestText:
+def recorded_text(inf: InferenceRecord, scrub: Scrub = redacted) -> RequestText:
     """What the scorer reads of a recorded request: the exporter's conversation (one shape for
-    every wire format), read by the same reader as the gateway's (``router.chat_text``)."""
-    return request_text(inf.endpoint, canonical_body(inf))
+    every wire format), read by the same reader as the gateway's (``router.chat_text``); its
+    texts put through ``scrub`` when the row's consent is ``redact``."""
+    text = request_text(inf.endpoint, canonical_body(inf))
+    if consent_of(inf.training_use, DEFAULT_UNSTAMPED_TRAINING_USE)[0] != "redact":
+        return text
+    calls = tuple(ToolCallText(c.name, scrub(c.arguments), c.id) for c in text.last_calls)
+    return replace(
+        text, system=scrub(text.system), last_user=scrub(text.last_user), last_calls=calls
+    )
+
+
+def consented(rows: Iterable[InferenceRow]) -> tuple[list[InferenceRow], dict[str, int]]:
+    """The rows their consent lets training read (``deny`` ones left out, with their shadow
+    answers and feedback), and how many were withheld by reason."""
+    tally = ConsentTally(DEFAULT_UNSTAMPED_TRAINING_USE)
+    kept = [row for row in rows if tally.admit((row.inference.training_use,)) is not None]
+    return kept, tally.counts()
 
 
 def verdict_of(row: InferenceRow) -> bool | None:
@@ -155,13 +180,15 @@ def row_outcomes(
     frontier_prefix: str,
     cache: VerdictCache,
     credit: bool | None = None,
+    scrub: Scrub = redacted,
 ) -> list[RecordedOutcome]:
     """The outcomes one recorded row gives (see the module docstring); ``credit`` is the
-    verdict of a row that has none of its own (an agent step: ``rl_loop.episode_credit``)."""
+    verdict of a row that has none of its own (an agent step: ``rl_loop.episode_credit``);
+    ``scrub``: how a ``redact`` row's text is scrubbed (a memo, for a whole window)."""
     inf = row.inference
     if not inf.ok:
         return []
-    features = features_of(inf)
+    features = features_of(inf, scrub)
     key = class_key(features, class_tags)
     out: list[RecordedOutcome] = []
     arm = arm_of_target(inf.route_target, local_target, frontier_prefix)
@@ -234,7 +261,7 @@ def _observed(p: float | None) -> float:
     return p if p is not None and 0 < p <= 1 else 1.0
 
 
-def live_texts(rows: list[InferenceRow], limit: int) -> list[RequestText]:
+def live_texts(rows: list[InferenceRow], limit: int, scrub: Scrub = redacted) -> list[RequestText]:
     """What the latest ``limit`` requests the learned policy decided said (the live mix
     ``router.calibration`` weights its pool to); rows decided before typed decisions count."""
     out: list[RequestText] = []
@@ -242,7 +269,7 @@ def live_texts(rows: list[InferenceRow], limit: int) -> list[RequestText]:
         kind = row.inference.decision_kind
         if kind is not None and not kind.startswith("learned"):
             continue
-        out.append(recorded_text(row.inference))
+        out.append(recorded_text(row.inference, scrub))
         if len(out) >= limit:
             break
     return out

@@ -1,6 +1,7 @@
 """Routing that follows the model: refit the learned policy from outcomes after a promotion.
 
-1. Outcomes (``rl_loop.outcomes``): live local answers with feedback (arm local), frontier
+1. Outcomes (``rl_loop.outcomes``) of the rows whose consent allows training (a ``redact``
+   row's text read scrubbed): live local answers with feedback (arm local), frontier
    answers with feedback (arm frontier), shadow answers verified with the injected verifier
    (arm local; verdicts cached by shadow id). With ``current_version_only`` the local arm counts
    only answers of the weights served now, since older weights say little about new ones.
@@ -42,6 +43,7 @@ from rl_loop.episode_credit import step_verdicts
 from rl_loop.outcomes import (
     RecordedOutcome,
     VerdictCache,
+    consented,
     iter_rows,
     live_texts,
     row_outcomes,
@@ -50,6 +52,7 @@ from rl_loop.outcomes import (
 from rl_loop.rewards import Verify
 from router.learned import LearnedState, Outcome, fit
 from router.request_text import RequestText
+from traffic.export.pii import CachingScrubber
 from traffic.store import InferenceFilter, PolicyVersionRecord, StoreBackend
 
 
@@ -63,6 +66,7 @@ class RefitReport:
     reloaded: bool = False
     policy_version: str | None = None
     seconds: float = 0.0
+    withheld: dict[str, int] = field(default_factory=dict)  # rows left out by their consent
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -70,6 +74,7 @@ class RefitReport:
             "state_file": self.state_file,
             "outcomes": self.outcomes,
             "gate_outcomes": self.gate_outcomes,
+            "withheld": self.withheld,
             "inherited": dict(sorted(self.inherited.items())),
             "reloaded": self.reloaded,
             "policy_version": self.policy_version,
@@ -83,6 +88,7 @@ class Gathered:
 
     outcomes: list[RecordedOutcome]
     live: list[RequestText]
+    withheld: dict[str, int] = field(default_factory=dict)  # rows left out by consent
 
 
 async def gather_outcomes(
@@ -97,7 +103,13 @@ async def gather_outcomes(
     """Every outcome recorded in the last ``config.window_days`` (step 2, before any version
     filter), and the latest ``config.live_mix_requests`` requests' texts."""
     since = window_start(datetime.now(UTC), config.window_days)
-    rows = [row async for row in iter_rows(store, InferenceFilter(ok_only=True, since=since))]
+    read = [row async for row in iter_rows(store, InferenceFilter(ok_only=True, since=since))]
+    rows, withheld = consented(read)
+    scrubber = CachingScrubber()
+
+    def scrub(text: str) -> str:
+        return scrubber(text)[0]
+
     if verify is not None:
         await asyncio.to_thread(verify_shadows, rows, verify, cache, local_target)
         cache.save()
@@ -111,8 +123,10 @@ async def gather_outcomes(
             frontier_prefix=frontier_prefix,
             cache=cache,
             credit=credits.get(row.inference.id),
+            scrub=scrub,
         )
-    return Gathered(out, live_texts(rows, config.live_mix_requests))
+    live = live_texts(rows, config.live_mix_requests, scrub)
+    return Gathered(out, live, withheld)
 
 
 def fit_state(
@@ -203,7 +217,11 @@ async def refit_policy(
         PolicyVersionRecord(id=version, config=state.to_json(), status="active")
     )
     report = RefitReport(
-        version, str(state_file), gate_outcomes=len(extra), inherited=dict(inherited or {})
+        version,
+        str(state_file),
+        gate_outcomes=len(extra),
+        inherited=dict(inherited or {}),
+        withheld=gathered.withheld,
     )
     counts: Counter[tuple[str, str, bool]] = Counter()
     for arms_key, arms in state.classes.items():

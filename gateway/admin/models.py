@@ -192,6 +192,25 @@ class KeyView(BaseModel):
     tpm_limit: int | None
     budget_usd: float | None
     spent_usd: float
+    team_id: str | None = Field(default=None, description="The team the key belongs to.")
+    training_use: str | None = Field(
+        default=None,
+        description="The key's own consent (allow, redact, deny); null: its team's, else the "
+        "gateway's auth.training_use.",
+    )
+
+
+class TeamView(BaseModel):
+    """A team and the consent its keys inherit (null: the gateway's auth.training_use)."""
+
+    id: str
+    created_at: str = Field(description="ISO 8601.")
+    training_use: str | None
+
+
+class TeamList(BaseModel):
+    object: Literal["list"] = "list"
+    data: list[TeamView]
 
 
 class CreatedKey(KeyView):

@@ -8,7 +8,9 @@ Public surface:
   :func:`hash_key`, :func:`public_view`, :data:`ANONYMOUS`;
 - rate limits: :class:`RateLimiter` (protocol), :class:`MemoryRateLimiter`,
   :class:`RedisRateLimiter`, :func:`build_rate_limiter`;
-- budgets: :class:`BudgetGuard`.
+- budgets: :class:`BudgetGuard`;
+- consent: :class:`ConsentService` (a key's team and ``training_use``, a team's), the order a
+  call's setting is taken in (:mod:`gateway.auth.consent`).
 
 Refusals are the gateway's own errors (:mod:`gateway.errors`): 401 ``invalid_api_key``,
 403 ``key_revoked`` / ``budget_exceeded``, 429 ``rate_limit_exceeded`` with Retry-After.
@@ -17,6 +19,7 @@ Plaintext keys are never stored or logged; logs name a key by its id.
 
 from gateway.auth.budget import BudgetGuard
 from gateway.auth.config import AuthConfig
+from gateway.auth.consent import ConsentService
 from gateway.auth.keys import (
     ANONYMOUS,
     Authenticator,
@@ -39,6 +42,7 @@ __all__ = [
     "AuthConfig",
     "Authenticator",
     "BudgetGuard",
+    "ConsentService",
     "KeyService",
     "MemoryRateLimiter",
     "Principal",

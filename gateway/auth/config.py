@@ -10,7 +10,9 @@ Groups:
 - budgets: ``budget_flush_interval_s``, ``budget_reservation_ttl_s`` (fleet-wide reservations
   with ``fleet.backend: redis``: :mod:`gateway.auth.shared_budget`);
 - admin logins: ``admin_login_max_failures``, ``admin_login_window_s`` (wrong admin tokens per
-  client address, counted where the rate limits are: :mod:`gateway.auth.login_throttle`).
+  client address, counted where the rate limits are: :mod:`gateway.auth.login_throttle`);
+- consent: ``training_use``, what a call whose key and team set none may be trained on
+  (:mod:`gateway.auth.consent`).
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ import re
 from typing import Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from traffic.store.records import TrainingUse
 
 DEFAULT_REQUIRED: Final = True
 DEFAULT_KEY_PREFIX: Final = "sy-"
@@ -36,6 +40,9 @@ DEFAULT_BUDGET_FLUSH_INTERVAL_S: Final = 0.5
 DEFAULT_BUDGET_RESERVATION_TTL_S: Final = 600.0
 DEFAULT_ADMIN_LOGIN_MAX_FAILURES: Final = 5
 DEFAULT_ADMIN_LOGIN_WINDOW_S: Final = 60.0
+# allow: what every recorded exchange was open to before consent existed; a deployment that
+# serves others' engineers sets redact or deny here, or per team.
+DEFAULT_TRAINING_USE: Final[TrainingUse] = "allow"
 
 RateLimitBackend = Literal["memory", "redis"]
 FailureMode = Literal["open", "closed"]
@@ -174,6 +181,15 @@ class AuthConfig(BaseModel):
         gt=0,
         description="The window of admin_login_max_failures (a minute); sustained, an address "
         "gets that many guesses per window.",
+    )
+
+    # Consent.
+    training_use: TrainingUse = Field(
+        default=DEFAULT_TRAINING_USE,
+        description="What the exchanges of a key with no setting of its own, whose team has "
+        "none either (and anonymous calls), may be used for in training, stamped on each record: "
+        "allow (as recorded), redact (only after traffic.scrub replaced secrets and PII), deny "
+        "(never in a dataset). A key's own setting, else its team's, wins over this one.",
     )
 
     @field_validator("key_prefix")

@@ -23,6 +23,9 @@ find a key by its hash with an index (bcrypt's per-row salt would force comparin
     revoked            -> 403 key_revoked
     budget spent       -> 403 budget_exceeded (:class:`~gateway.auth.budget.BudgetGuard`)
 
+A principal carries its key's consent (``training_use``: the key's own, else its team's, read
+with the key; :mod:`gateway.auth.consent`), which the record of each of its calls is stamped with.
+
 So a key that has been validated never waits on the store again while its entry is younger than
 ``max_stale_s``: a slow, frozen or unreachable store delays nothing but the refresh. A failed
 refresh is logged and tried again after another ``cache_ttl_s``.
@@ -51,10 +54,11 @@ from typing import Any, Final
 
 from gateway.auth.budget import BudgetGuard
 from gateway.auth.config import DEFAULT_KEY_PREFIX, AuthConfig
+from gateway.auth.consent import check_consent, inherited_training_use
 from gateway.errors import AuthenticationError, PermissionDeniedError, ServiceUnavailableError
 from traffic.store.backend import StoreBackend
 from traffic.store.errors import StoreUnavailable
-from traffic.store.records import ApiKeyRecord
+from traffic.store.records import ApiKeyRecord, TrainingUse
 
 log = logging.getLogger(__name__)
 
@@ -97,13 +101,16 @@ def presented_key(headers: Mapping[str, str]) -> str | None:
 
 @dataclass(frozen=True, slots=True)
 class Principal:
-    """Who is calling, and the limits that apply (None: unlimited). ``key_id`` None: anonymous."""
+    """Who is calling, and the limits that apply (None: unlimited). ``key_id`` None: anonymous.
+    ``training_use``: the key's consent, else its team's (None: the config's ``training_use``,
+    applied where the record is stamped, so a reload's default applies at once)."""
 
     key_id: str | None
     name: str
     rpm_limit: int | None = None
     tpm_limit: int | None = None
     budget_usd: float | None = None
+    training_use: TrainingUse | None = None
 
     @property
     def anonymous(self) -> bool:
@@ -125,6 +132,8 @@ def public_view(record: ApiKeyRecord) -> dict[str, Any]:
         "tpm_limit": record.tpm_limit,
         "budget_usd": record.budget_usd,
         "spent_usd": record.spent_usd,
+        "team_id": record.team_id,
+        "training_use": record.training_use,
     }
 
 
@@ -141,11 +150,17 @@ class KeyService:
         rpm_limit: int | None = None,
         tpm_limit: int | None = None,
         budget_usd: float | None = None,
+        *,
+        team_id: str | None = None,
+        training_use: TrainingUse | None = None,
     ) -> tuple[ApiKeyRecord, str]:
-        """Store a new key; return its record and the plaintext, which exists nowhere else."""
+        """Store a new key; return its record and the plaintext, which exists nowhere else.
+        ``team_id``: the team it belongs to; ``training_use``: its own consent (None: its
+        team's, else the config's)."""
         name = name.strip()
         if not name:
             raise ValueError("a key needs a non-empty name")
+        check_consent(team_id, training_use)
         for label, limit in (("rpm_limit", rpm_limit), ("tpm_limit", tpm_limit)):
             if limit is not None and limit < 1:
                 raise ValueError(f"{label} must be >= 1 (or None for unlimited), got {limit}")
@@ -159,6 +174,8 @@ class KeyService:
             rpm_limit=rpm_limit,
             tpm_limit=tpm_limit,
             budget_usd=budget_usd,
+            team_id=team_id,
+            training_use=training_use,
         )
         await self._store.create_api_key(record)
         log.info("api key created: id=%s name=%s", record.id, record.name)
@@ -300,6 +317,7 @@ class Authenticator:
         self.store_reads += 1
         try:
             record = await self._store.get_api_key_by_hash(key_hash)
+            training_use = await inherited_training_use(self._store, record)
         except StoreUnavailable as exc:
             self._read_failed(key_hash, exc)
             raise
@@ -313,7 +331,7 @@ class Authenticator:
                 self._remember(self._unknown, key_hash, entry)
                 self._known.pop(key_hash, None)
             return entry
-        entry = _Cached(record, self._principal(record), read_at, read_at)
+        entry = _Cached(record, self._principal(record, training_use), read_at, read_at)
         if current:
             self._remember(self._known, key_hash, entry)
         if self._budget is not None:
@@ -336,7 +354,7 @@ class Authenticator:
             )
             cached.checked_at = now
 
-    def _principal(self, record: ApiKeyRecord) -> Principal:
+    def _principal(self, record: ApiKeyRecord, training_use: TrainingUse | None) -> Principal:
         cfg = self._config
         return Principal(
             key_id=record.id,
@@ -344,6 +362,7 @@ class Authenticator:
             rpm_limit=record.rpm_limit if record.rpm_limit is not None else cfg.default_rpm,
             tpm_limit=record.tpm_limit if record.tpm_limit is not None else cfg.default_tpm,
             budget_usd=record.budget_usd,
+            training_use=training_use,
         )
 
     def _remember(self, cache: dict[str, _Cached], key_hash: str, entry: _Cached) -> None:

@@ -102,6 +102,8 @@ class Console:
             get("/keys", keys.keys_page),
             post("/keys", keys.create),
             post("/keys/{key_id}/revoke", keys.revoke),
+            post("/keys/{key_id}/consent", keys.set_consent),
+            post("/teams", keys.set_team),
             get("/history", history.history_page),
         ]
 

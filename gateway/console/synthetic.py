@@ -70,8 +70,12 @@ class Batch:
     feedback: list[FeedbackRecord]
 
 
+DENIED_KEY: Final = "key-evals"  # the one key whose traffic may not be trained on
+
+
 def api_keys(until: datetime) -> list[ApiKeyRecord]:
-    """Six keys (hash placeholders: they authenticate nothing), one revoked, most budgeted."""
+    """Six keys (hash placeholders: they authenticate nothing), one revoked, most budgeted; two
+    in team ``ide``, and one (``evals``) that denies training on its traffic."""
     names = ("ide-team-a", "ide-team-b", "ci-bots", "agents", "evals", "retired-plugin")
     out = []
     for i, name in enumerate(names):
@@ -86,6 +90,8 @@ def api_keys(until: datetime) -> list[ApiKeyRecord]:
                 rpm_limit=600 if i < 2 else None,
                 budget_usd=(50.0, 80.0, 20.0, 120.0, None, 10.0)[i],
                 spent_usd=(31.2, 77.9, 4.1, 65.0, 12.5, 9.8)[i],
+                team_id="ide" if name.startswith("ide-") else None,
+                training_use="deny" if f"key-{name}" == DENIED_KEY else None,
             )
         )
     return out
@@ -243,6 +249,7 @@ def _one(
         cost_usd=0.0 if local else p_tok * PRICE_IN + c_tok * PRICE_OUT,
         tags={"family": cls.name},
         attempts=attempts,
+        training_use="deny" if key_id == DENIED_KEY else "allow",
     )
     feedback: list[FeedbackRecord] = []
     if not failed and rng.random() < 0.4:

@@ -94,6 +94,7 @@ class InferenceDraft(NamedTuple):
     release_other_target: str | None = None
     shadow_p: float | None = None
     shadow_skipped: bool | None = None
+    training_use: str | None = None  # the caller's consent (gateway.auth.consent)
 
 
 _ANSWERS: Final = InferenceDraft._fields.index("answers")
@@ -200,6 +201,7 @@ def build_record(draft: InferenceDraft) -> InferenceRecord:
         release_other_target=draft.release_other_target,
         shadow_p=draft.shadow_p,
         shadow_skipped=draft.shadow_skipped,
+        training_use=draft.training_use,
     )
 
 

@@ -63,7 +63,12 @@ async def test_each_turn_of_the_frontiers_accepted_episodes_is_an_example(
         *_chat_session(),
     ]
     examples, counts = await _examples(tmp_path, rows, max_examples=100)
-    assert counts == {"agent_episodes": 3, "agent_episodes_train": 1, "agent_sft": 2}
+    assert counts == {
+        "agent_episodes": 3,
+        "agent_episodes_withheld": 0,
+        "agent_episodes_train": 1,
+        "agent_sft": 2,
+    }
     call, final = examples
     assert call.tools and call.tool_calls is not None
     assert call.tool_calls[0]["function"]["name"] == "get_weather"

@@ -13,6 +13,8 @@ from typing import Any, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from traffic.store.records import TrainingUse
+
 DatasetKind = Literal["sft", "preference_trl", "preference_openai", "rl_prompts"]
 OutputFormat = Literal["jsonl", "parquet"]
 # explicit: only accepted / edited / demonstration rows give SFT targets.
@@ -20,6 +22,13 @@ OutputFormat = Literal["jsonl", "parquet"]
 LabelPolicy = Literal["explicit", "unlabelled_frontier"]
 
 _RESERVED_REWARD_KEYS = frozenset({"feedback", "reference_answer"})
+# Rows recorded before consent was stamped (migration 9) were open to training: they stay so
+# unless a build says otherwise (traffic.export.consent).
+DEFAULT_UNSTAMPED_TRAINING_USE: TrainingUse = "allow"
+UNSTAMPED_DESCRIPTION = (
+    "the consent of rows recorded before training_use was stamped (migration 9): allow, "
+    "redact or deny; each row's own stamp decides for the rest (traffic.export.consent)"
+)
 
 
 class SplitConfig(BaseModel):
@@ -87,7 +96,12 @@ class DatasetConfig(BaseModel):
     split: SplitConfig = Field(default_factory=SplitConfig)
     dedup: DedupConfig = Field(default_factory=DedupConfig)
     build: BuildConfig = Field(default_factory=BuildConfig)
-    scrub_pii: bool = True
+    scrub_pii: bool = Field(
+        default=True, description="scrub rows whose consent is allow (redact rows always are)"
+    )
+    unstamped_training_use: TrainingUse = Field(
+        default=DEFAULT_UNSTAMPED_TRAINING_USE, description=UNSTAMPED_DESCRIPTION
+    )
 
 
 class ExportConfig(DatasetConfig):

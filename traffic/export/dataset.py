@@ -3,10 +3,12 @@
 The pipeline, in one pass over the rows (the store's :class:`~traffic.store.InferenceRow`, each
 an inference with its feedback) and one over the built records:
 
-1. Each row is parsed into an :class:`~traffic.export.builders.Example` (rows whose shape is
-   not understood are counted by reason and skipped); rows the builder will surely not use are
-   counted and skipped; PII is scrubbed from every text the record can contain (counts are per
-   row used, before dedup), and the builder turns it into zero or more records. Records go to a
+1. A row its consent withholds (``deny``: :mod:`traffic.export.consent`) is counted and never
+   parsed; the others are parsed into an :class:`~traffic.export.builders.Example` (rows whose
+   shape is not understood are counted by reason and skipped); rows the builder will surely not
+   use are counted and skipped; PII is scrubbed from every text the record can contain (counts
+   are per row used, before dedup; always for a ``redact`` row), and the builder turns it into
+   zero or more records. Records go to a
    :class:`RecordSpool`: in memory for :func:`build_dataset`, a temporary file for the exporter
    (which then holds only per-record metadata: ids, exact-hash key, MinHash signature, spool
    position, plus the episode index and, for preference pairs, the graded candidate answers).
@@ -28,11 +30,12 @@ from collections.abc import Iterable, Sized
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 from tqdm import tqdm
 
 from traffic.export.builders import BuiltRecord, Example, example_of, make_builder
 from traffic.export.config import DatasetConfig, DatasetKind, DedupConfig
+from traffic.export.consent import ConsentTally
 from traffic.export.conversation import UnsupportedShape
 from traffic.export.dedup import Deduplicator, Fingerprint
 from traffic.export.pii import CachingScrubber, TextScrub, scrub_messages, scrub_text, scrub_turn
@@ -45,7 +48,9 @@ SPLITS: tuple[Split, ...] = ("train", "eval")
 
 
 class ExportCounts(BaseModel):
-    """How many rows and records went where."""
+    """How many rows and records went where. ``withheld``: rows left out by their consent, by
+    reason (``deny``, ``unknown``, ``unstamped``: :mod:`traffic.export.consent`), counted in
+    ``rows_read``; ``redacted``: rows that reached the builder scrubbed because of theirs."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -57,6 +62,8 @@ class ExportCounts(BaseModel):
     straddling_split: int
     train: int
     eval: int
+    withheld: dict[str, int] = Field(default_factory=dict)
+    redacted: int = 0
 
 
 class RecordSpool(Protocol):
@@ -112,9 +119,17 @@ class Dataset:
     pii: dict[str, int]
 
 
-def scrub_example(example: Example, scrub: TextScrub = scrub_text) -> tuple[Example, Counter[str]]:
-    """``example`` with PII scrubbed (by ``scrub``) from its prompt, answer and user texts."""
+def scrub_example(
+    example: Example, scrub: TextScrub = scrub_text, *, tags: bool = False
+) -> tuple[Example, Counter[str]]:
+    """``example`` with PII scrubbed (by ``scrub``) from its prompt, answer and user texts, and
+    from its tag values when ``tags`` (a row whose consent is ``redact``)."""
     prompt, counts = scrub_messages(example.prompt, scrub)
+    scrubbed_tags = dict(example.tags)
+    if tags:
+        for name, value in example.tags.items():
+            scrubbed_tags[name], found = scrub(value)
+            counts.update(found)
     answer = scrub_turn(example.answer, scrub, counts)
     edited, demonstration = example.feedback.edited_text, example.feedback.demonstration_text
     if edited is not None:
@@ -126,7 +141,10 @@ def scrub_example(example: Example, scrub: TextScrub = scrub_text) -> tuple[Exam
     feedback = dataclasses.replace(
         example.feedback, edited_text=edited, demonstration_text=demonstration
     )
-    return dataclasses.replace(example, prompt=prompt, answer=answer, feedback=feedback), counts
+    scrubbed = dataclasses.replace(
+        example, prompt=prompt, answer=answer, feedback=feedback, tags=scrubbed_tags
+    )
+    return scrubbed, counts
 
 
 def build_dataset(
@@ -158,6 +176,7 @@ def collect(
     builder = make_builder(config.kind, config.build)
     hasher = Deduplicator(config.dedup)  # fingerprints only; classification comes later
     scrub = CachingScrubber()
+    consent = ConsentTally(config.unstamped_training_use)
     starts = EpisodeStarts()
     times: dict[str, RowTime] = {}
     skipped: Counter[str] = Counter()
@@ -177,6 +196,9 @@ def collect(
         inference = row.inference
         row_time = RowTime(inference.id, inference.ts, inference.episode_id)
         starts.add(row_time)
+        use = consent.admit((inference.training_use,))
+        if use is None:  # never parsed: nothing of it reaches a record
+            continue
         try:
             example = example_of(row, legacy)
         except UnsupportedShape as exc:
@@ -187,8 +209,10 @@ def collect(
         if reason is not None:  # decided before the costly scrubbing
             skipped[reason] += 1
             continue
-        if config.scrub_pii:
-            example, found = scrub_example(example, scrub)
+        if use == "redact":
+            consent.redacted += 1
+        if config.scrub_pii or use == "redact":
+            example, found = scrub_example(example, scrub, tags=use == "redact")
             pii.update(found)
         stash(builder.add(example))
     stash(builder.finish())
@@ -218,6 +242,8 @@ def collect(
         straddling_split=straddling,
         train=len(parts["train"]),
         eval=len(parts["eval"]),
+        withheld=consent.counts(),
+        redacted=consent.redacted,
     )
     return Collected(parts, counts, dict(sorted(pii.items())))
 

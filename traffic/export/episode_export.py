@@ -21,8 +21,10 @@ Two kinds, from episodes rebuilt by :mod:`traffic.export.episodes`:
   followed, each call's validity), the terminal ``reward`` (1.0 accepted, 0.0 rejected), the
   ``verdict`` and its ``feedback``, and the episode ``summary``.
 
-Episodes skipped are counted by reason. PII is scrubbed from every text (the trajectory, each
-step's answer and tool results) unless ``scrub_pii`` is off. The split is the exporters' time
+Episodes skipped are counted by reason. An episode any step of which its consent denies is
+withheld whole, and one with a ``redact`` step is scrubbed whole (:mod:`traffic.export.consent`;
+both counted). PII is scrubbed from every text (the trajectory, each step's answer and tool
+results, the verdict's reason) unless ``scrub_pii`` is off. The split is the exporters' time
 split (:mod:`traffic.export.split`) with each episode as one row at its first step, so an
 episode is never cut in two. Files: ``train``/``eval`` in JSONL and/or Parquet (the writers of
 :mod:`traffic.export.writers`) and ``manifest.json``.
@@ -43,7 +45,13 @@ from typing import Any, Literal
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from traffic.export.config import OutputFormat, SplitConfig
+from traffic.export.config import (
+    DEFAULT_UNSTAMPED_TRAINING_USE,
+    UNSTAMPED_DESCRIPTION,
+    OutputFormat,
+    SplitConfig,
+)
+from traffic.export.consent import ConsentTally
 from traffic.export.conversation import LegacyTranslator, Message
 from traffic.export.episodes import (
     Episode,
@@ -65,7 +73,7 @@ from traffic.export.writers import (
     write_manifest,
     write_parquet,
 )
-from traffic.store import InferenceFilter, InferenceRow, StoreBackend
+from traffic.store import InferenceFilter, InferenceRow, StoreBackend, TrainingUse
 
 EpisodeKind = Literal["episode_sft", "episode_rl"]
 SPLITS: tuple[Split, ...] = ("train", "eval")
@@ -96,7 +104,12 @@ class EpisodeExportConfig(BaseModel):
     out_dir: Path
     formats: tuple[OutputFormat, ...] = ("jsonl",)
     split: SplitConfig = Field(default_factory=SplitConfig)
-    scrub_pii: bool = True
+    scrub_pii: bool = Field(
+        default=True, description="scrub episodes whose consent is allow (redact ones always are)"
+    )
+    unstamped_training_use: TrainingUse = Field(
+        default=DEFAULT_UNSTAMPED_TRAINING_USE, description=UNSTAMPED_DESCRIPTION
+    )
     sft_route: Literal["any", "frontier"] = Field(
         default="any",
         description="episode_sft: every accepted episode, or only those the frontier served "
@@ -118,6 +131,9 @@ class EpisodeExportConfig(BaseModel):
 
 
 class EpisodeCounts(BaseModel):
+    """Episodes in and out; ``withheld`` (by reason) and ``redacted`` count episodes, as
+    :class:`~traffic.export.dataset.ExportCounts` counts rows."""
+
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     episodes_read: int
@@ -125,6 +141,8 @@ class EpisodeCounts(BaseModel):
     skipped: dict[str, int]
     train: int
     eval: int
+    withheld: dict[str, int] = Field(default_factory=dict)
+    redacted: int = 0
 
 
 class EpisodeExportManifest(BaseModel):
@@ -231,7 +249,14 @@ def scrub_episode(episode: Episode, scrub: TextScrub) -> tuple[Episode, Counter[
         counts.update(found)
         answer = scrub_turn(step.answer, scrub, counts)
         steps.append(dataclasses.replace(step, answer=answer, tool_results=tuple(results)))
-    return dataclasses.replace(episode, messages=messages, steps=tuple(steps)), counts
+    reason = episode.verdict_reason
+    if reason is not None:
+        reason, found = scrub(reason)
+        counts.update(found)
+    scrubbed = dataclasses.replace(
+        episode, messages=messages, steps=tuple(steps), verdict_reason=reason
+    )
+    return scrubbed, counts
 
 
 # ---------------------------------------------------------------- datasets and files
@@ -253,13 +278,19 @@ def build_episode_dataset(
 ) -> EpisodeDataset:
     """The records of ``config.kind`` from ``episodes``, scrubbed and split."""
     scrubber = CachingScrubber()
+    consent = ConsentTally(config.unstamped_training_use)
     pii: Counter[str] = Counter()
     skipped: Counter[str] = Counter()
     built: list[tuple[RowTime, dict[str, Any]]] = []
     read = 0
     for episode in sorted(episodes, key=lambda e: e.steps[0].record.id):
         read += 1
-        if config.scrub_pii:
+        use = consent.admit(step.record.training_use for step in episode.steps)
+        if use is None:
+            continue
+        if use == "redact":
+            consent.redacted += 1
+        if config.scrub_pii or use == "redact":
             episode, found = scrub_episode(episode, scrubber)
             pii.update(found)
         if config.kind == "episode_sft":
@@ -281,6 +312,8 @@ def build_episode_dataset(
         skipped=dict(sorted(skipped.items())),
         train=len(parts["train"]),
         eval=len(parts["eval"]),
+        withheld=consent.counts(),
+        redacted=consent.redacted,
     )
     pii_counts = dict(sorted(pii.items()))
     return EpisodeDataset(config.kind, parts["train"], parts["eval"], counts, pii_counts)

@@ -3,9 +3,9 @@
 Public surface (see each module's docstring for its contract):
 
 - records: :class:`InferenceRecord`, :class:`FeedbackRecord`, :class:`ShadowRecord`,
-  :class:`ModelVersionRecord`, :class:`PolicyVersionRecord`, :class:`ApiKeyRecord`;
-  read side :class:`InferenceFilter`, :class:`InferenceRow`; the vocabulary :data:`FeedbackKind`,
-  :data:`WireFormat`;
+  :class:`ModelVersionRecord`, :class:`PolicyVersionRecord`, :class:`ApiKeyRecord`,
+  :class:`TeamRecord`; read side :class:`InferenceFilter`, :class:`InferenceRow`; the
+  vocabulary :data:`FeedbackKind`, :data:`WireFormat`, :data:`TrainingUse` (consent);
 - ids: :func:`new_id` (UUIDv7), :func:`id_time`;
 - backends: :class:`StoreBackend` (protocol), :class:`SqliteBackend`,
   ``traffic.store.postgres_backend.PostgresBackend`` (imported where a PostgreSQL URL is opened:
@@ -24,6 +24,7 @@ from traffic.store.ids import id_time, new_id
 from traffic.store.records import (
     FEEDBACK_KINDS,
     GROUP_KEYS,
+    TRAINING_USES,
     ApiKeyRecord,
     FeedbackKind,
     FeedbackRecord,
@@ -36,6 +37,8 @@ from traffic.store.records import (
     ModelVersionRecord,
     PolicyVersionRecord,
     ShadowRecord,
+    TeamRecord,
+    TrainingUse,
     WireFormat,
     json_object,
 )
@@ -45,6 +48,7 @@ from traffic.store.writer import RecordWriter, WriterStats
 __all__ = [
     "FEEDBACK_KINDS",
     "GROUP_KEYS",
+    "TRAINING_USES",
     "ApiKeyRecord",
     "FeedbackKind",
     "FeedbackRecord",
@@ -65,6 +69,8 @@ __all__ = [
     "StoreDataError",
     "StoreError",
     "StoreUnavailable",
+    "TeamRecord",
+    "TrainingUse",
     "WireFormat",
     "WriterStats",
     "id_time",

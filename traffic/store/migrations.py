@@ -85,6 +85,13 @@ MIGRATIONS: Final = (
     ),
     Migration(7, "inference.release_other_target: the other canary arm's decision"),
     Migration(8, "routing_release: each release, its arms, share, status and deciding test"),
+    # Rows written before it read back with training_use None (traffic.export.consent says how
+    # the exporters treat them); keys before it have no team and no consent of their own.
+    Migration(
+        9,
+        "consent: inference.training_use stamped when recorded; api_key.team_id and"
+        " training_use; team: the settings a team's keys inherit",
+    ),
 )
 
 

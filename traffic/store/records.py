@@ -37,6 +37,12 @@ FEEDBACK_KINDS: Final[tuple[str, ...]] = get_args(FeedbackKind)
 # OpenAI Responses and Anthropic Messages (translated into chat by their doors).
 WireFormat = Literal["openai.chat", "openai.completions", "openai.responses", "anthropic.messages"]
 
+# Consent to train on an exchange, per key (else its team's, else the gateway's default), stamped
+# on each inference when it is recorded: allow (as recorded), redact (only scrubbed by
+# traffic.scrub), deny (never in a dataset). What the exporters do: traffic.export.consent.
+TrainingUse = Literal["allow", "redact", "deny"]
+TRAINING_USES: Final[tuple[str, ...]] = get_args(TrainingUse)
+
 GroupKey = Literal["route_target", "served_model", "api_key_id", "endpoint", "day"]
 GROUP_KEYS: Final[tuple[str, ...]] = get_args(GroupKey)
 
@@ -159,6 +165,9 @@ class InferenceRecord:
     release_other_target: str | None = None  # what the other arm decided (migration 7)
     shadow_p: float | None = None  # the probability it was shadowed (None: no shadow configured)
     shadow_skipped: bool | None = None  # sampled, but skipped for want of room
+    # The caller's consent when it was recorded (a TrainingUse; None: recorded before
+    # migration 9). A plain string, as endpoint: read back whatever it holds.
+    training_use: str | None = None
 
     def __post_init__(self) -> None:
         _normalise_times(self, "ts")
@@ -244,9 +253,25 @@ class ApiKeyRecord:
     tpm_limit: int | None = None
     budget_usd: float | None = None
     spent_usd: float = 0.0
+    team_id: str | None = None  # the team or tenant it belongs to (migration 9)
+    training_use: str | None = None  # its own consent (a TrainingUse); None: its team's
 
     def __post_init__(self) -> None:
         _normalise_times(self, "created_at", "revoked_at")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TeamRecord:
+    """A team or tenant that API keys belong to (``id``: its name) and its settings:
+    ``training_use`` is the consent of its keys that have none of their own (None: the
+    gateway's default)."""
+
+    id: str
+    created_at: datetime = field(default_factory=utc_now)
+    training_use: str | None = None
+
+    def __post_init__(self) -> None:
+        _normalise_times(self, "created_at")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

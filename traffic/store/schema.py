@@ -174,6 +174,7 @@ INFERENCE: Final = Table(
         _opt("release_other_target", _T.TEXT, since=7),  # the other arm's decision
         _opt("shadow_p", _T.FLOAT, since=6),
         _opt("shadow_skipped", _T.BOOL, since=6),
+        _opt("training_use", _T.TEXT, since=9),  # the caller's consent, stamped when recorded
     ),
 )
 FEEDBACK: Final = Table(
@@ -232,7 +233,19 @@ API_KEY: Final = Table(
         _opt("tpm_limit", _T.INT),
         _opt("budget_usd", _T.FLOAT),
         _req("spent_usd", _T.FLOAT),
+        _opt("team_id", _T.KEY, since=9),
+        _opt("training_use", _T.TEXT, since=9),
     ),
+)
+# Teams (or tenants) that keys belong to, with the settings their keys inherit (consent).
+TEAM: Final = Table(
+    "team",
+    (
+        _req("id", _T.KEY),
+        _req("created_at", _T.TS),
+        _opt("training_use", _T.TEXT),
+    ),
+    since=9,
 )
 # Who changed what, when: routing policies (canary, promote, roll back), keys, replicas; written
 # by the ops console and the admin API, read by the console's change history.
@@ -311,6 +324,7 @@ TABLES: Final = (
     CHANGE_LOG,
     TRAFFIC_HOURLY,
     ROUTING_RELEASE,
+    TEAM,
 )
 INDEXES: Final = (
     Index("inference_route_target_id", "inference", ("route_target", "id")),

@@ -54,6 +54,7 @@ from traffic.store.records import (
     ModelVersionRecord,
     PolicyVersionRecord,
     ShadowRecord,
+    TeamRecord,
     as_utc,
     utc_now,
 )
@@ -64,6 +65,7 @@ from traffic.store.schema import (
     MODEL_VERSION,
     POLICY_VERSION,
     SHADOW,
+    TEAM,
     ColumnType,
     Table,
 )
@@ -278,6 +280,40 @@ class SqlStore(ABC):
     async def list_api_keys(self, *, include_revoked: bool = True) -> list[ApiKeyRecord]:
         where = "1 = 1" if include_revoked else "revoked_at IS NULL"
         return await self._list(ApiKeyRecord, API_KEY, where)
+
+    async def set_api_key_consent(
+        self, key_id: str, *, team_id: str | None, training_use: str | None
+    ) -> bool:
+        """Set a key's team and its own consent (None clears either); False for an unknown
+        key."""
+        p = self.codec.param
+        rows = await self._fetch(
+            f"UPDATE api_key SET team_id = {p}, training_use = {p} WHERE id = {p} RETURNING id",
+            [
+                self.codec.encode(ColumnType.KEY, team_id),
+                self.codec.encode(ColumnType.TEXT, training_use),
+                self.codec.encode(ColumnType.KEY, key_id),
+            ],
+            write=True,
+        )
+        return bool(rows)
+
+    # -- teams -----------------------------------------------------------------------------
+    async def get_team(self, team_id: str) -> TeamRecord | None:
+        """The team ``team_id``; what a key's authentication reads when the key has no consent
+        of its own (``request`` lane)."""
+        rows = await self._fetch(
+            f"SELECT {select_list(TEAM)} FROM team WHERE id = {self.codec.param}",
+            [self.codec.encode(ColumnType.KEY, team_id)],
+            lane="request",
+        )
+        return decode_row(TeamRecord, TEAM, rows[0], self.codec) if rows else None
+
+    async def upsert_team(self, record: TeamRecord) -> None:
+        await self._upsert(TEAM, record)
+
+    async def list_teams(self) -> list[TeamRecord]:
+        return await self._list(TeamRecord, TEAM)
 
     async def schema_version(self) -> int:
         rows = await self._fetch("SELECT max(version) FROM schema_migrations", [])

@@ -1,5 +1,5 @@
 """Changes: every operator change, newest first, with who made it and when (the change log),
-filtered by kind (routing, keys, replicas, models)."""
+filtered by kind (routing, keys, teams, replicas, models)."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ KINDS: Final = {
     "": "all",
     "routing.": "routing",
     "key.": "keys",
+    "team.": "teams",
     "replica.": "replicas",
     "model.": "models",
 }

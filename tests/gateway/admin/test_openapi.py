@@ -40,6 +40,8 @@ BODIES = {
     ("post", "/admin/replicas/drain"): "ReplicaCommand",
     ("post", "/admin/replicas/undrain"): "ReplicaCommand",
     ("post", "/admin/episodes/export"): "EpisodeExportRequest",
+    ("patch", "/admin/keys/{key_id}"): "KeyConsent",
+    ("put", "/admin/teams/{team_id}"): "TeamConsent",
 }
 
 

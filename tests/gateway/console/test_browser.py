@@ -1,8 +1,9 @@
 """The console in headless Chromium (Debian's ``chromium``, driven by Playwright): every page
 renders with its charts, a routing change goes from replay preview to canary to promotion (and
 another is rolled back), the record is searched down to one exchange and its episode, a key is
-shown once then revoked, a replica drains, a weight swap shows its progress, the flywheel's
-rounds open, and a browser without a session lands on the login.
+shown once then revoked, a key's and a team's training use are set, a replica drains, a weight
+swap shows its progress, the flywheel's rounds open, and a browser without a session lands on
+the login.
 
 Screenshots of each page go to ``$SWITCHYARD_CONSOLE_SHOTS`` when set (``docs/console`` for the
 documentation), else to a temporary folder.
@@ -223,6 +224,35 @@ def test_a_key_is_shown_once_then_revoked(page: Page, site: Site) -> None:
     row.get_by_role("button", name="Revoke").click()
     page.wait_for_url("**/ui/keys")
     assert "revoked" in page.locator("#keys tbody tr", has_text="browser-made").inner_text()
+
+
+def test_a_keys_training_use_is_shown_and_set_per_key_and_per_team(page: Page, site: Site) -> None:
+    def consent() -> str:
+        row = page.locator("#keys tbody tr", has_text="consent-made")
+        return row.locator("td.consent").inner_text()
+
+    page.goto("/ui/keys")
+    page.fill("#key-form input[name=name]", "consent-made")
+    page.fill("#key-form input[name=team_id]", "browser-team")
+    page.select_option("#key-form select[name=training_use]", "redact")
+    page.click("#create-key")
+    page.goto("/ui/keys")
+    assert "redact" in consent() and "own" in consent()
+    row = page.locator("#keys tbody tr", has_text="consent-made")
+    row.locator("select[name=training_use]").select_option("inherit")
+    row.get_by_role("button", name="Set", exact=True).click()
+    page.wait_for_url("**/ui/keys")
+    assert "allow" in consent() and "default" in consent()  # the config's auth.training_use
+    page.fill("#team-form input[name=team_id]", "browser-team")
+    page.select_option("#team-use", "deny")
+    page.click("#set-team")
+    page.wait_for_url("**/ui/keys")
+    assert "deny" in consent() and "team browser-team" in consent()
+    assert "deny" in page.locator("#team-table tr", has_text="browser-team").inner_text()
+    page.goto("/ui/history?kind=team.")
+    assert OPERATOR in page.locator("#changes tr", has_text="browser-team").first.inner_text()
+    page.goto("/ui/history?kind=key.")
+    assert "key.consent" in page.inner_text("#changes")
 
 
 def test_a_replica_drains_and_a_weight_swap_shows_its_progress(page: Page, site: Site) -> None:

@@ -16,6 +16,7 @@ from traffic.store import (
     PolicyVersionRecord,
     ShadowRecord,
     StoreConfig,
+    TeamRecord,
     open_store,
 )
 from traffic.store.migrations import (
@@ -33,6 +34,7 @@ from traffic.store.schema import (
     MODEL_VERSION,
     POLICY_VERSION,
     SHADOW,
+    TEAM,
     Column,
     ColumnType,
     Table,
@@ -48,6 +50,7 @@ RECORD_OF = {
     MODEL_VERSION: ModelVersionRecord,
     POLICY_VERSION: PolicyVersionRecord,
     API_KEY: ApiKeyRecord,
+    TEAM: TeamRecord,
 }
 
 
@@ -282,3 +285,54 @@ async def test_migration_7_keeps_the_other_arms_target_and_old_rows_read_none(
     rows = await _migrated_rows(request, tmp_path, dialect, 6, old_row, new_row)
     assert rows[old_row.id] == old_row and rows[old_row.id].release_other_target is None
     assert rows[new_row.id] == new_row
+
+
+@pytest.mark.parametrize("dialect", DIALECTS)
+async def test_migration_9_stamps_consent_and_old_rows_read_none(request, tmp_path, dialect):
+    old_row = inference(api_key_id="key-1")
+    new_row = inference(api_key_id="key-1", training_use="redact")
+    rows = await _migrated_rows(request, tmp_path, dialect, 8, old_row, new_row)
+    assert rows[old_row.id] == old_row and rows[old_row.id].training_use is None
+    assert rows[new_row.id] == new_row and rows[new_row.id].training_use == "redact"
+
+
+@pytest.mark.parametrize("dialect", DIALECTS)
+async def test_migration_9_gives_old_keys_no_team_and_no_consent_of_their_own(
+    request, tmp_path, dialect
+):
+    old_key = ApiKeyRecord(name="before", key_hash="h" * 64, prefix="sy-abc")
+    old_api_key = _as_of(8, API_KEY)
+    schema = None
+    url = f"sqlite:///{tmp_path / 'keys.db'}"
+    migrations = tuple(m for m in MIGRATIONS if m.version <= 8)
+    if dialect == "postgres":
+        schema = f"{request.getfixturevalue('pg_schema')}_keys"
+        url = pg_dsn(schema)
+        with psycopg.connect(PG_URL, autocommit=True) as admin:
+            admin.execute(f"CREATE SCHEMA {schema}")
+        codec = Codec("postgres")
+        async with await psycopg.AsyncConnection.connect(url, autocommit=True) as apg:
+            await migrate_postgres(apg, migrations)
+            row = encode_rows(old_api_key, [old_key], codec)[0]
+            await apg.execute(insert_sql(old_api_key, codec), row)
+    else:
+        conn = sqlite3.connect(url.removeprefix("sqlite:///"), isolation_level=None)
+        migrate_sqlite(conn, migrations)
+        codec = Codec("sqlite")
+        conn.execute(insert_sql(old_api_key, codec), encode_rows(old_api_key, [old_key], codec)[0])
+        conn.close()
+    try:
+        backend = open_store(StoreConfig(url=url))
+        await backend.connect()  # migrates 8 -> latest
+        try:
+            assert await backend.get_api_key(old_key.id) == old_key  # no team, its team's use
+            assert await backend.set_api_key_consent(old_key.id, team_id="ide", training_use="deny")
+            after = await backend.get_api_key(old_key.id)
+            assert after is not None and (after.team_id, after.training_use) == ("ide", "deny")
+            assert await backend.get_team("ide") is None  # a team has a row once it has a setting
+        finally:
+            await backend.close()
+    finally:
+        if schema is not None:
+            with psycopg.connect(PG_URL, autocommit=True) as admin:
+                admin.execute(f"DROP SCHEMA {schema} CASCADE")
