@@ -8,10 +8,13 @@ flywheel (``rl_loop.loop``) or from a file (this module's CLI).
 Each phase starts from the weights the previous one left; the reference of RL's KL and of DPO
 is the checkpoint the replicas serve (loaded again, frozen), or with LoRA the policy with its
 adapters off. With LoRA each phase trains fresh adapters, merged into the weights when it ends
-(and saved apart when ``engine.lora.save_adapters``). Under FSDP or DeepSpeed the trained
-weights are gathered through the trainer's own ``save_model`` and loaded again, unsharded, for
-the next phase and the checkpoint. The result is saved as a new versioned checkpoint (bf16,
-probe included) whose parent is the served one; the gate decides whether it is promoted.
+(and saved apart when ``engine.lora.save_adapters``). Every model is loaded as
+``rl_loop.trainers.placement`` says (bf16 and on the CPU under FSDP or DeepSpeed, a meta
+skeleton on FSDP ranks other than 0, partitioned under ZeRO-3); under FSDP or DeepSpeed the
+trained weights are gathered through the trainer's own ``save_model`` and loaded again the same
+way for the next phase. The result is gathered on every process and saved by the main one as a
+new versioned checkpoint (bf16, probe included) whose parent is the served one; the gate
+decides whether it is promoted.
 
 CLI (one process, or any number under ``accelerate launch``; every process runs it, the main
 one saves)::
@@ -43,18 +46,25 @@ import yaml
 from accelerate import PartialState
 from accelerate.utils import gather_object
 from pydantic import BaseModel, ConfigDict, Field
-from transformers import Trainer
+from transformers import PreTrainedModel, Trainer
 
 from rl_loop.config import LoopConfig
 from rl_loop.datasets import SftExample, sft_examples, within_caps
-from rl_loop.modeling import Policy, code_windows, load_policy, save_checkpoint
+from rl_loop.modeling import Policy, code_windows, save_checkpoint
 from rl_loop.rollouts import Rollout
 from rl_loop.scoring import restore_forward
 from rl_loop.trainers.dpo import Pair, train_dpo
 from rl_loop.trainers.engine import PhaseStats, distributed_state
 from rl_loop.trainers.onpolicy import train_onpolicy
+from rl_loop.trainers.placement import (
+    Placement,
+    gathered_model,
+    load_model,
+    placement_from_env,
+    zero3_init_off,
+)
 from rl_loop.trainers.sft import train_sft
-from serving.training import load_float32
+from serving.tokenizer import load_tokenizer
 
 REPLAY_CORPUS_BYTES = 1_500_000  # of stdlib training files: ~6,000 windows of 64 tokens
 
@@ -83,17 +93,38 @@ def _peft_config(config: LoopConfig) -> Any:
     )
 
 
+def placement(config: LoopConfig) -> Placement:
+    """Where this process loads models for ``config`` (``rl_loop.trainers.placement``)."""
+    return placement_from_env(config.device, config.engine.bf16)
+
+
+def load_for_training(checkpoint_dir: Path, config: LoopConfig, *, frozen: bool) -> Policy:
+    """A checkpoint as the phases take it: trained in full unless ``frozen`` or LoRA trains
+    adapters on it."""
+    return Policy(
+        _load(checkpoint_dir, config, frozen), load_tokenizer(checkpoint_dir), checkpoint_dir
+    )
+
+
+def _load(checkpoint_dir: Path, config: LoopConfig, frozen: bool) -> PreTrainedModel:
+    return load_model(
+        checkpoint_dir,
+        placement(config),
+        trained_in_full=not frozen and config.engine.lora is None,
+        experts_implementation=config.experts_implementation,
+    )
+
+
 def _finish(trainer: Trainer | None, policy: Policy, config: LoopConfig, phase_dir: Path) -> Policy:
-    """A phase's trained weights as a plain model for what comes next: gathered and loaded
-    again when sharded (FSDP, DeepSpeed); else LoRA merged (its adapter saved first when
-    asked); TRL's and our forward patches dropped."""
+    """A phase's trained weights as a plain model for what comes next: gathered (on every
+    process) and loaded again when sharded (FSDP, DeepSpeed); else LoRA merged (its adapter
+    saved first when asked); TRL's and our forward patches dropped."""
     if trainer is None:
         return policy
     if trainer.is_fsdp_enabled or trainer.is_deepspeed_enabled:
         trainer.save_model(str(phase_dir / "model"))
         PartialState().wait_for_everyone()
-        loaded = load_float32(phase_dir / "model", config.experts_implementation)
-        loaded.to(policy.device)  # type: ignore[arg-type]
+        loaded = _load(phase_dir / "model", config, frozen=False)
         return Policy(loaded, policy.tokenizer, policy.source)
     model: Any = trainer.model
     if hasattr(model, "merge_and_unload"):
@@ -118,7 +149,7 @@ def train_candidate(
         """The served weights, frozen (None with LoRA: the policy with adapters off)."""
         if peft is not None:
             return None
-        ref = load_policy(policy.source, config.device, config.experts_implementation)
+        ref = load_for_training(policy.source, config, frozen=True)
         ref.model.requires_grad_(False)
         ref.model.train(False)
         return ref
@@ -248,9 +279,10 @@ def run_job(job: TrainJob) -> dict[str, Any]:
     if device != "cpu" and state.device.type != "cpu":
         device = str(state.device)  # each process on its own GPU
     config = config.model_copy(update={"device": device})
-    policy = load_policy(job.model, device, config.experts_implementation)
+    policy = load_for_training(job.model, config, frozen=False)
     out = config.work_dir
     trained, stats = train_candidate(policy, data, config, out, config.seed)
+    whole = gathered_model(trained.model, state.is_main_process)  # every process takes part
     result: dict[str, Any] = {
         "processes": state.num_processes,
         "phases": {name: s.to_json() for name, s in stats.items()},
@@ -258,16 +290,16 @@ def run_job(job: TrainJob) -> dict[str, Any]:
         "seconds": round(time.perf_counter() - started, 1),
         "peak_rss_mb": max(gather_object([peak_rss_mb()])),
     }
-    if state.is_main_process:
-        result["checkpoint"] = str(
-            save_checkpoint(
-                trained,
+    if whole is not None:  # the main process: nothing collective from here on
+        with zero3_init_off():
+            saved = save_checkpoint(
+                Policy(whole, trained.tokenizer, trained.source),
                 out / "checkpoints",
                 kind=config.checkpoint_kind,
                 seed=config.seed,
                 metadata={"kind": "train-job", "phases": result["phases"]},
             )
-        )
+        result["checkpoint"] = str(saved)
         (out / "result.json").write_text(json.dumps(result, indent=2) + "\n")
     state.wait_for_everyone()
     return result

@@ -112,6 +112,9 @@ class LearnabilitySettings(BaseModel):
     )
     copy_replay_len: int = Field(default=256, ge=32, description="Tokens per copy window.")
     cache: Path = Field(default=REPO / ".cache", description="Where checkpoints are kept.")
+    device: str = Field(
+        default="cpu", description="torch device of distillation and play (cuda on a GPU host)."
+    )
 
     def sft_config(self, steps: int) -> SftConfig:
         # max_epochs lifted: the measurement is of steps, whatever the number of trajectories.
@@ -298,7 +301,7 @@ def budget_figures(
 ) -> dict[str, Any]:
     """Distil a fresh copy of ``base`` for ``steps`` (``replay``: copy windows trained beside
     the trajectories) and evaluate it."""
-    policy = load_policy(base)
+    policy = load_policy(base, settings.device)
     figures: dict[str, Any] = {"steps": steps}
     if steps > 0:
         with tempfile.TemporaryDirectory(prefix="agent-learnability-") as scratch:
@@ -308,6 +311,7 @@ def budget_figures(
                 settings.sft_config(steps),
                 output_dir=Path(scratch),
                 seed=settings.seed,
+                device=settings.device,
                 replay=replay,
             )
         figures.update(
@@ -408,6 +412,7 @@ def parse_settings(argv: Sequence[str] | None = None) -> LearnabilitySettings:
         help="Base-train on code alone (the base before serving.copy_curriculum).",
     )
     parser.add_argument("--cache", type=Path)
+    parser.add_argument("--device", help="torch device (default: cpu).")
     parser.add_argument("--base", type=Path, help="A checkpoint directory to start from.")
     args = vars(parser.parse_args(argv))
     if args.pop("no_copy_curriculum"):

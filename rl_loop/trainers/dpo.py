@@ -36,6 +36,7 @@ from rl_loop.trainers.engine import (
     phase_stats,
     quiet,
 )
+from rl_loop.trainers.placement import prepare_frozen
 
 Pair = Mapping[str, Any]  # {"prompt": [...], "chosen": [turn], "rejected": [turn], "tools"?}
 
@@ -55,7 +56,21 @@ def dpo_rows(pairs: Sequence[Pair]) -> list[dict[str, Any]]:
 
 
 class DpoTrainer(WarmupCosineSchedule, DPOTrainer):
-    """TRL's ``DPOTrainer`` with the loop's schedule; no telemetry."""
+    """TRL's ``DPOTrainer`` with the loop's schedule; no telemetry; under FSDP2 the reference
+    sharded as the policy is (``placement.prepare_frozen``) as soon as the accelerator exists.
+    TRL's own preparation (``trl.models.utils.prepare_fsdp``) shards only its root module and
+    broadcasts nothing; it keeps a model that is already sharded as it is."""
+
+    def __init__(self, *, ref_model: Any = None, **kwargs: Any) -> None:
+        self._unprepared_reference = ref_model  # read when Trainer.__init__ builds the accelerator
+        super().__init__(ref_model=ref_model, **kwargs)
+
+    def create_accelerator_and_postprocess(self) -> None:
+        super().create_accelerator_and_postprocess()
+        reference, self._unprepared_reference = self._unprepared_reference, None
+        plugin = getattr(self.accelerator.state, "fsdp_plugin", None)
+        if reference is not None and plugin is not None and plugin.fsdp_version == 2:
+            prepare_frozen(self.accelerator, reference)  # in place: the same module, sharded
 
     def _send_telemetry(self) -> None:
         """Nothing leaves the machine (see ``rl_loop.trainers.engine``)."""

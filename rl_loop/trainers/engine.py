@@ -15,8 +15,9 @@ the figures a phase reports.
   ``rl_loop.scoring`` runs it once) and length (little padding), cut into batches whose order
   is shuffled again. Accelerate hands consecutive per-process slices of that order to its
   processes, so every global batch is one bucket whatever the number of processes.
-- Reference model. Frozen, prepared like TRL's GRPO trainer prepares its own: DeepSpeed and
-  FSDP shard it, otherwise it is only moved to the device.
+- Reference model. Frozen, placed like the policy (``rl_loop.trainers.placement``): DeepSpeed
+  partitions it, FSDP2 shards it per layer with rank 0's weights broadcast, otherwise it is only
+  moved to the device.
 - Telemetry. TRL pings the Hub from its trainers' ``__init__``; ours never do: training data and
   topology stay on the machine.
 """
@@ -37,6 +38,7 @@ from transformers import PreTrainedModel, Trainer
 from transformers.trainer_callback import PrinterCallback
 
 from rl_loop.config import EngineConfig
+from rl_loop.trainers.placement import prepare_frozen
 from serving.training import ADAM_BETAS, ADAM_EPS, warmup_cosine_lr
 
 BUCKET_BATCHES = 8  # batches drawn together and cut by length, to keep padding small
@@ -232,14 +234,8 @@ def quiet(trainer: Trainer) -> None:
 
 
 def prepare_reference(trainer: Trainer, reference: PreTrainedModel) -> Any:
-    """The frozen reference model placed like the policy (see the module docstring)."""
-    from trl.models.utils import prepare_deepspeed, prepare_fsdp
-
-    if trainer.is_deepspeed_enabled:
-        return prepare_deepspeed(reference, trainer.accelerator)
-    if trainer.is_fsdp_enabled:
-        return prepare_fsdp(reference, trainer.accelerator)
-    return trainer.accelerator.prepare_model(reference, evaluation_mode=True)
+    """The frozen reference model placed like the policy (``placement.prepare_frozen``)."""
+    return prepare_frozen(trainer.accelerator, reference)
 
 
 def phase_stats(
