@@ -6,7 +6,7 @@ STAMP := $(VENV)/.switchyard-installed
 export LITELLM_LOCAL_MODEL_COST_MAP := True
 export SWITCHYARD_CACHE := $(CURDIR)/.cache
 
-.PHONY: setup setup-gpu demo test test-fast check lint typecheck bench-gateway bench-kv bench-serving bench-hostile bench-routing bench-token-count bench-loop-lag bench-fleet bench-train bench-console fuzz train-base flywheel clean-cache
+.PHONY: setup setup-gpu demo test test-fast check lint typecheck bench-gateway bench-kv bench-serving bench-hostile bench-routing bench-token-count bench-loop-lag bench-fleet bench-train bench-console fuzz train-base flywheel gpu-smoke clean-cache
 
 # Idempotent: re-installs only when pyproject.toml changed since the last install; compiles
 # the record writer's hot modules when their sources changed (gateway/recording/accel.py).
@@ -99,6 +99,10 @@ fuzz: setup
 
 train-base: setup
 	$(PY) -m serving.train_base --preset tiny --steps 300 --out .cache/models
+
+# On a lent GPU machine (docs/deploy.md, "The GPU smoke check"): one JSON line at the end.
+gpu-smoke:
+	scripts/gpu_smoke.sh $(ARGS)
 
 # SEEDS=0,1,2: one run per seed, then one JSON line over every round of every seed.
 flywheel: setup
