@@ -47,7 +47,7 @@ from gateway.recording.sink import RecordSink
 from gateway.routing.release import LiveRelease
 from gateway.startup import build_state, join_fleet
 from gateway.state import GatewayState
-from gateway.tracing import TRACES_CLOSE_S, build_tracer, close_tracer
+from gateway.tracing import TRACES_CLOSE_S, build_tracing, close_tracer
 from traffic.tool_calls import warm as warm_tool_calls
 
 if TYPE_CHECKING:
@@ -168,7 +168,7 @@ def create_app(
             sink = handle
         metrics = GatewayMetrics()
         state = build_state(config, config_path, session, sink, metrics, prices, handle)
-        state.tracer_provider, state.tracer = build_tracer(config.telemetry, span_exporter)
+        state.tracer_provider, state.tracing = build_tracing(config.telemetry, span_exporter)
         metrics.add_live_gauges(_live_gauges(state, handle))
         store = handle if handle is not None else _as_handle(sink)
         if store is not None:  # a promotion kept in the store outlives this process

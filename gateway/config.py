@@ -267,11 +267,27 @@ class BackendConfig(BaseModel):
 
 
 class TelemetryConfig(BaseModel):
+    """Traces (gateway/tracing; docs/telemetry.md). Off by default: no per-request work."""
+
     model_config = ConfigDict(extra="forbid")
 
-    traces: Literal["off", "console", "otlp"] = "off"
-    otlp_endpoint: str | None = Field(default=None, description="e.g. http://127.0.0.1:4318")
+    traces: Literal["off", "console", "otlp"] = Field(
+        default="off",
+        description="otlp: OTLP/HTTP protobuf to otlp_endpoint; console: spans on stdout.",
+    )
+    otlp_endpoint: str = Field(
+        default="http://127.0.0.1:4318",
+        description="The collector's OTLP/HTTP base URL (spans go to <it>/v1/traces); give "
+        "vLLM replicas the same one (serving.launch --otlp-endpoint) so their spans join.",
+    )
     service_name: str = "switchyard-gateway"
+    sample_ratio: float = Field(
+        default=1.0,
+        ge=0,
+        le=1,
+        description="Share of new traces recorded (a client's sampled flag decides for its "
+        "own); the others cost a few microseconds and still tell vLLM not to record.",
+    )
 
 
 class StoreSection(StoreConfig):

@@ -31,7 +31,9 @@ from gateway.routing.table import Routing
 from gateway.routing.targets import Targets
 
 if TYPE_CHECKING:
-    from opentelemetry.sdk.trace import Tracer, TracerProvider
+    from opentelemetry.sdk.trace import TracerProvider
+
+    from gateway.tracing.spans import Tracing
 
 
 @dataclass
@@ -52,7 +54,7 @@ class GatewayState:
     login_throttle: LoginThrottle | None = None  # wrong admin tokens per address
     requests: InFlightRequests = field(default_factory=InFlightRequests)
     background: Background = field(default_factory=Background)
-    tracer: Tracer | None = None
+    tracing: Tracing | None = None  # None: traces off (gateway.tracing)
     tracer_provider: TracerProvider | None = None
     shadows_in_flight: int = 0
     release_monitor: ReleaseMonitor | None = None  # the running canary's test

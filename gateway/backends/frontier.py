@@ -356,8 +356,8 @@ class LitellmBackend:
         if self.config.api_base:
             params["api_base"] = self.config.api_base
         params["api_key"] = self._api_key or "sk-no-key"
-        if self.config.extra_headers:
-            params["extra_headers"] = dict(self.config.extra_headers)
+        if self.config.extra_headers or call.trace_headers:  # trace: the attempt's span
+            params["extra_headers"] = {**self.config.extra_headers, **(call.trace_headers or {})}
         return params
 
     async def _call(self, call: UpstreamCall, stream: bool) -> Any:

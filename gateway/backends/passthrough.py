@@ -125,6 +125,8 @@ class PassThroughBackend:
             sent = {k: v for k, v in call.client_headers.items() if k in self._forwarded}
             if sent:
                 headers = {**headers, **sent}
+        if call.trace_headers:  # the attempt's span: the provider may join the trace
+            headers = {**headers, **call.trace_headers}
         return headers
 
     def _translates(self, call: UpstreamCall) -> bool:

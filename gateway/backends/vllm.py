@@ -73,6 +73,9 @@ class VllmBackend:
             # Cache-aware choice hashes the prompt's tokens exactly as the replica will.
             ids = await self._tokenizer.atoken_ids(call.endpoint, call.body)
             features = dataclasses.replace(features, prompt_token_ids=ids)
+        headers = self._headers
+        if call.trace_headers:  # vLLM's own span joins the trace (started with traces on)
+            headers = {**headers, **call.trace_headers}
         tried: set[str] = set()
         cut: set[str] = set()  # replicas whose connection closed under a request once
         while True:
@@ -91,7 +94,7 @@ class VllmBackend:
                 resp = await self._session.post(
                     replica + path,
                     data=payload,
-                    headers=self._headers,
+                    headers=headers,
                     timeout=self._timeouts[bool(call.body.get("stream"))],
                 )
             except BaseException as exc:  # no answer, cancelled (the client left) included

@@ -11,7 +11,7 @@ import asyncio
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from gateway.auth.admission import Hold
 from gateway.auth.keys import ANONYMOUS, Principal
@@ -22,6 +22,9 @@ from gateway.state import GatewayState
 from router.decision import RouteDecision
 from router.features import RequestFeatures
 from traffic.store.ids import new_id
+
+if TYPE_CHECKING:
+    from gateway.tracing.spans import RequestTrace
 
 
 class StreamEncoder(Protocol):
@@ -109,6 +112,7 @@ class Exchange:
     error: str | None = None
     stream: bool = False
     relayed: bool = False  # a stream's relay owns its end (the door's does otherwise)
+    trace: RequestTrace | None = None  # its spans (None: traces off; gateway.tracing.spans)
 
     def settle(
         self,

@@ -1,5 +1,5 @@
-"""The end of every exchange, exactly once: metrics, cost, the key's spend and tokens, the trace
-span, and one record to the writer. Sync and cheap: the record leaves as a draft
+"""The end of every exchange, exactly once: metrics, cost, the key's spend and tokens, one record
+to the writer, and the trace's last spans. Sync and cheap: the record leaves as a draft
 (:mod:`gateway.recording.draft`) that the writer assembles and stores later.
 """
 
@@ -22,7 +22,7 @@ log = logging.getLogger(__name__)
 
 
 def finish(state: GatewayState, ex: Exchange) -> float | None:
-    """Metrics, trace span and the record of ``ex`` as it ended (:meth:`Exchange.settle`);
+    """Metrics, trace spans and the record of ``ex`` as it ended (:meth:`Exchange.settle`);
     sync and cheap (the writer does the I/O later). Called once per exchange: by the door's
     ``finally`` (unary answers, errors, refusals), or by a stream's relay when it ends. Returns
     the request's cost in USD (None when unknown)."""
@@ -39,17 +39,18 @@ def finish(state: GatewayState, ex: Exchange) -> float | None:
     try:
         _account(state, ex, usage, cost)
         _calibrate(state, ex, usage)
-        if state.tracer is not None:
-            _span(state, ex, status, latency)
     except Exception:
-        log.exception("exchange %s: the key's spend or the trace span failed", ex.id)
+        log.exception("exchange %s: the key's spend failed", ex.id)
     decision = ex.decision
     monitor = state.release_monitor
     if decision is not None and decision.release_id is not None and monitor is not None:
         # the release's test waits for its verdict
         segment = segment_of(ex.features.has_tools if ex.features is not None else False)
         monitor.observe(ex.id, decision, segment, local=ex.replica is not None)
+    trace = ex.trace
     if state.recorder is None:
+        if trace is not None:
+            _end_trace(state, ex, cost)
         return cost
     f, answer = ex.features, ex.answer
     d = decision if decision is not None else _UNDECIDED
@@ -94,8 +95,13 @@ def finish(state: GatewayState, ex: Exchange) -> float | None:
         release_arm=d.release_arm,
         release_p=d.release_p,
         release_other_target=d.release_other,
+        # the key's consent, else its team's (gateway.auth.consent), else the config's default
+        training_use=ex.principal.training_use or state.config.auth.training_use,
     )
+    submitted_ns = time.time_ns() if trace is not None else 0
     state.recorder.submit_draft(draft)  # the record is built where it is written
+    if trace is not None:
+        _end_trace(state, ex, cost, submitted_ns)
     return cost
 
 
@@ -182,14 +188,17 @@ def _tags(f: RequestFeatures | None, ex: Exchange) -> dict[str, str]:
     return tags
 
 
-def _span(state: GatewayState, ex: Exchange, status: int, latency: float) -> None:
-    assert state.tracer is not None
-    start_ns = time.time_ns() - int(latency * 1e9)
-    span = state.tracer.start_span(f"switchyard {ex.endpoint}", start_time=start_ns)
-    span.set_attribute("switchyard.request_id", ex.id)
-    span.set_attribute("switchyard.endpoint", ex.endpoint)
-    span.set_attribute("http.response.status_code", status)
-    for key, value in ex.route_headers().items():
-        span.set_attribute(key.replace("x-switchyard-", "switchyard.route."), value)
-    span.set_attribute("switchyard.attempts", len(ex.attempts))
-    span.end()
+def _end_trace(
+    state: GatewayState, ex: Exchange, cost: float | None, submitted_ns: int | None = None
+) -> None:
+    """The record's submission span (from ``submitted_ns``; none when nothing is recorded) and
+    the end of the exchange's span. A fault here costs the trace, never the exchange."""
+    trace = ex.trace
+    assert trace is not None
+    try:
+        if submitted_ns is not None:
+            trace.recorded(submitted_ns)
+        config = state.config.backends.get(ex.target) if ex.target else None
+        trace.end(ex, config, cost)
+    except Exception:
+        log.exception("exchange %s: its trace could not be ended", ex.id)

@@ -8,7 +8,7 @@
           limits.request_timeout_s past -> 504, no further target (the deadline spans all tries,
                                            until the answer or a stream's first byte)
       none left -> AllBackendsFailedError (every attempt's error, last one's status)
-    finally: metrics, trace span, one record draft to the writer (gateway.recording.draft)
+    finally: metrics, trace spans, one record draft to the writer (gateway.recording.draft)
 
 A stream fails over only before its first byte. After that a failure is sent to the client as an
 OpenAI error event (``data: {"error": ...}``) and no ``[DONE]``, so the SDK raises instead of
@@ -29,6 +29,7 @@ is finished, and recorded, exactly once.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from collections.abc import AsyncGenerator, Awaitable, Callable
@@ -82,9 +83,11 @@ async def _with_failover(
     state: GatewayState,
     routing: Routing,
     ex: Exchange,
-    attempt: Callable[[Backend], Awaitable[T]],
+    call: UpstreamCall,
+    attempt: Callable[[Backend, UpstreamCall], Awaitable[T]],
 ) -> T:
     assert ex.decision is not None
+    trace = ex.trace
     max_attempts = routing.config.gateway.retry.max_attempts
     deadline_s = routing.config.gateway.limits.request_timeout_s
     deadline = ex.started + deadline_s
@@ -110,17 +113,24 @@ async def _with_failover(
             state.metrics.failovers.labels(ex.target or "").inc()
         tried += 1
         ex.target = target
+        sent = call
+        if trace is not None:  # the attempt's span, sent upstream as its traceparent
+            config = routing.config.backends[target]
+            headers = trace.attempt(target, config, call.endpoint, call.body)
+            sent = dataclasses.replace(call, trace_headers=headers)
         t0 = time.perf_counter()
         limit = asyncio.timeout(remaining)
         try:
             async with limit:
-                result = await attempt(routing.backends[target])
+                result = await attempt(routing.backends[target], sent)
         except TimeoutError as exc:
             if not limit.expired():
                 raise
             # The whole request's deadline passed on this try: no other target is tried.
             ms = (time.perf_counter() - t0) * 1000
             err = _deadline_error(deadline_s)
+            if trace is not None:
+                trace.attempt_failed(err.status, type(err).__name__, err.message)
             ex.attempts.append(
                 {"target": target, "status": err.status, "error": err.message, "latency_ms": ms}
             )
@@ -132,6 +142,8 @@ async def _with_failover(
                 {"target": target, "status": exc.status, "error": exc.message, "latency_ms": ms}
             )
             state.metrics.backend_errors.labels(target, type(exc).__name__).inc()
+            if trace is not None:
+                trace.attempt_failed(exc.status, type(exc).__name__, exc.message)
             if not exc.retriable:
                 breaker.record_success()  # the back-end answered; the input was the problem
                 raise
@@ -174,10 +186,13 @@ async def serve_unary(
 ) -> Response:
     try:
         result: UpstreamResult = await _with_failover(
-            state, routing, ex, lambda b: b.complete(call)
+            state, routing, ex, call, lambda b, c: b.complete(c)
         )
     except GatewayError as exc:
         return error_response(state, ex, exc)
+    if ex.trace is not None:
+        parsed = result.parsed
+        ex.trace.answered(result.usage, parsed.get("model"), parsed.get("id"), result.replica)
     ex.served_model, ex.replica = result.served_model, result.replica
     ex.notes.update(result.notes)  # what a pass-through changed in the client's body
     ex.weights_version = result.weights_version
@@ -216,11 +231,13 @@ async def serve_stream(
 ) -> Response:
     try:
         stream: UpstreamStream = await _with_failover(
-            state, routing, ex, lambda b: b.open_stream(call)
+            state, routing, ex, call, lambda b, c: b.open_stream(c)
         )
     except GatewayError as exc:
         return error_response(state, ex, exc)
     ex.ttft_s = time.perf_counter() - ex.started
+    if ex.trace is not None:  # the attempt stays open until the stream ends (finish)
+        ex.trace.first_token(stream.replica)
     ex.served_model, ex.replica = stream.served_model, stream.replica
     ex.notes.update(stream.outcome.notes)  # what a pass-through changed in the client's body
     ex.weights_version = stream.weights_version

@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar, cast
@@ -221,6 +222,8 @@ async def serve_door(request: Request, door: FrontDoor, translate: Translate) ->
     view = state.decider.view()  # fixed for this request even if a reload happens meanwhile
     routing = view.routing
     ex = new_exchange(state, door)
+    if state.tracing is not None:  # traces on: a child of the client's traceparent, if any
+        ex.trace = state.tracing.start(request.headers, ex.id, door.endpoint)
     raw = b""
     watch: ClientWatch | None = None
     response: Response | None = None
@@ -234,9 +237,12 @@ async def serve_door(request: Request, door: FrontDoor, translate: Translate) ->
             )
             assert ex.features is not None
             tools = translated.body.get("tools")
+            routing_ns = time.time_ns() if ex.trace is not None else 0
             ex.decision = await state.decider.decide(view, ex.features, tools)
             offload = len(raw) > limits.offload_body_bytes
             ex.decision = await gate_prompt(state, routing, ex, translated.body, offload=offload)
+            if ex.trace is not None:
+                ex.trace.routed(routing_ns, ex.decision)
         except (GatewayError, RoutingError) as exc:
             if ex.request is None:
                 # Kept whole (not truncated) so the record shows exactly what was refused.

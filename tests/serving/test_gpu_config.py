@@ -72,6 +72,17 @@ def test_cli_prints_the_environment_and_the_exact_command(
     words = shlex.split(printed)
     assert "LMCACHE_LOCAL_CPU=True" in words
     assert words[words.index("--model") + 1] == str(MODEL)
+    assert "--otlp-traces-endpoint" not in words
+
+
+def test_cli_turns_vllms_traces_on_with_the_gateways_collector(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    argv = ["--preset", "cpu-dev", "--model", str(MODEL), "--otlp-endpoint", "http://c:4318"]
+    assert launch.main(argv) == 0
+    words = shlex.split(capsys.readouterr().out.strip())
+    assert words[words.index("--otlp-traces-endpoint") + 1] == "http://c:4318/v1/traces"
+    assert "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL=http/protobuf" in words
 
 
 @pytest.mark.requires_gpu

@@ -11,7 +11,13 @@ import pytest
 import torch
 
 from serving.replica import VllmReplica, find_free_port
-from serving.vllm_config import GpuSettings, KvEventsSettings, LmCacheSettings, VllmLaunchConfig
+from serving.vllm_config import (
+    GpuSettings,
+    KvEventsSettings,
+    LmCacheSettings,
+    OtlpTraces,
+    VllmLaunchConfig,
+)
 
 MODEL = Path("/models/base-abc")
 CACHE = Path("/srv/switchyard/.cache")
@@ -113,6 +119,23 @@ def test_prefix_cache_hash_capacity_and_kv_events_are_first_class_flags() -> Non
         assert flag not in plain
 
 
+def test_traces_send_vllms_spans_to_the_gateways_collector_over_otlp_http() -> None:
+    """One endpoint for both (the gateway's telemetry.otlp_endpoint): OTLP/HTTP, not vLLM's
+    default gRPC, with the spans' path added."""
+    config = cpu_config(traces={"endpoint": "http://collector:4318/"})
+    command = config.command()
+    assert command[command.index("--otlp-traces-endpoint") + 1] == "http://collector:4318/v1/traces"
+    env = config.environment({})
+    assert env["OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"] == "http/protobuf"
+    assert env["OTEL_SERVICE_NAME"] == "switchyard-vllm"
+    grpc = cpu_config(traces={"endpoint": "collector:4317", "protocol": "grpc"})
+    assert grpc.command()[grpc.command().index("--otlp-traces-endpoint") + 1] == "collector:4317"
+    assert grpc.environment({})["OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"] == "grpc"
+    plain = cpu_config()
+    assert "--otlp-traces-endpoint" not in plain.command()
+    assert not any(k.startswith("OTEL_") for k in plain.environment({}))
+
+
 @pytest.mark.slow
 def test_vllms_own_parser_reads_our_prefix_cache_and_kv_event_flags() -> None:
     """The flag names and JSON keys are the installed vLLM's (imports vLLM: slow)."""
@@ -130,6 +153,7 @@ def test_vllms_own_parser_reads_our_prefix_cache_and_kv_event_flags() -> None:
             buffer_steps=500,
             hwm=1000,
         ),
+        traces=OtlpTraces(endpoint="http://127.0.0.1:4318"),
     )
     # vLLM leaves FlexibleArgumentParser.__init__ unannotated:
     parser = make_arg_parser(FlexibleArgumentParser())  # type: ignore[no-untyped-call]
@@ -141,6 +165,8 @@ def test_vllms_own_parser_reads_our_prefix_cache_and_kv_event_flags() -> None:
     assert (events.publisher, events.endpoint, events.replay_endpoint, events.topic) == (
         "zmq", "tcp://*:5557", "tcp://*:5558", "kv")  # fmt: skip
     assert (events.buffer_steps, events.hwm) == (500, 1000)
+    assert args.otlp_traces_endpoint == "http://127.0.0.1:4318/v1/traces"
+    assert not args.disable_log_stats  # vLLM's spans are built from its stats
 
 
 def test_gpu_command_line_with_fp8_and_lmcache_offload() -> None:
@@ -196,6 +222,10 @@ def test_gpu_command_line_with_fp8_and_lmcache_offload() -> None:
         ),
         ({"kv_events": {"endpoint": "localhost:5557"}}, "looks like tcp://"),
         ({"prefix_caching_hash_algo": "md5"}, "sha256_cbor"),
+        (
+            {"traces": {"endpoint": "http://c:4318"}, "extra_args": ["--disable-log-stats"]},
+            "drop --disable-log-stats from extra_args or set traces=None",
+        ),
     ],
 )
 def test_invalid_combinations_say_what_to_set(overrides: dict[str, object], hint: str) -> None:
