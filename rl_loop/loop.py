@@ -9,7 +9,8 @@ calls them once per round (a trickle of traffic keeps flowing during the swap):
 2. The served model is evaluated on the gate's items first; its per-class accept rates choose
    the RL prompts (classes it sometimes passes teach RL the most).
 3. Rollouts sampled by the replicas, then RL, SFT and DPO (``rl_loop.train``, on TRL +
-   accelerate); the candidate is saved as a new checkpoint and recorded ``candidate``.
+   accelerate); the candidate is saved as a new checkpoint with its lineage (the round's
+   datasets) and recorded ``candidate``.
 4. Gate (``rl_loop.evaluate``): same items, same verifier; report written as JSON and text.
 5. Shipping when the gate passed (``rl_loop.ship``): the hot-swap of every replica
    (``rl_loop.promote``), or a release that earns its traffic by evidence
@@ -45,7 +46,7 @@ from rl_loop.evaluate import (
     evaluate_policy,
     gate,
 )
-from rl_loop.model_registry import record_checkpoint
+from rl_loop.model_registry import record_checkpoint, write_trained_on
 from rl_loop.modeling import Policy, load_policy, save_checkpoint
 from rl_loop.rewards import Verify, combine, degenerate_reward, verifier_reward
 from rl_loop.rollouts import Rollout, collect_rollouts, teacher_logprobs
@@ -87,6 +88,7 @@ class RoundResult:
     candidate: str | None = None
     promoted: bool = False
     served_after: str = ""
+    trunk: str | None = None  # the unreleased candidate training continued from, if any
     data: dict[str, int] = field(default_factory=dict)
     rl: dict[str, Any] = field(default_factory=dict)
     sft: dict[str, Any] = field(default_factory=dict)
@@ -202,8 +204,15 @@ async def prepare_candidate(
     strict_verify: Verify | None,
     heldout: Sequence[EvalItem],
     answers: AnswerCache | None = None,
+    trunk_dir: Path | None = None,
 ) -> Candidate:
-    """Steps 1-4: datasets, current model's eval, RL, SFT, candidate saved and gated."""
+    """Steps 1-4: datasets, current model's eval, RL, SFT, candidate saved and gated.
+
+    ``trunk_dir``: the checkpoint training continues from when it is not the served one (a
+    gated candidate whose release ran out of traffic undecided: no evidence against it, and
+    restarting from the served weights would throw its training away; the gate still judges
+    the new candidate against the served weights). RL is skipped then: the replicas serve
+    the served weights, so their samples would be off-policy for the trunk."""
     if config.threads is not None:
         torch.set_num_threads(config.threads)
     out = config.work_dir / f"round-{round_index}"
@@ -220,14 +229,14 @@ async def prepare_candidate(
         clock = now
 
     data = await build_round_data(services.store, config.data, pairs=config.dpo.steps > 0)
-    agent_sft, agent_counts = await agent_sft_examples(
+    agent = await agent_sft_examples(
         services.record,
         config.agent_distill,
         config.data,
         local_target=services.local_target,
         work_dir=out,
     )
-    result.data = {**data.counts(), "withheld_rows": data.withheld_rows(), **agent_counts}
+    result.data = {**data.counts(), "withheld_rows": data.withheld_rows(), **agent.counts}
     lap("datasets")
 
     # Loading, evaluating and training are CPU/GPU-bound and long: each phase runs in a worker
@@ -244,11 +253,18 @@ async def prepare_candidate(
         return model, evaluation
 
     policy, current = await asyncio.to_thread(judge, served_dir, served)
+    if trunk_dir is not None:
+        result.trunk = read_version(trunk_dir).version_id
+        policy = await asyncio.to_thread(
+            load_policy, trunk_dir, config.device, config.experts_implementation
+        )
     lap("eval_current")
 
     rl = config.rl
     rollouts: list[Rollout] = []
-    if rl.enabled and rl.steps > 0 and services.replicas:
+    if trunk_dir is not None:
+        result.rl = {"skipped": "training continues from an unreleased candidate (trunk_dir)"}
+    elif rl.enabled and rl.steps > 0 and services.replicas:
         rates = current.class_rates()
         records = pick_rl_prompts(data.prompts_train, rl.prompts, rates, seed=round_index)
         if any(0.0 < r < 1.0 for r in rates.values()) and records:
@@ -257,7 +273,12 @@ async def prepare_candidate(
             result.rl = {"skipped": "no class is partly solved: every group would be uniform"}
     lap("rollouts")
 
-    phases = PhaseData(rollouts=rollouts, sft=[*data.sft_train, *agent_sft], pairs=data.pairs_train)
+    phases = PhaseData(
+        rollouts=rollouts,
+        sft=[*data.sft_train, *agent.examples],
+        pairs=data.pairs_train,
+        datasets=[*data.datasets, *([agent.dataset] if agent.dataset else [])],
+    )
     policy, stats = await asyncio.to_thread(
         train_candidate, policy, phases, config, out / "train", round_index
     )
@@ -283,6 +304,7 @@ async def prepare_candidate(
         metadata=json.loads(json.dumps(metadata)),
     )
     result.candidate = read_version(candidate_dir).version_id
+    await asyncio.to_thread(write_trained_on, candidate_dir, phases.datasets)
     await record_checkpoint(services.store, candidate_dir, "candidate")
     lap("save")
 

@@ -94,7 +94,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from flywheel_agent import AgentWork, AgentWorkload, agent_traffic  # noqa: E402
 from flywheel_release import (  # noqa: E402
     ReleaseWorkload,
+    gate_text,
     injected_candidate,
+    next_trunk,
     release_record,
     release_traffic,
     sabotage_family,
@@ -160,7 +162,7 @@ PRESETS: dict[str, dict[str, Any]] = {
             "gate": {"max_new_tokens": 80, "record_eval_per_family": 8},
         },
         "agent": {"episodes": 20, "gate": {"episodes": 4, "max_steps": 4, "max_new_tokens": 96}},
-        "release": {"tasks": 1000},
+        "release": {"tasks": 1500},
     },
     "smoke": {
         "rounds": 1,
@@ -354,6 +356,7 @@ async def rounds(
     cache = VerdictCache(run_dir / VERDICTS_FILE)
     answers: AnswerCache = {}
     figures: list[RoundFigures] = []
+    trunk: Path | None = None  # training's start when not the served weights (next_trunk)
     loop_results: list[dict[str, Any]] = []
     swap_failures = 0
     policy = "flywheel-v1+unfitted"
@@ -395,13 +398,9 @@ async def rounds(
             strict_verify=strict_verify,
             heldout=heldout,
             answers=answers,
+            trunk_dir=trunk,
         )
-        g = candidate.result.gate
-        log(
-            f"round {r} candidate {candidate.result.candidate}: gate "
-            f"{'passed' if g['passed'] else 'rejected'} (accept {g['current']['accept_rate']:.3f}"
-            f" -> {g['candidate']['accept_rate']:.3f}) {'; '.join(g['reasons'])}"
-        )
+        log(gate_text(candidate))
         if agent.gate is not None:
             decision = await agent.gate.gate(candidate.served_dir, candidate.candidate_dir)
             if agent.figures:
@@ -444,6 +443,7 @@ async def rounds(
                 keep_labels(labels, stats, labels_file)
         total = swap_stats.total()
         swap_failures += total.errors + sum(x.total().errors for x in sent)
+        trunk = next_trunk(trunk, candidate, candidate.result.promoted, bool(injected))
         if "release" in candidate.result.swap:
             await settle(services.store, shipped_at)
             figures[-1].release = await release_record(

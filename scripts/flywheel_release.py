@@ -121,6 +121,39 @@ def release_traffic(
     return ReleaseTraffic(live, shadow)
 
 
+def gate_text(candidate: Candidate) -> str:
+    """The round's gate, one log line."""
+    res, g = candidate.result, candidate.result.gate
+    verdict = "passed" if g["passed"] else "rejected"
+    accept = f"{g['current']['accept_rate']:.3f} -> {g['candidate']['accept_rate']:.3f}"
+    trunk = f" (trained from {res.trunk})" if res.trunk else ""
+    why = "; ".join(g["reasons"])
+    return f"round {res.round} candidate {res.candidate}{trunk}: gate {verdict} ({accept}) {why}"
+
+
+def next_trunk(
+    trunk: Path | None, candidate: Candidate, promoted: bool, injected: bool
+) -> Path | None:
+    """Where the next round's training starts when not from the served weights
+    (``rl_loop.loop.prepare_candidate``'s ``trunk_dir``): the round's candidate when the gate
+    passed it and its release ran out of traffic undecided (no evidence either way); the
+    trunk as it was when the release was rolled back on evidence, the candidate rejected or
+    injected (made worse on purpose); none once a candidate is promoted (the served weights
+    are the newest)."""
+    if promoted:
+        return None
+    if injected:
+        return trunk
+    release = candidate.result.swap.get("release") or {}
+    if (
+        candidate.passed
+        and release.get("timed_out")
+        and not release.get("shadow", {}).get("regressions")
+    ):
+        return candidate.candidate_dir
+    return trunk
+
+
 def sabotage_family(learnable: list[str]) -> str:
     """The family the injected candidate is made worse on: the first learnable one."""
     return sorted(learnable)[0]
