@@ -1,7 +1,7 @@
 """The gateway's command line (`switchyard`), every subcommand registered here.
 
     switchyard serve --config switchyard.yaml [--workers N]       (gateway.serve)
-    switchyard traffic summary|export|canonicalize|episode|episode-export ...
+    switchyard traffic summary|export|canonicalize|episode|episode-export|lineage ...
                                                                   (gateway.admin.traffic_cli)
     switchyard keys create|list|revoke ...                        (gateway.admin.keys_cli)
     switchyard fleet status|reload|drain|undrain --gateway URL    (gateway.admin.fleet_cli)

@@ -14,7 +14,9 @@ exact dedup and PII scrubbing, and its consent: a row whose caller denied traini
 one whose caller asked for redaction enters scrubbed, and ``RoundData.exports`` counts both
 (``withheld``, ``redacted``: ``traffic.export.consent``). The exporter hands its records over
 in memory (the records a ``switchyard traffic export`` would write as JSONL lines); this module
-reads them as typed examples.
+reads them as typed examples. ``RoundData.datasets`` carries each dataset's lineage (the rows it
+was built from, its hashes: ``traffic.export.lineage``) and config, which the checkpoint trained
+on them links (``rl_loop.model_registry``).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from rl_loop.config import DataConfig
 from rl_loop.modeling import Encoded, Policy
 from traffic.export import (
     BuildConfig,
+    Dataset,
     DatasetConfig,
     DatasetKind,
     DedupConfig,
@@ -37,6 +40,7 @@ from traffic.export import (
     SplitConfig,
     dataset_from_store,
 )
+from traffic.export.lineage import DatasetRef
 from traffic.store import InferenceFilter, StoreBackend
 
 Messages = list[dict[str, Any]]
@@ -72,6 +76,7 @@ class RoundData:
     exports: dict[DatasetKind, ExportCounts]  # what the exporter read, skipped, dropped
     pairs_train: list[dict[str, Any]] = field(default_factory=list)  # TRL preference pairs
     pairs_eval: list[dict[str, Any]] = field(default_factory=list)
+    datasets: list[DatasetRef] = field(default_factory=list)  # built in memory, for the lineage
 
     def counts(self) -> dict[str, int]:
         return {
@@ -139,16 +144,21 @@ async def build_round_data(
     """The SFT and RL-prompt datasets of everything recorded before ``until``, and the
     preference pairs (TRL's conversational format) when ``pairs``."""
     query = InferenceFilter(ok_only=True, until=until)
-    sft = await dataset_from_store(store, query, _dataset_config("sft", config))
-    prompts = await dataset_from_store(store, query, _dataset_config("rl_prompts", config))
-    exports: dict[DatasetKind, ExportCounts] = {"sft": sft.counts, "rl_prompts": prompts.counts}
-    pairs_train: list[dict[str, Any]] = []
-    pairs_eval: list[dict[str, Any]] = []
+    kinds: list[DatasetKind] = ["sft", "rl_prompts"]
     if pairs:
-        kind: DatasetKind = "preference_trl"
-        preference = await dataset_from_store(store, query, _dataset_config(kind, config))
-        pairs_train, pairs_eval = preference.train, preference.eval
-        exports[kind] = preference.counts
+        kinds.append("preference_trl")
+    built: dict[DatasetKind, Dataset] = {}
+    for kind in kinds:
+        built[kind] = await dataset_from_store(store, query, _dataset_config(kind, config))
+    sft, prompts = built["sft"], built["rl_prompts"]
+    exports = {kind: dataset.counts for kind, dataset in built.items()}
+    preference = built.get("preference_trl")
+    pairs_train = preference.train if preference else []
+    pairs_eval = preference.eval if preference else []
+    datasets = [
+        DatasetRef(lineage=d.lineage, config=_dataset_config(k, config).model_dump(mode="json"))
+        for k, d in built.items()
+    ]
     return RoundData(
         sft_train=sft_examples(sft.train),
         sft_eval=sft_examples(sft.eval),
@@ -157,6 +167,7 @@ async def build_round_data(
         exports=exports,
         pairs_train=pairs_train,
         pairs_eval=pairs_eval,
+        datasets=datasets,
     )
 
 

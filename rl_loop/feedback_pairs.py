@@ -16,7 +16,8 @@ Rows get consecutive times from ``start`` and ids made from them (``traffic.stor
 so the same answers give the same pairs in the same order. Each row carries its answer's
 ``training_use`` (the consent of the recorded request its prompt came from), which the exporter
 honours as for any recorded row (``traffic.export.consent``): ``deny`` never pairs, ``redact``
-pairs scrubbed.
+pairs scrubbed. :func:`pair_dataset` keeps the whole dataset, lineage included (the ids are
+those rows' own: they are in no store).
 """
 
 from __future__ import annotations
@@ -26,7 +27,14 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from traffic.export import BuildConfig, DatasetConfig, DedupConfig, SplitConfig, build_dataset
+from traffic.export import (
+    BuildConfig,
+    Dataset,
+    DatasetConfig,
+    DedupConfig,
+    SplitConfig,
+    build_dataset,
+)
 from traffic.store import FeedbackRecord, InferenceRecord, InferenceRow, TrainingUse
 from traffic.store.ids import id_at
 
@@ -101,6 +109,12 @@ def export_pairs(
 ) -> list[dict[str, Any]]:
     """The exporter's ``preference_trl`` pairs of ``answers`` (all in the train split; exact
     duplicates dropped, as the exporter does)."""
+    dataset = pair_dataset(answers, max_pairs_per_prompt=max_pairs_per_prompt)
+    return [*dataset.train, *dataset.eval]
+
+
+def pair_dataset(answers: Sequence[RecordedAnswer], *, max_pairs_per_prompt: int = 1) -> Dataset:
+    """:func:`export_pairs`'s dataset: the pairs, counts and lineage."""
     config = DatasetConfig(
         kind="preference_trl",
         split=SplitConfig(eval_fraction=0.0),
@@ -108,5 +122,4 @@ def export_pairs(
         build=BuildConfig(label_policy="explicit", max_pairs_per_prompt=max_pairs_per_prompt),
         scrub_pii=False,
     )
-    dataset = build_dataset(answer_rows(answers), config)
-    return [*dataset.train, *dataset.eval]
+    return build_dataset(answer_rows(answers), config)

@@ -14,18 +14,61 @@ A version's `status` moves along:
 rejection; it is an upsert keyed by the version id, so calling it twice with the same status
 changes nothing. The row's `metadata` holds the checkpoint's own metadata plus its `spec` and
 `seed`; `eval` holds its evaluation figures.
+
+Lineage: the trainer writes the datasets a checkpoint was trained on into its directory
+(`lineage.json`, `write_trained_on`: each dataset's lineage, config and location,
+`traffic.export.lineage`), and every `record_checkpoint` links them to its row (the store's
+`dataset` and `model_dataset` tables; links are only ever added). The file travels with the
+weights, so whoever records the checkpoint, wherever, links its datasets.
 """
 
 from __future__ import annotations
 
+import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal, get_args
 
+from pydantic import BaseModel, ConfigDict
+
 from serving.build import read_version
+from traffic.export.lineage import DatasetRef, dataset_record, lineage_of, link_record
 from traffic.store import ModelVersionRecord, StoreBackend
+from traffic.store.versions import version_chain
 
 ModelStatus = Literal["candidate", "promoted", "rejected", "retired"]
 MODEL_STATUSES: tuple[str, ...] = get_args(ModelStatus)
+LINEAGE_FILE = "lineage.json"
+
+
+class TrainedOn(BaseModel):
+    """A checkpoint directory's `lineage.json`: the datasets that trained it."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    datasets: tuple[DatasetRef, ...] = ()
+
+
+def trained_on(checkpoint_dir: Path) -> list[DatasetRef]:
+    """The datasets `checkpoint_dir`'s `lineage.json` names (none without one)."""
+    path = checkpoint_dir / LINEAGE_FILE
+    if not path.exists():
+        return []
+    return list(TrainedOn.model_validate_json(path.read_text()).datasets)
+
+
+def write_trained_on(checkpoint_dir: Path, datasets: Sequence[DatasetRef]) -> None:
+    """Add `datasets` to `checkpoint_dir`'s `lineage.json` (those named already stay: the same
+    weights may come out of two trainings); written whole, then renamed into place."""
+    if not datasets:
+        return
+    merged = {d.lineage.sha256: d for d in trained_on(checkpoint_dir)}
+    for d in datasets:
+        merged.setdefault(d.lineage.sha256, d)
+    path = checkpoint_dir / LINEAGE_FILE
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(TrainedOn(datasets=tuple(merged.values())).model_dump_json() + "\n")
+    os.replace(tmp, path)
 
 
 def checkpoint_record(checkpoint_dir: Path, status: ModelStatus) -> ModelVersionRecord:
@@ -52,10 +95,25 @@ def checkpoint_record(checkpoint_dir: Path, status: ModelStatus) -> ModelVersion
 async def record_checkpoint(
     store: StoreBackend, checkpoint_dir: Path, status: ModelStatus = "candidate"
 ) -> ModelVersionRecord:
-    """Insert or update the row of `checkpoint_dir` with `status`; returns what was written."""
+    """Insert or update the row of `checkpoint_dir` with `status`, and link the datasets its
+    `lineage.json` names; returns the row written."""
     record = checkpoint_record(checkpoint_dir, status)
     await store.upsert_model_version(record)
+    datasets = trained_on(checkpoint_dir)
+    if datasets:
+        await store.link_datasets(
+            [dataset_record(d) for d in datasets],
+            [link_record(record.id, d) for d in datasets],
+        )
     return record
+
+
+async def checkpoint_datasets(store: StoreBackend, version_id: str) -> list[DatasetRef]:
+    """The datasets recorded as having trained `version_id`, read back from the store."""
+    return [
+        DatasetRef(lineage=lineage_of(dataset), config=dataset.config, location=link.location)
+        for link, dataset in await store.datasets_of([version_id])
+    ]
 
 
 async def list_checkpoints(
@@ -68,10 +126,4 @@ async def list_checkpoints(
 
 async def lineage(store: StoreBackend, version_id: str) -> list[ModelVersionRecord]:
     """`version_id` and its recorded ancestors, newest first (stops at an unrecorded parent)."""
-    by_id = {r.id: r for r in await store.list_model_versions()}
-    chain: list[ModelVersionRecord] = []
-    current: str | None = version_id
-    while current is not None and current in by_id and len(chain) < len(by_id):
-        chain.append(by_id[current])
-        current = by_id[current].parent
-    return chain
+    return version_chain({r.id: r for r in await store.list_model_versions()}, version_id)

@@ -26,7 +26,9 @@ one saves)::
 The job names the checkpoint to train, the data files (the exporter's JSONL: ``sft`` records,
 ``preference_trl`` pairs; rollouts as the loop writes them) and the ``LoopConfig`` groups
 (``rl_loop/configs/jobs/`` has examples). It writes ``<work_dir>/result.json``: the phases'
-figures and the new checkpoint's directory.
+figures and the new checkpoint's directory. A data file exported with its ``manifest.json``
+beside it gives the checkpoint its lineage: the manifest's dataset is written into the
+checkpoint's ``lineage.json`` (``rl_loop.model_registry``), with the folder it is in.
 """
 
 from __future__ import annotations
@@ -45,11 +47,12 @@ import torch
 import yaml
 from accelerate import PartialState
 from accelerate.utils import gather_object
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 from transformers import PreTrainedModel, Trainer
 
 from rl_loop.config import LoopConfig
 from rl_loop.datasets import SftExample, sft_examples, within_caps
+from rl_loop.model_registry import write_trained_on
 from rl_loop.modeling import Policy, code_windows, save_checkpoint
 from rl_loop.rollouts import Rollout
 from rl_loop.scoring import restore_forward
@@ -65,17 +68,24 @@ from rl_loop.trainers.placement import (
 )
 from rl_loop.trainers.sft import train_sft
 from serving.tokenizer import load_tokenizer
+from traffic.export import EpisodeExportManifest, ExportManifest
+from traffic.export.lineage import DatasetRef
 
 REPLAY_CORPUS_BYTES = 1_500_000  # of stdlib training files: ~6,000 windows of 64 tokens
+_MANIFESTS: TypeAdapter[ExportManifest | EpisodeExportManifest] = TypeAdapter(
+    ExportManifest | EpisodeExportManifest
+)
 
 
 @dataclass(slots=True)
 class PhaseData:
-    """What the phases train on; an empty list skips its phase."""
+    """What the phases train on (an empty list skips its phase), and the datasets it was taken
+    from: the lineage the trained checkpoint links."""
 
     rollouts: Sequence[Rollout] = ()
     sft: Sequence[SftExample] = ()
     pairs: Sequence[Pair] = ()
+    datasets: Sequence[DatasetRef] = ()
 
 
 def _peft_config(config: LoopConfig) -> Any:
@@ -258,6 +268,19 @@ def read_rollouts(path: Path) -> list[Rollout]:
     ]
 
 
+def exported_dataset(data_file: Path) -> DatasetRef | None:
+    """The dataset ``data_file`` belongs to, from the exporter's ``manifest.json`` beside it (a
+    dataset's or an episode export's; None: no manifest there, or one written before lineage)."""
+    path = data_file.parent / "manifest.json"
+    if not path.exists():
+        return None
+    manifest = _MANIFESTS.validate_json(path.read_text())
+    if manifest.lineage is None:
+        return None
+    config = manifest.config.model_dump(mode="json")
+    return DatasetRef(lineage=manifest.lineage, config=config, location=str(data_file.parent))
+
+
 def load_job(path: Path) -> TrainJob:
     return TrainJob.model_validate(yaml.safe_load(path.read_text()))
 
@@ -274,6 +297,11 @@ def run_job(job: TrainJob) -> dict[str, Any]:
         rollouts=read_rollouts(job.rollouts) if job.rollouts else [],
         sft=sft_examples(read_jsonl(job.sft_data)) if job.sft_data else [],
         pairs=read_jsonl(job.preference_data) if job.preference_data else [],
+        datasets=[
+            ref
+            for file in (job.sft_data, job.preference_data)
+            if file is not None and (ref := exported_dataset(file)) is not None
+        ],
     )
     device = config.device
     if device != "cpu" and state.device.type != "cpu":
@@ -299,6 +327,7 @@ def run_job(job: TrainJob) -> dict[str, Any]:
                 seed=config.seed,
                 metadata={"kind": "train-job", "phases": result["phases"]},
             )
+        write_trained_on(saved, data.datasets)
         result["checkpoint"] = str(saved)
         (out / "result.json").write_text(json.dumps(result, indent=2) + "\n")
     state.wait_for_everyone()

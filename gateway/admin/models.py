@@ -323,6 +323,11 @@ class TrafficExportManifest(BaseModel):
     pii: dict[str, int]
     files: dict[str, Any] = Field(description="Each file's path, rows and SHA-256.")
     versions: dict[str, str]
+    lineage: dict[str, Any] | None = Field(
+        default=None,
+        description="The ids of the recorded rows the dataset was built from (compact id sets"
+        " per split) and its hashes (traffic.export.lineage).",
+    )
 
 
 class EpisodeView(BaseModel):

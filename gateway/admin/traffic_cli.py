@@ -5,6 +5,8 @@
         --since 2026-11-01T00:00Z --route-target frontier-openai --has-feedback accepted
     switchyard traffic canonicalize --config switchyard.yaml
     switchyard traffic episode <episode id> --config switchyard.yaml   (gateway.admin.episode_cli)
+    switchyard traffic lineage --checkpoint <version id> | --inference <id> --store URL
+                                                                        (gateway.admin.lineage_cli)
 
 ``--config FILE`` may replace ``--store``: the store that gateway config records into
 (:mod:`gateway.admin.store_args`). The summary's table fits the terminal
@@ -22,6 +24,7 @@ from rich.console import Console
 
 from gateway.admin.episode_cli import add_parsers as add_episode_parsers
 from gateway.admin.legacy_records import LIVE_TRANSLATOR, backfill_canonical
+from gateway.admin.lineage_cli import add_parsers as add_lineage_parsers
 from gateway.admin.store_args import (
     add_filter_args,
     add_store_args,
@@ -72,7 +75,8 @@ def cmd_canonicalize(args: argparse.Namespace) -> int:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """``switchyard traffic <verb>``: summary, export, canonicalize, episode, episode-export."""
+    """``switchyard traffic <verb>``: summary, export, canonicalize, episode, episode-export,
+    lineage."""
     traffic = parser.add_subparsers(dest="verb", required=True)
     summary = traffic.add_parser("summary", help="counts, cost, latency, acceptance by group")
     add_store_args(summary)
@@ -103,6 +107,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_store_args(canonicalize)
     canonicalize.set_defaults(verb_run=cmd_canonicalize)
     add_episode_parsers(traffic)
+    add_lineage_parsers(traffic)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -110,4 +115,6 @@ def run(args: argparse.Namespace) -> int:
     return result
 
 
-SUBCOMMAND = Subcommand("traffic", "read the traffic record, export datasets", add_arguments, run)
+SUBCOMMAND = Subcommand(
+    "traffic", "read the traffic record, export datasets, trace lineage", add_arguments, run
+)

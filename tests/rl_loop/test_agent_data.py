@@ -62,7 +62,9 @@ async def test_each_turn_of_the_frontiers_accepted_episodes_is_an_example(
         *agent_rows(20, "ep-rejected", [PARIS], targets=[FRONTIER] * 2, verdict="rejected"),
         *_chat_session(),
     ]
-    examples, counts = await _examples(tmp_path, rows, max_examples=100)
+    examples, counts, dataset = await _examples(tmp_path, rows, max_examples=100)
+    assert dataset is not None  # its lineage: both steps of the one episode taken
+    assert dataset.lineage.ids() == sorted(r.inference.id for r in rows[:2])
     assert counts == {
         "agent_episodes": 3,
         "agent_episodes_withheld": 0,
@@ -82,18 +84,18 @@ async def test_the_newest_episodes_fill_the_cap(tmp_path: Path) -> None:
         *agent_rows(0, "ep-old", [PARIS], "Old answer.", targets=[FRONTIER] * 2),
         *agent_rows(10, "ep-new", [PARIS], "New answer.", targets=[FRONTIER] * 2),
     ]
-    examples, counts = await _examples(tmp_path, rows, max_examples=2)
+    examples, counts, _ = await _examples(tmp_path, rows, max_examples=2)
     assert counts["agent_sft"] == 2
     assert [e.answer for e in examples if not e.tool_calls] == ["New answer."]
 
 
 async def test_off_reads_nothing(tmp_path: Path) -> None:
-    examples, counts = await _examples(tmp_path, agent_rows(0, "ep", [PARIS]), max_examples=0)
-    assert examples == [] and counts == {}
+    off = await _examples(tmp_path, agent_rows(0, "ep", [PARIS]), max_examples=0)
+    assert off.examples == [] and off.counts == {} and off.dataset is None
 
 
 async def test_episodes_older_than_the_window_are_not_read(tmp_path: Path) -> None:
     rows = agent_rows(0, "ep", [PARIS], targets=[FRONTIER] * 2)
     later = syn.EPOCH + timedelta(days=31)
-    examples, counts = await _examples(tmp_path, rows, max_examples=100, until=later)
+    examples, counts, _ = await _examples(tmp_path, rows, max_examples=100, until=later)
     assert examples == [] and counts["agent_episodes"] == 0

@@ -103,7 +103,7 @@ async def test_an_agent_episode_with_a_denied_step_teaches_nothing(
     denied = agent_rows(10, "ep-no", [f'{{"city": "{DENIED}"}}'], targets=frontier)
     rows = [*allowed, _stamped(denied[0], "deny"), denied[1]]
     await _record(store, rows)
-    examples, counts = await agent_sft_examples(
+    examples, counts, _ = await agent_sft_examples(
         store,
         AgentDistillConfig(max_examples=100),
         DataConfig(eval_fraction=0.0),

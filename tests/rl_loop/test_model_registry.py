@@ -1,4 +1,5 @@
-"""Checkpoint versions recorded in the traffic store's `model_version` table (SQLite here)."""
+"""Checkpoint versions recorded in the traffic store's `model_version` table (SQLite here), each
+linked to the datasets that trained it."""
 
 from __future__ import annotations
 
@@ -7,13 +8,20 @@ from pathlib import Path
 
 import pytest
 
+from rl_loop.config import DataConfig
+from rl_loop.datasets import build_round_data
 from rl_loop.model_registry import (
+    checkpoint_datasets,
     checkpoint_record,
     lineage,
     list_checkpoints,
     record_checkpoint,
+    trained_on,
+    write_trained_on,
 )
+from rl_loop.store_views import mapped_store
 from serving.model_config import VERSION_FILE, CheckpointVersion, ModelSpec, ProbeReference
+from tests.rl_loop.test_datasets import _record
 from traffic.store import StoreBackend
 
 
@@ -77,3 +85,31 @@ def test_an_unknown_status_is_refused(tmp_path: Path) -> None:
     checkpoint = write_checkpoint(tmp_path, "base-00000000000b", None)
     with pytest.raises(ValueError, match="candidate"):
         checkpoint_record(checkpoint, "live")  # type: ignore[arg-type]
+
+
+async def test_a_checkpoint_recorded_by_the_loop_links_the_datasets_of_its_round(
+    store: StoreBackend, tmp_path: Path
+) -> None:
+    ids = await _record(store)
+    data = await build_round_data(store, DataConfig(eval_fraction=0.25), pairs=True)
+    assert [d.lineage.kind for d in data.datasets] == ["sft", "rl_prompts", "preference_trl"]
+    checkpoint = write_checkpoint(tmp_path, "sft-00000000000c", None)
+    assert trained_on(checkpoint) == []
+    write_trained_on(checkpoint, data.datasets)  # what the loop does once the weights are saved
+    write_trained_on(checkpoint, data.datasets[:1])  # named already: no second copy
+    assert trained_on(checkpoint) == data.datasets
+
+    view = mapped_store(store, lambda row: row)  # the flywheel records through a view
+    await record_checkpoint(view, checkpoint)
+    await record_checkpoint(store, checkpoint, "promoted")  # a status change links nothing new
+    linked = await checkpoint_datasets(store, "sft-00000000000c")
+    assert sorted(d.lineage.sha256 for d in linked) == sorted(
+        d.lineage.sha256 for d in data.datasets
+    )
+    prompts = next(d for d in linked if d.lineage.kind == "rl_prompts")
+    assert prompts.lineage.ids() == sorted(ids)  # every successful row is an RL prompt
+    assert prompts.config["split"]["eval_fraction"] == 0.25 and prompts.location is None
+    sft = next(d for d in linked if d.lineage.kind == "sft")
+    assert sft.lineage.ids() == sorted(ids[:6])  # the accepted answers only
+    links = await store.dataset_links([d.lineage.sha256 for d in data.datasets])
+    assert len(links) == len(data.datasets)

@@ -16,11 +16,28 @@ from rl_loop import reference_loop
 from rl_loop.config import GateConfig, LoopConfig, SftConfig
 from rl_loop.datasets import SftExample, encode_sft
 from rl_loop.evaluate import held_out_perplexity
+from rl_loop.model_registry import trained_on
 from rl_loop.modeling import Encoded, generate, load_policy, save_checkpoint
 from rl_loop.rollouts import Rollout
 from rl_loop.scoring import label_logprobs, make_batch
-from rl_loop.train import PhaseData, TrainJob, main, train_candidate, write_rollouts
+from rl_loop.train import (
+    PhaseData,
+    TrainJob,
+    exported_dataset,
+    main,
+    train_candidate,
+    write_rollouts,
+)
 from serving.build import read_version
+from tests.traffic.export import synthetic as syn
+from tests.traffic.export.test_episodes import _episodes
+from traffic.export import (
+    EpisodeExportConfig,
+    ExportConfig,
+    SplitConfig,
+    export_dataset,
+    export_episodes,
+)
 
 MESSAGES = [
     [{"role": "system", "content": "Answer with the name."}, {"role": "user", "content": q}]
@@ -95,13 +112,14 @@ def test_a_candidate_trains_rl_sft_and_dpo_in_order_and_saves(
 
 
 def test_the_cli_trains_from_a_job_file(micro_model: Path, tmp_path: Path) -> None:
-    sft = tmp_path / "sft.jsonl"
-    sft.write_text(
-        "".join(
-            json.dumps({"messages": [*m, {"role": "assistant", "content": n}]}) + "\n"
-            for m, n in zip(MESSAGES, NAMES, strict=True)
-        )
-    )
+    rows = [  # exported as `switchyard traffic export --kind sft` writes them
+        syn.chat_row(i, m[1]["content"], n, system=m[0]["content"], fb=[syn.feedback("accepted")])
+        for i, (m, n) in enumerate(zip(MESSAGES, NAMES, strict=True))
+    ]
+    split = SplitConfig(eval_fraction=0.0)
+    exported = export_dataset(rows, ExportConfig(kind="sft", out_dir=tmp_path / "sft", split=split))
+    sft = tmp_path / "sft" / "train.jsonl"
+    assert [json.loads(line)["messages"][:2] for line in sft.read_text().splitlines()] == MESSAGES
     rollouts = tmp_path / "rollouts.jsonl"
     write_rollouts(rollouts, _rollouts(micro_model))
     pairs = tmp_path / "pairs.jsonl"
@@ -121,8 +139,29 @@ def test_the_cli_trains_from_a_job_file(micro_model: Path, tmp_path: Path) -> No
     assert result["processes"] == 1
     assert {k: v["steps"] for k, v in result["phases"].items()} == {"rl": 2, "sft": 4, "dpo": 2}
     assert read_version(Path(result["checkpoint"])).parent == read_version(micro_model).version_id
+    (linked,) = trained_on(Path(result["checkpoint"]))  # the SFT export's lineage
+    assert linked.lineage == exported.lineage and linked.location == str(tmp_path / "sft")
     with pytest.raises(ValueError, match="extra"):
         TrainJob.model_validate({**job, "epochs": 3})
+
+
+def test_a_job_file_exported_with_its_manifest_names_its_dataset(tmp_path: Path) -> None:
+    rows = [
+        syn.chat_row(i, f"def f{i}(): pass", f"f{i}", fb=[syn.feedback("accepted", i)])
+        for i in range(4)
+    ]
+    manifest = export_dataset(rows, ExportConfig(kind="sft", out_dir=tmp_path / "sft"))
+    ref = exported_dataset(tmp_path / "sft" / "train.jsonl")
+    assert ref is not None and ref.lineage == manifest.lineage
+    assert ref.location == str(tmp_path / "sft") and ref.config["kind"] == "sft"
+    episodes = export_episodes(
+        _episodes(), EpisodeExportConfig(kind="episode_sft", out_dir=tmp_path / "agent")
+    )
+    agent = exported_dataset(tmp_path / "agent" / "train.jsonl")
+    assert agent is not None and agent.lineage == episodes.lineage
+    loose = tmp_path / "loose.jsonl"
+    loose.write_text("")
+    assert exported_dataset(loose) is None  # no manifest beside it: no lineage to give
 
 
 def test_lora_trains_adapters_and_merges_them_into_the_checkpoint(

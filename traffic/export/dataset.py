@@ -14,7 +14,9 @@ an inference with its feedback) and one over the built records:
    position, plus the episode index and, for preference pairs, the graded candidate answers).
 2. Records are put in output order (latest source row id, then content digest), so the input
    order never matters; exact and near duplicates are dropped, the earliest copy kept.
-3. The split (:mod:`traffic.export.split`) assigns whole episodes to train or eval.
+3. The split (:mod:`traffic.export.split`) assigns whole episodes to train or eval; the
+   lineage (:mod:`traffic.export.lineage`) lists each split's source row ids and hashes its
+   records.
 
 :func:`build_dataset` returns the records of each split as Python objects (what the RL loop
 trains on, with no file in between); :func:`traffic.export.export.export_dataset` writes the same
@@ -24,7 +26,6 @@ records as files. The same rows and config give the same records, in the same or
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 from collections import Counter
 from collections.abc import Iterable, Sized
 from dataclasses import dataclass
@@ -38,6 +39,7 @@ from traffic.export.config import DatasetConfig, DatasetKind, DedupConfig
 from traffic.export.consent import ConsentTally
 from traffic.export.conversation import UnsupportedShape
 from traffic.export.dedup import Deduplicator, Fingerprint
+from traffic.export.lineage import DatasetLineage, record_digest
 from traffic.export.pii import CachingScrubber, TextScrub, scrub_messages, scrub_text, scrub_turn
 from traffic.export.split import EpisodeStarts, RowTime, Split, assign_splits, record_split
 from traffic.export.wire_formats import LegacyTranslator
@@ -103,11 +105,13 @@ class Collected:
     parts: dict[Split, list[Stashed]]
     counts: ExportCounts
     pii: dict[str, int]
+    lineage: DatasetLineage
 
 
 @dataclass(frozen=True, slots=True)
 class Dataset:
-    """A dataset built in memory: each split's records in output order, and what was counted.
+    """A dataset built in memory: each split's records in output order, what was counted, and
+    its lineage (the rows it was built from, its hashes).
 
     A record is exactly what a line of the exported JSONL file holds (see
     :mod:`traffic.export.builders` for each kind's format)."""
@@ -117,6 +121,7 @@ class Dataset:
     eval: list[dict[str, Any]]
     counts: ExportCounts
     pii: dict[str, int]
+    lineage: DatasetLineage
 
 
 def scrub_example(
@@ -161,7 +166,7 @@ def build_dataset(
     spool = MemorySpool()
     collected = collect(rows, config, spool, legacy=legacy, progress=progress)
     train, eval_ = ([spool.records[s.ref] for s in collected.parts[p]] for p in SPLITS)
-    return Dataset(config.kind, train, eval_, collected.counts, collected.pii)
+    return Dataset(config.kind, train, eval_, collected.counts, collected.pii, collected.lineage)
 
 
 def collect(
@@ -245,14 +250,17 @@ def collect(
         withheld=consent.counts(),
         redacted=consent.redacted,
     )
-    return Collected(parts, counts, dict(sorted(pii.items())))
+    lineage = DatasetLineage.of(
+        config.kind, {p: [(s.source_ids, s.digest) for s in parts[p]] for p in SPLITS}
+    )
+    return Collected(parts, counts, dict(sorted(pii.items())), lineage)
 
 
 def _stash(record: BuiltRecord, spool: RecordSpool) -> Stashed:
     data = serialize(record.record)
     return Stashed(
         sort_id=record.sort_id,
-        digest=hashlib.blake2b(data, digest_size=16).digest(),
+        digest=record_digest(data),
         source_ids=tuple(sorted(record.source_ids)),
         keys=frozenset(record.record),
         ref=spool.append(record.record, data),

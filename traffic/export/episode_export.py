@@ -27,7 +27,8 @@ both counted). PII is scrubbed from every text (the trajectory, each step's answ
 results, the verdict's reason) unless ``scrub_pii`` is off. The split is the exporters' time
 split (:mod:`traffic.export.split`) with each episode as one row at its first step, so an
 episode is never cut in two. Files: ``train``/``eval`` in JSONL and/or Parquet (the writers of
-:mod:`traffic.export.writers`) and ``manifest.json``.
+:mod:`traffic.export.writers`) and ``manifest.json``, with the lineage (every step's row id of
+each record kept: :mod:`traffic.export.lineage`).
 """
 
 from __future__ import annotations
@@ -62,6 +63,7 @@ from traffic.export.episodes import (
     rebuild_episode,
     step_view,
 )
+from traffic.export.lineage import DatasetLineage, record_digest
 from traffic.export.pii import CachingScrubber, TextScrub, scrub_messages, scrub_turn
 from traffic.export.split import RowTime, Split, assign_splits
 from traffic.export.writers import (
@@ -158,6 +160,7 @@ class EpisodeExportManifest(BaseModel):
     pii: dict[str, int]
     files: dict[str, FileEntry]
     versions: dict[str, str]
+    lineage: DatasetLineage | None = None  # None: written before lineage was
 
 
 # ---------------------------------------------------------------- records
@@ -264,13 +267,15 @@ def scrub_episode(episode: Episode, scrub: TextScrub) -> tuple[Episode, Counter[
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class EpisodeDataset:
-    """Each split's records in output order (by each episode's first step) and the counts."""
+    """Each split's records in output order (by each episode's first step), the counts and
+    the lineage."""
 
     kind: EpisodeKind
     train: list[dict[str, Any]]
     eval: list[dict[str, Any]]
     counts: EpisodeCounts
     pii: dict[str, int]
+    lineage: DatasetLineage
 
 
 def build_episode_dataset(
@@ -281,7 +286,7 @@ def build_episode_dataset(
     consent = ConsentTally(config.unstamped_training_use)
     pii: Counter[str] = Counter()
     skipped: Counter[str] = Counter()
-    built: list[tuple[RowTime, dict[str, Any]]] = []
+    built: list[tuple[RowTime, dict[str, Any], tuple[str, ...]]] = []
     read = 0
     for episode in sorted(episodes, key=lambda e: e.steps[0].record.id):
         read += 1
@@ -301,11 +306,14 @@ def build_episode_dataset(
             skipped[record] += 1
             continue
         first = episode.steps[0].record
-        built.append((RowTime(first.id, first.ts, episode.episode_id), record))
-    assignment = assign_splits([t for t, _ in built], config.split)
+        steps = tuple(step.record.id for step in episode.steps)
+        built.append((RowTime(first.id, first.ts, episode.episode_id), record, steps))
+    assignment = assign_splits([t for t, _, _ in built], config.split)
     parts: dict[Split, list[dict[str, Any]]] = {"train": [], "eval": []}
-    for row_time, record in built:
+    sources: dict[Split, list[tuple[tuple[str, ...], bytes]]] = {"train": [], "eval": []}
+    for row_time, record, steps in built:
         parts[assignment[row_time.id]].append(record)
+        sources[assignment[row_time.id]].append((steps, record_digest(serialize(record))))
     counts = EpisodeCounts(
         episodes_read=read,
         records_built=len(built),
@@ -316,7 +324,8 @@ def build_episode_dataset(
         redacted=consent.redacted,
     )
     pii_counts = dict(sorted(pii.items()))
-    return EpisodeDataset(config.kind, parts["train"], parts["eval"], counts, pii_counts)
+    lineage = DatasetLineage.of(config.kind, sources)
+    return EpisodeDataset(config.kind, parts["train"], parts["eval"], counts, pii_counts, lineage)
 
 
 def export_episodes(
@@ -351,6 +360,7 @@ def export_episodes(
         pii=dataset.pii,
         files=dict(sorted(files.items())),
         versions={"pyarrow": importlib.metadata.version("pyarrow"), "orjson": orjson.__version__},
+        lineage=dataset.lineage,
     )
     write_manifest(out / "manifest.json", manifest)
     return manifest

@@ -4,8 +4,9 @@ a trainer that pulls files reads.
 The dataset is built as :mod:`traffic.export.dataset` says (parse, scrub, build, dedup, split),
 its records spooled to a temporary file so memory holds only per-record metadata; then
 ``train``/``eval`` files are written as JSONL and/or Parquet (:mod:`traffic.export.writers`),
-and ``manifest.json`` with the config, counts and SHA-256 of every file. The same rows and config
-give byte-identical data files; only the manifest's ``created_at`` changes.
+and ``manifest.json`` with the config, counts, SHA-256 of every file and the dataset's lineage
+(:mod:`traffic.export.lineage`: the ids of the rows it was built from, its hashes). The same rows
+and config give byte-identical data files; only the manifest's ``created_at`` changes.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from tqdm import tqdm
 from traffic.export.builders import columns_for
 from traffic.export.config import BuildConfig, DatasetKind, DedupConfig, ExportConfig, SplitConfig
 from traffic.export.dataset import SPLITS, ExportCounts, Stashed, collect, scrub_example
+from traffic.export.lineage import DatasetLineage
 from traffic.export.split import Split
 from traffic.export.wire_formats import LegacyTranslator
 from traffic.export.writers import (
@@ -64,6 +66,7 @@ class ExportManifest(BaseModel):
     pii: dict[str, int]
     files: dict[str, FileEntry]
     versions: dict[str, str]
+    lineage: DatasetLineage | None = None  # None: written before lineage was
 
 
 def export_dataset(
@@ -95,6 +98,7 @@ def export_dataset(
         pii=collected.pii,
         files=files,
         versions={"pyarrow": importlib.metadata.version("pyarrow"), "orjson": orjson.__version__},
+        lineage=collected.lineage,
     )
     write_manifest(out_dir / "manifest.json", manifest)
     return manifest

@@ -4,8 +4,10 @@ Public surface (see each module's docstring for its contract):
 
 - records: :class:`InferenceRecord`, :class:`FeedbackRecord`, :class:`ShadowRecord`,
   :class:`ModelVersionRecord`, :class:`PolicyVersionRecord`, :class:`ApiKeyRecord`,
-  :class:`TeamRecord`; read side :class:`InferenceFilter`, :class:`InferenceRow`; the
-  vocabulary :data:`FeedbackKind`, :data:`WireFormat`, :data:`TrainingUse` (consent);
+  :class:`TeamRecord`, :class:`DatasetRecord` and :class:`ModelDatasetRecord` (lineage: which
+  datasets trained which checkpoint; ``traffic.store.versions`` walks the checkpoints'
+  parents); read side :class:`InferenceFilter`, :class:`InferenceRow`; the vocabulary
+  :data:`FeedbackKind`, :data:`WireFormat`, :data:`TrainingUse` (consent);
 - ids: :func:`new_id` (UUIDv7), :func:`id_time`;
 - backends: :class:`StoreBackend` (protocol), :class:`SqliteBackend`,
   ``traffic.store.postgres_backend.PostgresBackend`` (imported where a PostgreSQL URL is opened:
@@ -26,6 +28,7 @@ from traffic.store.records import (
     GROUP_KEYS,
     TRAINING_USES,
     ApiKeyRecord,
+    DatasetRecord,
     FeedbackKind,
     FeedbackRecord,
     InferenceFilter,
@@ -34,6 +37,7 @@ from traffic.store.records import (
     InferenceRow,
     JsonField,
     JsonText,
+    ModelDatasetRecord,
     ModelVersionRecord,
     PolicyVersionRecord,
     ShadowRecord,
@@ -50,6 +54,7 @@ __all__ = [
     "GROUP_KEYS",
     "TRAINING_USES",
     "ApiKeyRecord",
+    "DatasetRecord",
     "FeedbackKind",
     "FeedbackRecord",
     "InferenceFilter",
@@ -58,6 +63,7 @@ __all__ = [
     "InferenceRow",
     "JsonField",
     "JsonText",
+    "ModelDatasetRecord",
     "ModelVersionRecord",
     "PolicyVersionRecord",
     "RecordWriter",

@@ -27,11 +27,13 @@ from typing import Any, Protocol, runtime_checkable
 from traffic.store.config import DEFAULT_READ_BATCH_SIZE, StoreConfig
 from traffic.store.records import (
     ApiKeyRecord,
+    DatasetRecord,
     FeedbackRecord,
     InferenceFilter,
     InferenceOwner,
     InferenceRecord,
     InferenceRow,
+    ModelDatasetRecord,
     ModelVersionRecord,
     PolicyVersionRecord,
     ShadowRecord,
@@ -83,6 +85,19 @@ class StoreBackend(Protocol):
     async def list_model_versions(self) -> list[ModelVersionRecord]: ...
     async def upsert_policy_version(self, record: PolicyVersionRecord) -> None: ...
     async def list_policy_versions(self) -> list[PolicyVersionRecord]: ...
+
+    # Which datasets trained which checkpoint (traffic.export.lineage); only ever added to.
+    async def link_datasets(
+        self, datasets: Sequence[DatasetRecord], links: Sequence[ModelDatasetRecord]
+    ) -> None: ...
+    async def datasets_of(
+        self, model_version_ids: Sequence[str]
+    ) -> list[tuple[ModelDatasetRecord, DatasetRecord]]: ...
+    async def dataset_bounds(self) -> list[tuple[str, str | None, str | None]]: ...
+    async def get_datasets(
+        self, dataset_ids: Sequence[str], *, lineage: bool = True
+    ) -> list[DatasetRecord]: ...
+    async def dataset_links(self, dataset_ids: Sequence[str]) -> list[ModelDatasetRecord]: ...
 
     # API keys.
     async def create_api_key(self, record: ApiKeyRecord) -> None: ...

@@ -92,6 +92,11 @@ MIGRATIONS: Final = (
         "consent: inference.training_use stamped when recorded; api_key.team_id and"
         " training_use; team: the settings a team's keys inherit",
     ),
+    Migration(
+        10,
+        "lineage: dataset (the records each dataset was built from, compact, with its hashes);"
+        " model_dataset: which datasets trained which checkpoint, and where they are",
+    ),
 )
 
 

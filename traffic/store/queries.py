@@ -212,6 +212,13 @@ def in_ids(column: str, ids: Sequence[str], codec: Codec) -> tuple[str, list[Any
     return f"{column} IN ({', '.join('?' for _ in encoded)})", encoded
 
 
+def in_keys(column: str, values: Sequence[str], codec: Codec) -> tuple[str, list[Any]]:
+    """``column`` is one of ``values`` (text column)."""
+    if codec.dialect == "postgres":
+        return f"{column} = ANY(%s)", [list(values)]
+    return f"{column} IN ({', '.join('?' for _ in values)})", list(values)
+
+
 def inference_where(f: InferenceFilter | None, codec: Codec) -> tuple[str, list[Any]]:
     """A WHERE condition on ``inference i`` for ``f`` and its parameters."""
     if f is None:

@@ -227,6 +227,35 @@ class ModelVersionRecord:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class DatasetRecord:
+    """A dataset a checkpoint was trained on (``id``: its SHA-256): its kind, how many recorded
+    rows it was built from and their bounds, its ``lineage`` (``traffic.export.lineage``: those
+    rows' ids, compact, and its hashes) and how it was built (``config``)."""
+
+    id: str
+    created_at: datetime = field(default_factory=utc_now)
+    kind: str
+    row_count: int
+    first_id: str | None = None
+    last_id: str | None = None
+    lineage: dict[str, Any]
+    config: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        _normalise_times(self, "created_at")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ModelDatasetRecord:
+    """Checkpoint ``model_version_id`` was trained on dataset ``dataset_id``, whose files are at
+    ``location`` (None: it was built in memory)."""
+
+    model_version_id: str
+    dataset_id: str
+    location: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class PolicyVersionRecord:
     """A routing policy configuration and where it is in its rollout."""
 

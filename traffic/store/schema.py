@@ -306,6 +306,37 @@ TRAFFIC_HOURLY: Final = Table(
     primary_key=("dim", "hour", "value", "route_target"),
     since=4,
 )
+# The datasets checkpoints were trained on (migration 10), one row per dataset by its SHA-256
+# (traffic.export.lineage): ``lineage`` holds the ids of the records it was built from, compact,
+# with its hashes; ``first_id``/``last_id`` bound those ids (a lookup by record reads them before
+# any id set); ``config`` is how it was built. Written by the model registry, never updated
+# (StoreBackend.link_datasets).
+DATASET: Final = Table(
+    "dataset",
+    (
+        _req("id", _T.KEY),
+        _req("created_at", _T.TS),
+        _req("kind", _T.TEXT),
+        _req("row_count", _T.INT),
+        _opt("first_id", _T.KEY),
+        _opt("last_id", _T.KEY),
+        _req("lineage", _T.JSON),
+        _req("config", _T.JSON),
+    ),
+    since=10,
+)
+# Which datasets trained which checkpoint (``model_version.id``), and where each dataset's files
+# are (None: built in memory, rebuilt from its ids).
+MODEL_DATASET: Final = Table(
+    "model_dataset",
+    (
+        _req("model_version_id", _T.KEY),
+        _req("dataset_id", _T.KEY),
+        _opt("location", _T.TEXT),
+    ),
+    primary_key=("model_version_id", "dataset_id"),
+    since=10,
+)
 # Bookkeeping of applied migrations; created before any migration runs, never migrated itself.
 SCHEMA_MIGRATIONS: Final = Table(
     "schema_migrations",
@@ -325,6 +356,8 @@ TABLES: Final = (
     TRAFFIC_HOURLY,
     ROUTING_RELEASE,
     TEAM,
+    DATASET,
+    MODEL_DATASET,
 )
 INDEXES: Final = (
     Index("inference_route_target_id", "inference", ("route_target", "id")),
@@ -354,6 +387,8 @@ INDEXES: Final = (
         where="episode_id IS NOT NULL",
         since=5,
     ),
+    # The checkpoints a dataset trained (the primary key answers the other way round).
+    Index("model_dataset_dataset_id", "model_dataset", ("dataset_id",), since=10),
 )
 
 

@@ -39,6 +39,7 @@ from traffic.store.queries import (
     decode_row,
     encode_rows,
     in_ids,
+    in_keys,
     inference_where,
     insert_sql,
     select_list,
@@ -46,11 +47,13 @@ from traffic.store.queries import (
 )
 from traffic.store.records import (
     ApiKeyRecord,
+    DatasetRecord,
     FeedbackRecord,
     InferenceFilter,
     InferenceOwner,
     InferenceRecord,
     InferenceRow,
+    ModelDatasetRecord,
     ModelVersionRecord,
     PolicyVersionRecord,
     ShadowRecord,
@@ -60,8 +63,10 @@ from traffic.store.records import (
 )
 from traffic.store.schema import (
     API_KEY,
+    DATASET,
     FEEDBACK,
     INFERENCE,
+    MODEL_DATASET,
     MODEL_VERSION,
     POLICY_VERSION,
     SHADOW,
@@ -219,6 +224,67 @@ class SqlStore(ABC):
 
     async def list_policy_versions(self) -> list[PolicyVersionRecord]:
         return await self._list(PolicyVersionRecord, POLICY_VERSION)
+
+    # -- lineage: which datasets trained which checkpoint ----------------------------------
+    async def link_datasets(
+        self, datasets: Sequence[DatasetRecord], links: Sequence[ModelDatasetRecord]
+    ) -> None:
+        """Store the ``datasets`` not stored yet (an id set can be megabytes: not sent again),
+        then ``links``; both insert-if-absent."""
+        known = {d.id for d in await self.get_datasets([d.id for d in datasets], lineage=False)}
+        missing = [d for d in datasets if d.id not in known]
+        if missing:
+            await self._insert(DATASET, missing)
+        if links:
+            await self._insert(MODEL_DATASET, links)
+
+    async def datasets_of(
+        self, model_version_ids: Sequence[str]
+    ) -> list[tuple[ModelDatasetRecord, DatasetRecord]]:
+        """The datasets each of ``model_version_ids`` was trained on, with their links: in the
+        order of ``model_version_ids``, then of the datasets' first row ids."""
+        if not model_version_ids:
+            return []
+        where, params = in_keys("model_version_id", model_version_ids, self.codec)
+        rows = await self._fetch(
+            f"SELECT {select_list(MODEL_DATASET)} FROM model_dataset WHERE {where}", params
+        )
+        links = [decode_row(ModelDatasetRecord, MODEL_DATASET, r, self.codec) for r in rows]
+        by_id = {d.id: d for d in await self.get_datasets(sorted({x.dataset_id for x in links}))}
+        order = {v: n for n, v in enumerate(model_version_ids)}
+        found = [(x, by_id[x.dataset_id]) for x in links if x.dataset_id in by_id]
+        return sorted(found, key=lambda p: (order[p[0].model_version_id], p[1].first_id or ""))
+
+    async def dataset_bounds(self) -> list[tuple[str, str | None, str | None]]:
+        """Every dataset's id and the first and last row ids it names (no id sets read)."""
+        rows = await self._fetch("SELECT id, first_id, last_id FROM dataset ORDER BY id", [])
+        return [(str(r[0]), r[1], r[2]) for r in rows]
+
+    async def get_datasets(
+        self, dataset_ids: Sequence[str], *, lineage: bool = True
+    ) -> list[DatasetRecord]:
+        """The stored datasets among ``dataset_ids``; their ``lineage`` read back as ``{}``
+        unless ``lineage`` (the id sets are the bulk of a row)."""
+        if not dataset_ids:
+            return []
+        where, params = in_keys("id", dataset_ids, self.codec)
+        columns = select_list(DATASET)
+        if not lineage:
+            columns = columns.replace("lineage", "'{}' AS lineage")
+        rows = await self._fetch(f"SELECT {columns} FROM dataset WHERE {where} ORDER BY id", params)
+        return [decode_row(DatasetRecord, DATASET, r, self.codec) for r in rows]
+
+    async def dataset_links(self, dataset_ids: Sequence[str]) -> list[ModelDatasetRecord]:
+        """The checkpoints each of ``dataset_ids`` trained."""
+        if not dataset_ids:
+            return []
+        where, params = in_keys("dataset_id", dataset_ids, self.codec)
+        rows = await self._fetch(
+            f"SELECT {select_list(MODEL_DATASET)} FROM model_dataset WHERE {where}"
+            " ORDER BY model_version_id, dataset_id",
+            params,
+        )
+        return [decode_row(ModelDatasetRecord, MODEL_DATASET, r, self.codec) for r in rows]
 
     async def _upsert(self, table: Table, record: object) -> None:
         (row,) = encode_rows(table, [record], self.codec)

@@ -10,8 +10,10 @@ import pytest
 from tests.fixtures.postgres_fixture import PG_URL, pg_dsn
 from traffic.store import (
     ApiKeyRecord,
+    DatasetRecord,
     FeedbackRecord,
     InferenceRecord,
+    ModelDatasetRecord,
     ModelVersionRecord,
     PolicyVersionRecord,
     ShadowRecord,
@@ -29,8 +31,10 @@ from traffic.store.migrations import (
 from traffic.store.queries import Codec, encode_rows, insert_sql
 from traffic.store.schema import (
     API_KEY,
+    DATASET,
     FEEDBACK,
     INFERENCE,
+    MODEL_DATASET,
     MODEL_VERSION,
     POLICY_VERSION,
     SHADOW,
@@ -51,6 +55,8 @@ RECORD_OF = {
     POLICY_VERSION: PolicyVersionRecord,
     API_KEY: ApiKeyRecord,
     TEAM: TeamRecord,
+    DATASET: DatasetRecord,
+    MODEL_DATASET: ModelDatasetRecord,
 }
 
 
@@ -330,6 +336,59 @@ async def test_migration_9_gives_old_keys_no_team_and_no_consent_of_their_own(
             after = await backend.get_api_key(old_key.id)
             assert after is not None and (after.team_id, after.training_use) == ("ide", "deny")
             assert await backend.get_team("ide") is None  # a team has a row once it has a setting
+        finally:
+            await backend.close()
+    finally:
+        if schema is not None:
+            with psycopg.connect(PG_URL, autocommit=True) as admin:
+                admin.execute(f"DROP SCHEMA {schema} CASCADE")
+
+
+@pytest.mark.parametrize("dialect", DIALECTS)
+async def test_migration_10_links_datasets_to_a_checkpoint_recorded_before_it(
+    request, tmp_path, dialect
+):
+    checkpoint = ModelVersionRecord(id="sft-0001", path="/ck/sft-0001", status="promoted")
+    dataset = DatasetRecord(
+        id="d" * 64,
+        kind="sft",
+        row_count=1,
+        first_id="0190a000-0000-7000-8000-000000000001",
+        last_id="0190a000-0000-7000-8000-000000000001",
+        lineage={"kind": "sft"},
+        config={"kind": "sft", "split": {"eval_fraction": 0.1}},
+    )
+    schema = None
+    url = f"sqlite:///{tmp_path / 'v9.db'}"
+    migrations = tuple(m for m in MIGRATIONS if m.version <= 9)
+    if dialect == "postgres":
+        schema = f"{request.getfixturevalue('pg_schema')}_lineage"
+        url = pg_dsn(schema)
+        with psycopg.connect(PG_URL, autocommit=True) as admin:
+            admin.execute(f"CREATE SCHEMA {schema}")
+        codec = Codec("postgres")
+        async with await psycopg.AsyncConnection.connect(url, autocommit=True) as apg:
+            assert await migrate_postgres(apg, migrations) == list(range(1, 10))
+            row = encode_rows(MODEL_VERSION, [checkpoint], codec)[0]
+            await apg.execute(insert_sql(MODEL_VERSION, codec), row)
+    else:
+        conn = sqlite3.connect(url.removeprefix("sqlite:///"), isolation_level=None)
+        assert migrate_sqlite(conn, migrations) == list(range(1, 10))
+        codec = Codec("sqlite")
+        conn.execute(
+            insert_sql(MODEL_VERSION, codec), encode_rows(MODEL_VERSION, [checkpoint], codec)[0]
+        )
+        conn.close()
+    try:
+        backend = open_store(StoreConfig(url=url))
+        await backend.connect()  # migrates 9 -> latest
+        try:
+            assert await backend.schema_version() == MIGRATIONS[-1].version
+            assert await backend.datasets_of([checkpoint.id]) == []  # trained before lineage
+            link = ModelDatasetRecord(model_version_id=checkpoint.id, dataset_id=dataset.id)
+            await backend.link_datasets([dataset], [link])
+            assert await backend.datasets_of([checkpoint.id]) == [(link, dataset)]
+            assert await backend.list_model_versions() == [checkpoint]
         finally:
             await backend.close()
     finally:
