@@ -20,6 +20,10 @@ Lineage: the trainer writes the datasets a checkpoint was trained on into its di
 `traffic.export.lineage`), and every `record_checkpoint` links them to its row (the store's
 `dataset` and `model_dataset` tables; links are only ever added). The file travels with the
 weights, so whoever records the checkpoint, wherever, links its datasets.
+
+Forgetting (`traffic.forget`) marks tainted the checkpoints trained on a forgotten record and
+their descendants: `refuse_tainted` refuses them (promotion and release call it before
+publishing) and `record_checkpoint` never records one newly `promoted`.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from pydantic import BaseModel, ConfigDict
 from serving.build import read_version
 from traffic.export.lineage import DatasetRef, dataset_record, lineage_of, link_record
 from traffic.store import ModelVersionRecord, StoreBackend
+from traffic.store.forgetting import tainted_by
 from traffic.store.versions import version_chain
 
 ModelStatus = Literal["candidate", "promoted", "rejected", "retired"]
@@ -92,12 +97,38 @@ def checkpoint_record(checkpoint_dir: Path, status: ModelStatus) -> ModelVersion
     )
 
 
+class TaintedCheckpoint(Exception):
+    """A checkpoint that learned from a forgotten record was to be promoted."""
+
+
+async def refuse_tainted(store: StoreBackend, checkpoint: Path | str) -> None:
+    """Raise `TaintedCheckpoint` when `checkpoint` (a directory or a version id) or a recorded
+    ancestor of it is tainted: the gate's and every promotion's check, before publishing."""
+    if isinstance(checkpoint, Path):
+        version = read_version(checkpoint)
+        version_id, parent = version.version_id, version.parent
+    else:
+        version_id, parent = checkpoint, None
+    found = await tainted_by(store, version_id, parent=parent)
+    if found:
+        why = ", ".join(f"{t.model_version_id} by forget {t.forget_id}" for t in found)
+        raise TaintedCheckpoint(
+            f"checkpoint {version_id} learned from forgotten records ({why}): it is never "
+            "promoted; retrain without them"
+        )
+
+
 async def record_checkpoint(
     store: StoreBackend, checkpoint_dir: Path, status: ModelStatus = "candidate"
 ) -> ModelVersionRecord:
     """Insert or update the row of `checkpoint_dir` with `status`, and link the datasets its
-    `lineage.json` names; returns the row written."""
+    `lineage.json` names; returns the row written. `TaintedCheckpoint` when a tainted
+    checkpoint not promoted already would become `promoted` (one served already stays so)."""
     record = checkpoint_record(checkpoint_dir, status)
+    if status == "promoted":
+        known = {v.id: v.status for v in await store.list_model_versions()}
+        if known.get(record.id) != "promoted":
+            await refuse_tainted(store, record.id)
     await store.upsert_model_version(record)
     datasets = trained_on(checkpoint_dir)
     if datasets:

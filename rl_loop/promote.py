@@ -9,7 +9,8 @@ probe fails. Only when every replica serves the new weights is the version recor
 Rollback (one command): the version served now (the newest ``promoted`` one in the store) is
 replaced by the version it replaced (the newest ``retired`` one, whose directory must still
 exist), by the same hot-swap; the rolled-back version becomes ``rejected``, the restored one
-``promoted``.
+``promoted``. A checkpoint tainted by a forget (``traffic.forget``) is never published: neither
+promoted nor rolled back to.
 
 CLI (admin token from ``$SWITCHYARD_ADMIN_TOKEN``)::
 
@@ -28,12 +29,18 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from rl_loop.model_registry import list_checkpoints, record_checkpoint
+from rl_loop.model_registry import (
+    TaintedCheckpoint,
+    list_checkpoints,
+    record_checkpoint,
+    refuse_tainted,
+)
 from serving.build import read_version
 from serving.hotswap import HotSwapConfig, SwapReport, publish_weights
 from serving.names import ADMIN_TOKEN_ENV
 from serving.swap_checks import add_probe_arguments, tolerance_from
 from traffic.store import ModelVersionRecord, StoreBackend, StoreConfig, open_store
+from traffic.store.forgetting import tainted_by
 
 
 class PromotionError(Exception):
@@ -47,7 +54,9 @@ async def promote(
     replicas: Sequence[str],
     config: HotSwapConfig,
 ) -> SwapReport:
-    """Publish ``checkpoint`` (replicas serve ``previous`` now) and record the outcome."""
+    """Publish ``checkpoint`` (replicas serve ``previous`` now) and record the outcome;
+    ``TaintedCheckpoint`` (nothing published) when it learned from a forgotten record."""
+    await refuse_tainted(store, checkpoint)
     await record_checkpoint(store, checkpoint, "candidate")
     report = await publish_weights(checkpoint, previous, replicas, config)
     if report.ok:
@@ -73,7 +82,11 @@ async def rollback(
         raise PromotionError("no promoted version in the store: nothing to roll back")
     candidates = await list_checkpoints(store, status="retired")
     on_disk = await asyncio.to_thread(lambda: {r.id for r in candidates if Path(r.path).is_dir()})
-    retired = [r for r in candidates if r.id in on_disk and r.id != current.id]
+    retired = [
+        r
+        for r in candidates
+        if r.id in on_disk and r.id != current.id and not await tainted_by(store, r.id)
+    ]
     if not retired:
         raise PromotionError(f"no retired version with its files to go back to from {current.id}")
     by_id = {r.id: r for r in retired}
@@ -154,7 +167,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             p.add_argument("--previous", type=Path, default=None, help="Default: the promoted one.")
     try:
         return asyncio.run(_main(parser.parse_args(argv)))
-    except PromotionError as exc:
+    except (PromotionError, TaintedCheckpoint) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
 

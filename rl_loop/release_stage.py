@@ -48,7 +48,7 @@ import httpx
 import orjson
 
 from rl_loop.config import LoopConfig
-from rl_loop.model_registry import record_checkpoint
+from rl_loop.model_registry import TaintedCheckpoint, record_checkpoint, refuse_tainted
 from rl_loop.outcomes import verdict_of
 from serving.build import read_version
 from serving.hotswap import HotSwapConfig, SwapReport, publish_weights
@@ -93,7 +93,7 @@ class ReleaseOutcome:
     """What the release did, for the round's report."""
 
     release_id: str
-    status: str = "not_started"  # promoted | rolled_back | swap_failed | not_started
+    status: str = "not_started"  # promoted | rolled_back | swap_failed | tainted | not_started
     decided_by: str | None = None
     timed_out: bool = False
     decision: dict[str, Any] = field(default_factory=dict)
@@ -155,6 +155,11 @@ async def release_candidate(
     if not rest:
         raise ValueError("a release needs more replicas than canary_replicas")
     outcome = ReleaseOutcome(release_id=f"release-r{round_index}-{version}")
+    try:  # one that learned from a forgotten record (or descends from one) never ships
+        await refuse_tainted(store, candidate_dir)
+    except TaintedCheckpoint as exc:
+        outcome.status, outcome.decision = "tainted", {"reason": str(exc)}
+        return outcome
     await record_checkpoint(store, candidate_dir, "candidate")
     first = await publish_weights(candidate_dir, served_dir, canary, swap)
     outcome.swaps.append(_swap_json("canary", first))

@@ -10,7 +10,8 @@ of :mod:`gateway.admin.router` puts them under ``/admin``, behind the admin toke
   ``GET /releases/{id}`` (the release table's row);
 - replicas: ``POST /replicas/drain``, ``POST /replicas/undrain`` (a weight swap's steps);
 - config: ``POST /reload`` (the config file again), ``GET /routing``, ``GET /backends``;
-- traffic: ``GET /traffic/summary``, ``POST /traffic/export``.
+- traffic: ``GET /traffic/summary``, ``POST /traffic/export``; forgetting: ``POST /forget``
+  (:mod:`gateway.admin.forget_api`).
 
 Each lever is :mod:`gateway.admin.operations`' (which the console calls too). A handler raises
 the gateway's errors (:mod:`gateway.errors`); :func:`install_error_handlers` answers them, and

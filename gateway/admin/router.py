@@ -36,7 +36,7 @@ from starlette.routing import BaseRoute
 from starlette.types import Message, Receive
 
 from gateway.access import require_admin
-from gateway.admin import api, episodes, fleet
+from gateway.admin import api, episodes, fleet, forget_api
 from gateway.admin.models import ErrorBody
 from gateway.doors.skeleton import read_body
 
@@ -119,6 +119,7 @@ def admin_router() -> APIRouter:
     )
     api.add_routes(router)
     episodes.add_routes(router)
+    forget_api.add_routes(router)
     fleet.add_routes(router)
     built: list[bytes] = []  # the schema, once asked for: building it takes tens of ms
 

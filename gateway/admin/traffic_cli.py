@@ -7,6 +7,8 @@
     switchyard traffic episode <episode id> --config switchyard.yaml   (gateway.admin.episode_cli)
     switchyard traffic lineage --checkpoint <version id> | --inference <id> --store URL
                                                                         (gateway.admin.lineage_cli)
+    switchyard traffic forget --key <key id> | --team T | --inference <id> --config switchyard.yaml
+                                                                        (gateway.admin.forget_cli)
 
 ``--config FILE`` may replace ``--store``: the store that gateway config records into
 (:mod:`gateway.admin.store_args`). The summary's table fits the terminal
@@ -23,6 +25,7 @@ from pathlib import Path
 from rich.console import Console
 
 from gateway.admin.episode_cli import add_parsers as add_episode_parsers
+from gateway.admin.forget_cli import add_parsers as add_forget_parsers
 from gateway.admin.legacy_records import LIVE_TRANSLATOR, backfill_canonical
 from gateway.admin.lineage_cli import add_parsers as add_lineage_parsers
 from gateway.admin.store_args import (
@@ -76,7 +79,7 @@ def cmd_canonicalize(args: argparse.Namespace) -> int:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """``switchyard traffic <verb>``: summary, export, canonicalize, episode, episode-export,
-    lineage."""
+    lineage, forget."""
     traffic = parser.add_subparsers(dest="verb", required=True)
     summary = traffic.add_parser("summary", help="counts, cost, latency, acceptance by group")
     add_store_args(summary)
@@ -108,6 +111,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     canonicalize.set_defaults(verb_run=cmd_canonicalize)
     add_episode_parsers(traffic)
     add_lineage_parsers(traffic)
+    add_forget_parsers(traffic)
 
 
 def run(args: argparse.Namespace) -> int:

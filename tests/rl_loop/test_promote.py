@@ -9,11 +9,12 @@ from pathlib import Path
 import pytest
 
 from rl_loop import promote as promote_module
-from rl_loop.model_registry import list_checkpoints, record_checkpoint
+from rl_loop.model_registry import TaintedCheckpoint, list_checkpoints, record_checkpoint
 from rl_loop.promote import PromotionError, promote, rollback
 from serving.hotswap import HotSwapConfig, ReplicaSwap, SwapReport
 from serving.model_config import VERSION_FILE, CheckpointVersion, ModelSpec
-from traffic.store import StoreBackend, StoreConfig, open_store
+from traffic.store import StoreBackend, StoreConfig, new_id, open_store
+from traffic.store.forgetting import TaintRecord, add_taints
 
 CONFIG = HotSwapConfig(gateway_url="http://127.0.0.1:1", admin_token="t")
 REPLICAS = ["http://127.0.0.1:2"]
@@ -77,6 +78,28 @@ async def test_a_swap_that_rolled_back_leaves_the_candidate_rejected(store, tmp_
     report = await promote(store, bad, base, REPLICAS, CONFIG)
     assert not report.ok
     assert await statuses(store) == {"base-1": "promoted", "ft-bad": "rejected"}
+
+
+async def test_a_tainted_checkpoint_is_never_published_nor_rolled_back_to(
+    store, tmp_path, swaps
+) -> None:
+    base = checkpoint(tmp_path, "base-1", None, 0)
+    ft1 = checkpoint(tmp_path, "ft-1", "base-1", 1)
+    ft2 = checkpoint(tmp_path, "ft-2", "ft-1", 2)
+    await record_checkpoint(store, base, "promoted")
+    await record_checkpoint(store, ft1, "candidate")
+    await add_taints(store, [TaintRecord(model_version_id="ft-1", forget_id=new_id())])
+    with pytest.raises(TaintedCheckpoint, match="ft-1"):
+        await promote(store, ft1, base, REPLICAS, CONFIG)
+    with pytest.raises(TaintedCheckpoint, match="ft-1"):  # trained from it: learned it too
+        await promote(store, ft2, base, REPLICAS, CONFIG)
+    assert swaps == []  # nothing published
+    await record_checkpoint(store, base, "rejected")
+    await record_checkpoint(store, ft1, "retired")  # served before the forget
+    await record_checkpoint(store, checkpoint(tmp_path, "ft-3", None, 3), "promoted")
+    with pytest.raises(PromotionError, match="no retired version"):
+        await rollback(store, REPLICAS, CONFIG)  # ft-1 is the only retired one: tainted
+    assert swaps == []
 
 
 async def test_rollback_needs_a_promoted_version(store, swaps):

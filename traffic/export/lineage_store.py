@@ -8,6 +8,8 @@ checkpoints that used a row, and a dataset rebuilt from its rows to check its ha
 - :func:`record_uses`: the datasets that list a row (their bounds read first; only the id sets
   that may hold it are decoded), the checkpoints trained on them, and those checkpoints'
   recorded descendants, which inherit what their ancestors learned.
+- :func:`records_uses`: the same for a set of rows (what a forget taints), each id set decoded
+  once; :func:`stored_rows`: the rows a lineage names that the store still holds.
 - :func:`rebuild_matches`: an exporter's dataset (``sft``, ``preference_*``, ``rl_prompts``)
   built again, with the config it was built with, from the rows its lineage names as the store
   holds them now, and its hash compared: a row deleted or changed since makes it differ.
@@ -21,6 +23,8 @@ that listed it, and so are the checkpoints trained on them.
 from __future__ import annotations
 
 import asyncio
+from bisect import bisect_left, bisect_right
+from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import get_args
@@ -33,6 +37,7 @@ from traffic.export.wire_formats import LegacyTranslator
 from traffic.store import (
     DatasetRecord,
     InferenceFilter,
+    InferenceRow,
     ModelVersionRecord,
     StoreBackend,
     id_time,
@@ -134,17 +139,65 @@ async def rebuild_matches(
         return None
     lineage = lineage_of(record)
     wanted = set(lineage.ids())
-    rows = []
-    if lineage.first is not None and lineage.last is not None:
-        try:
-            since = id_time(lineage.first)
-            until = id_time(lineage.last) + timedelta(milliseconds=1)
-        except ValueError:
-            return None
-        window = InferenceFilter(since=since, until=until)
-        rows = [r async for r in store.iter_inferences(window) if r.inference.id in wanted]
+    rows = await stored_rows(store, lineage)
+    if rows is None:
+        return None
     fields = DatasetConfig.model_fields
     config = DatasetConfig.model_validate({k: v for k, v in record.config.items() if k in fields})
     dataset = await asyncio.to_thread(build_dataset, rows, config, legacy=legacy)
     rebuilt = dataset.lineage.sha256
     return Rebuilt(rebuilt, rebuilt == record.id, len(wanted) - len(rows))
+
+
+async def stored_rows(
+    store: StoreBackend, lineage: DatasetLineage, *, without: Collection[str] = ()
+) -> list[InferenceRow] | None:
+    """The rows ``lineage`` names that the store still holds, less ``without``, in id order;
+    None when its ids carry no time (no window to read them in)."""
+    wanted = set(lineage.ids()).difference(without)
+    if lineage.first is None or lineage.last is None or not wanted:
+        return []
+    try:
+        since = id_time(lineage.first)
+        until = id_time(lineage.last) + timedelta(milliseconds=1)
+    except ValueError:
+        return None
+    window = InferenceFilter(since=since, until=until)
+    return [r async for r in store.iter_inferences(window) if r.inference.id in wanted]
+
+
+@dataclass(frozen=True, slots=True)
+class RecordsUses:
+    """Where a set of rows went: each dataset listing any of them, with how many it lists and
+    where its files are (every link's location), the checkpoints ``trained`` on those datasets
+    and those that ``inherited`` them (as in :class:`RecordUses`)."""
+
+    datasets: list[tuple[DatasetRecord, int, list[str]]]
+    trained: dict[str, list[str]]
+    inherited: dict[str, str]
+
+
+async def records_uses(store: StoreBackend, row_ids: Collection[str]) -> RecordsUses:
+    """:func:`record_uses` for many rows at once: each candidate id set decoded once."""
+    ids = sorted(row_ids)
+    using: list[tuple[DatasetRecord, int]] = []
+    for dataset_id, first, last in await store.dataset_bounds():
+        if first is None or last is None:
+            continue
+        lo, hi = bisect_left(ids, first), bisect_right(ids, last)
+        if lo == hi:
+            continue
+        for record in await store.get_datasets([dataset_id]):  # one id set in memory at a time
+            held = len(set(ids[lo:hi]).intersection(lineage_of(record).ids()))
+            if held:
+                using.append((record, held))
+    links = await store.dataset_links([record.id for record, _ in using])
+    trained: dict[str, list[str]] = {}
+    where: dict[str, list[str]] = {}
+    for link in links:
+        trained.setdefault(link.model_version_id, []).append(link.dataset_id)
+        if link.location:
+            where.setdefault(link.dataset_id, []).append(link.location)
+    versions = {v.id: v for v in await store.list_model_versions()}
+    datasets = [(r, n, sorted(set(where.get(r.id, [])))) for r, n in using]
+    return RecordsUses(datasets, trained, descendants(versions, list(trained)))

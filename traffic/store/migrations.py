@@ -97,6 +97,7 @@ MIGRATIONS: Final = (
         "lineage: dataset (the records each dataset was built from, compact, with its hashes);"
         " model_dataset: which datasets trained which checkpoint, and where they are",
     ),
+    Migration(11, "model_taint: checkpoints trained on (or descended from) forgotten records"),
 )
 
 

@@ -337,6 +337,21 @@ MODEL_DATASET: Final = Table(
     primary_key=("model_version_id", "dataset_id"),
     since=10,
 )
+# Checkpoints marked tainted by a forget (migration 11): trained on a record since forgotten
+# (``via`` "trained"), or descended from one that was (``via`` the ancestor's id). Only ever
+# added; ``forget_id`` is the forget's entry in the change log (``action`` "traffic.forget").
+# Kept apart from ``model_version``, whose rows the model registry rewrites whole.
+MODEL_TAINT: Final = Table(
+    "model_taint",
+    (
+        _req("model_version_id", _T.KEY),
+        _req("forget_id", _T.ID),
+        _req("ts", _T.TS),
+        _req("via", _T.TEXT),
+    ),
+    primary_key=("model_version_id", "forget_id"),
+    since=11,
+)
 # Bookkeeping of applied migrations; created before any migration runs, never migrated itself.
 SCHEMA_MIGRATIONS: Final = Table(
     "schema_migrations",
@@ -358,6 +373,7 @@ TABLES: Final = (
     TEAM,
     DATASET,
     MODEL_DATASET,
+    MODEL_TAINT,
 )
 INDEXES: Final = (
     Index("inference_route_target_id", "inference", ("route_target", "id")),

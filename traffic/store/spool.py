@@ -42,7 +42,7 @@ from collections.abc import Iterator, Sequence
 from datetime import datetime
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, BinaryIO, Final
+from typing import Any, BinaryIO, Final, cast
 
 from traffic.store.ids import new_id
 from traffic.store.records import (
@@ -207,13 +207,26 @@ class Spool:
         at = utc_now().isoformat()
         lines = [dead_letter_line(item, reason, at) for item, reason in entries]
         self.directory.mkdir(parents=True, exist_ok=True)
-        with (self.directory / DEAD_LETTER_FILE).open("ab") as f:
+        with locked_dead_letters(self.directory, "ab") as f:
             f.writelines(lines)
             f.flush()
             os.fsync(f.fileno())
 
     def close(self) -> None:
         self.seal()
+
+
+def locked_dead_letters(directory: Path, mode: str) -> BinaryIO:
+    """``rejected.jsonl`` opened (``"ab"`` or ``"r+b"``) under an exclusive ``flock``, the file
+    the name points at now: a forget rewrites it by renaming a new one into place under the same
+    lock (:mod:`traffic.store.spool_forget`), so an append never lands in a replaced file.
+    ``FileNotFoundError`` for ``"r+b"`` when there is none."""
+    while True:
+        f = cast(BinaryIO, (directory / DEAD_LETTER_FILE).open(mode))
+        fcntl.flock(f.fileno(), fcntl.LOCK_EX)
+        if os.fstat(f.fileno()).st_nlink:
+            return f
+        f.close()  # replaced while we waited for the lock
 
 
 def dead_letter_line(item: object, reason: str, at: str) -> bytes:

@@ -40,6 +40,7 @@ BODIES = {
     ("post", "/admin/replicas/drain"): "ReplicaCommand",
     ("post", "/admin/replicas/undrain"): "ReplicaCommand",
     ("post", "/admin/episodes/export"): "EpisodeExportRequest",
+    ("post", "/admin/forget"): "ForgetRequest",
     ("patch", "/admin/keys/{key_id}"): "KeyConsent",
     ("put", "/admin/teams/{team_id}"): "TeamConsent",
 }
