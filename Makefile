@@ -6,7 +6,7 @@ STAMP := $(VENV)/.switchyard-installed
 export LITELLM_LOCAL_MODEL_COST_MAP := True
 export SWITCHYARD_CACHE := $(CURDIR)/.cache
 
-.PHONY: setup setup-gpu demo test test-fast check lint typecheck bench-gateway bench-kv bench-serving bench-hostile bench-routing bench-token-count bench-trace-cost bench-loop-lag bench-fleet bench-train bench-console fuzz train-base flywheel gpu-smoke clean-cache
+.PHONY: setup setup-gpu demo test test-fast check lint typecheck bench-gateway bench-kv bench-serving bench-hostile bench-routing bench-token-count bench-secret-scan bench-trace-cost bench-loop-lag bench-fleet bench-train bench-console fuzz train-base flywheel gpu-smoke clean-cache
 
 # Idempotent: re-installs only when pyproject.toml changed since the last install; compiles
 # the record writer's hot modules when their sources changed (gateway/recording/accel.py).
@@ -77,6 +77,10 @@ bench-routing: setup
 # encodings' load time and memory (also a section of bench-gateway's JSON).
 bench-token-count: setup
 	$(PY) -m loadtests.bench.token_count
+
+# What finding a request's secrets costs per request, cold and memoised (docs/secrets.md).
+bench-secret-scan: setup
+	$(PY) -m loadtests.bench.secret_scan
 
 # Gateway CPU per request with traces off, every request traced, and sampled (docs/telemetry.md).
 bench-trace-cost: setup

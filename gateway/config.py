@@ -240,6 +240,11 @@ class BackendConfig(BaseModel):
         "to it. Unset: litellm's model map (`max_input_tokens`) for litellm targets; none (not "
         "checked) for vllm ones.",
     )
+    secrets: Literal["allow", "redact", "block"] = Field(
+        default="allow",
+        description="Secrets found in a request for this target (docs/secrets.md): allow (sent "
+        "as they are), redact (placeholders sent, originals put back in the answer), block (400).",
+    )
 
     @model_validator(mode="after")
     def _check_kind_fields(self) -> BackendConfig:

@@ -3,6 +3,7 @@
 GatewayError                      status  OpenAI type
  +-- InvalidRequestError           400    invalid_request_error   (malformed JSON, bad field)
  |    +-- ContextWindowExceededError 400   invalid_request_error   (prompt over a target's window)
+ |    +-- SecretsInRequestError    400    invalid_request_error   (secrets for a `block` target)
  +-- AuthenticationError           401    authentication_error
  +-- PermissionDeniedError         403    permission_error        (revoked key, budget spent)
  +-- NotFoundError                 404    not_found_error         (unknown model, unknown id)
@@ -64,6 +65,20 @@ class ContextWindowExceededError(InvalidRequestError):
     that could serve it), as counted before any upstream call."""
 
     code = "context_length_exceeded"  # OpenAI's code for the same refusal
+
+
+class SecretsInRequestError(InvalidRequestError):
+    """The request holds secrets and its target refuses them (``secrets: block``), before any
+    upstream call. The message names the kinds found, never a value."""
+
+    code = "secrets_in_request"
+
+    def __init__(self, kinds: Sequence[str], target: str):
+        super().__init__(
+            f"The request holds secrets ({', '.join(kinds)}); target `{target}` is not sent "
+            "secrets. Remove them from the conversation and retry."
+        )
+        self.kinds = tuple(kinds)
 
 
 class AuthenticationError(GatewayError):

@@ -42,6 +42,7 @@ from gateway.routing.release_monitor import ReleaseMonitor
 from gateway.routing.reload import Reloader, routing_for
 from gateway.routing.table import load_learned_state
 from gateway.routing.targets import Targets
+from gateway.secrets.scanner import SecretScanner
 from gateway.state import GatewayState
 
 
@@ -82,6 +83,8 @@ def build_state(
     counter = PromptCounter(config.gateway.token_count)
     if config.gateway.token_count.enabled:
         counter.prepare(config.backends)  # tiktoken's encodings, loaded on a worker thread
+    secrets = SecretScanner()  # the scrubber, imported on a worker thread if a target needs it
+    secrets.prepare(b.secrets for b in config.backends.values())
     return GatewayState(
         config_path=config_path,
         session=session,
@@ -97,6 +100,7 @@ def build_state(
         login_throttle=LoginThrottle.from_config(config.auth, metrics),
         background=background,
         release_monitor=monitor,
+        secrets=secrets,
     )
 
 

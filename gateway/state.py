@@ -29,6 +29,7 @@ from gateway.routing.release_monitor import ReleaseMonitor
 from gateway.routing.reload import Reloader
 from gateway.routing.table import Routing
 from gateway.routing.targets import Targets
+from gateway.secrets.scanner import SecretScanner
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import TracerProvider
@@ -58,6 +59,7 @@ class GatewayState:
     tracer_provider: TracerProvider | None = None
     shadows_in_flight: int = 0
     release_monitor: ReleaseMonitor | None = None  # the running canary's test
+    secrets: SecretScanner = field(default_factory=SecretScanner)  # targets' `secrets` policy
 
     @property
     def config(self) -> SwitchyardConfig:

@@ -120,7 +120,8 @@ GATEWAY_FLOORS: tuple[tuple[str, ...], ...] = (
     ("auth",),  # keys, rate limits, budgets, the admin-login throttle
     ("fleet",),  # the fleet's transport: this process alone, or Redis
     ("config",),  # the YAML file, strict; composes the sections of the rooms below
-    ("wire", "tracing", "workers"),  # provider formats' shared facts; spans; the supervisor
+    # provider formats' shared facts; spans; the supervisor; secrets found and put back
+    ("wire", "tracing", "workers", "secrets"),
     ("backends", "recording"),  # where requests go; how records leave
     ("routing",),  # the one decision, the one reload authority, the back-end set
     ("state",),  # plain data holding the parts above

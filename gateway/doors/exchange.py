@@ -18,6 +18,7 @@ from gateway.auth.keys import ANONYMOUS, Principal
 from gateway.backends.base import Usage
 from gateway.backends.prompt_count import PromptCount
 from gateway.recording.draft import Deferred
+from gateway.secrets.scanner import Redaction
 from gateway.state import GatewayState
 from router.decision import RouteDecision
 from router.features import RequestFeatures
@@ -103,6 +104,10 @@ class Exchange:
     # counted), and what the call holds of its key's limits until it settles.
     prompt_counts: dict[str, PromptCount] | None = None
     hold: Hold | None = None
+    # The request's secrets, once a target with a `secrets` policy was tried
+    # (gateway.doors.secret_guard; None: none found, or not scanned).
+    redaction: Redaction | None = None
+    secrets_scanned: bool = False
     task: asyncio.Task[Any] | None = None  # the task serving it now (abort cancels it)
     aborted: bool = False  # ended by shutdown past the drain deadline
     # How it ended (:meth:`settle`), read once by gateway.doors.finish when the record is made.

@@ -13,6 +13,7 @@ import orjson
 
 from gateway.backends.base import Usage
 from gateway.doors.exchange import Exchange
+from gateway.doors.secret_guard import as_recorded
 from gateway.recording.draft import Deferred, InferenceDraft, ready
 from gateway.state import GatewayState
 from router.calibration import segment_of
@@ -52,6 +53,10 @@ def finish(state: GatewayState, ex: Exchange) -> float | None:
         if trace is not None:
             _end_trace(state, ex, cost)
         return cost
+    # the key's consent, else its team's (gateway.auth.consent), else the config's default
+    training_use = ex.principal.training_use or state.config.auth.training_use
+    if ex.redaction is not None:  # secrets were found: what the record may keep of them
+        as_recorded(ex, training_use)
     f, answer = ex.features, ex.answer
     d = decision if decision is not None else _UNDECIDED
     draft = InferenceDraft(
@@ -95,8 +100,7 @@ def finish(state: GatewayState, ex: Exchange) -> float | None:
         release_arm=d.release_arm,
         release_p=d.release_p,
         release_other_target=d.release_other,
-        # the key's consent, else its team's (gateway.auth.consent), else the config's default
-        training_use=ex.principal.training_use or state.config.auth.training_use,
+        training_use=training_use,
     )
     submitted_ns = time.time_ns() if trace is not None else 0
     state.recorder.submit_draft(draft)  # the record is built where it is written

@@ -2,6 +2,7 @@
 
     body -> validate -> RequestFeatures -> policy.decide -> [target, fallback...]
       for each target (at most retry.max_attempts, breaker closed, retry budget left):
+          its `secrets` policy (gateway.doors.secret_guard): redacted call, or 400 for `block`
           complete() / open_stream()   -> success: answer the client, stop
           UpstreamError retriable       -> breaker.failure, next target
           UpstreamError not retriable   -> answer with it (the input was refused)
@@ -42,6 +43,7 @@ from gateway.backends.base import Backend, UpstreamCall, UpstreamResult, Upstrea
 from gateway.client_watch import WatchedStream
 from gateway.doors.exchange import Exchange, StreamEncoder
 from gateway.doors.finish import finish
+from gateway.doors.secret_guard import guard, restored_result, restoring_stream
 from gateway.doors.shadow import shadow_probability, should_shadow, start_shadow
 from gateway.errors import (
     AllBackendsFailedError,
@@ -101,6 +103,10 @@ async def _with_failover(
         if remaining <= 0:
             errors.append(_deadline_error(deadline_s))
             break
+        sent = call
+        policy = routing.config.backends[target].secrets
+        if policy != "allow":  # scanned once per exchange; `block` raises before any call
+            sent = await guard(state, ex, call, target, policy)
         breaker = state.breakers[target]
         if not breaker.allow():
             errors.append(UpstreamUnavailableError(f"{target}: circuit open", backend=target))
@@ -113,11 +119,10 @@ async def _with_failover(
             state.metrics.failovers.labels(ex.target or "").inc()
         tried += 1
         ex.target = target
-        sent = call
         if trace is not None:  # the attempt's span, sent upstream as its traceparent
             config = routing.config.backends[target]
-            headers = trace.attempt(target, config, call.endpoint, call.body)
-            sent = dataclasses.replace(call, trace_headers=headers)
+            headers = trace.attempt(target, config, call.endpoint, sent.body)
+            sent = dataclasses.replace(sent, trace_headers=headers)
         t0 = time.perf_counter()
         limit = asyncio.timeout(remaining)
         try:
@@ -190,6 +195,7 @@ async def serve_unary(
         )
     except GatewayError as exc:
         return error_response(state, ex, exc)
+    result = restored_result(routing, ex, result)  # a redacted request's originals back
     if ex.trace is not None:
         parsed = result.parsed
         ex.trace.answered(result.usage, parsed.get("model"), parsed.get("id"), result.replica)
@@ -235,6 +241,7 @@ async def serve_stream(
         )
     except GatewayError as exc:
         return error_response(state, ex, exc)
+    stream = restoring_stream(routing, ex, stream)  # a redacted request's originals back
     ex.ttft_s = time.perf_counter() - ex.started
     if ex.trace is not None:  # the attempt stays open until the stream ends (finish)
         ex.trace.first_token(stream.replica)

@@ -129,6 +129,14 @@ class SimulatorConfig(BaseModel):
         "schema (a required argument left out); the agent then repeats the call correctly.",
     )
 
+    # What the provider received, for tests of what left the gateway
+    keep_request_bodies: int = Field(
+        default=0,
+        ge=0,
+        description="Request bodies kept as received, the newest this many, listed by GET "
+        "/sim/requests (DELETE forgets them); 0 keeps none.",
+    )
+
     # Failures
     error_rate: float = Field(
         default=0.0, ge=0, le=1, description="Probability of failing a request (seeded RNG)."

@@ -11,10 +11,11 @@ Every answering endpoint runs the same pipeline (:func:`_serve`):
 5. answer JSON once the whole answer is written (its tokens at ``tokens_per_s``), or stream SSE
    events paced at ``tokens_per_s`` and cut off after ``cut_stream_after_chunks`` events by
    closing the connection.
-State (config, seeded RNG, counters, the oracle's registered task prompts, the prompt cache)
-lives on the app under :data:`STATE`. ``POST /sim/oracle`` is the oracle channel the gateway never
-sees (see ``oracle.py``): the IDE client registers ``{"prompt_hash", "task_id"}`` (or an array of
-them) there before it sends the task through the gateway.
+State (config, seeded RNG, counters, the oracle's registered task prompts, the prompt cache,
+the last ``keep_request_bodies`` bodies received) lives on the app under :data:`STATE`.
+``POST /sim/oracle`` is the oracle channel the gateway never sees (see ``oracle.py``): the IDE
+client registers ``{"prompt_hash", "task_id"}`` (or an array of them) there before it sends the
+task through the gateway.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import random
 import uuid
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar
@@ -71,6 +72,8 @@ class SimulatorState:
     oracle_book: OracleBook
     prompt_cache: PromptCache
     stats: SimulatorStats = field(default_factory=SimulatorStats)
+    # (endpoint, body as received), newest last: config.keep_request_bodies of them
+    received: deque[tuple[str, bytes]] = field(default_factory=deque)
 
 
 STATE = web.AppKey("frontier_sim_state", SimulatorState)
@@ -184,6 +187,8 @@ async def _serve(request: web.Request, wire: _Wire[Any]) -> web.StreamResponse:
     try:
         knobs = apply_header_overrides(state.config, request.headers)
         raw = await request.read()
+        if state.config.keep_request_bodies:
+            state.received.append((wire.endpoint, raw))
         if len(raw) > wire.body_limit(knobs):
             raise _Failure(413, "Request exceeds the maximum allowed number of bytes.")
         try:
@@ -286,6 +291,22 @@ async def _stats(request: web.Request) -> web.Response:
     return web.Response(body=orjson.dumps(stats.snapshot()), content_type=JSON_TYPE)
 
 
+async def _requests(request: web.Request) -> web.Response:
+    """GET: the bodies kept as received (``[{"endpoint", "body"}]``, oldest first; a body that is
+    not JSON as a string); DELETE: forget them."""
+    received = request.app[STATE].received
+    if request.method == "DELETE":
+        received.clear()
+    kept = []
+    for endpoint, raw in received:
+        try:
+            body = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            body = raw.decode(errors="replace")
+        kept.append({"endpoint": endpoint, "body": body})
+    return web.Response(body=orjson.dumps(kept), content_type=JSON_TYPE)
+
+
 async def _prices(request: web.Request) -> web.Response:
     config = request.app[STATE].config
     prices = {
@@ -329,7 +350,8 @@ def build_app(config: SimulatorConfig | None = None) -> web.Application:
     Routes: POST /v1/chat/completions, POST /v1/completions, POST /v1/responses,
     POST /v1/messages, GET /v1/models, GET /health, GET|DELETE /sim/stats (DELETE resets the
     counters), GET /sim/prices, GET|POST|DELETE /sim/oracle (register task prompts, see
-    :func:`_oracle`).
+    :func:`_oracle`), GET|DELETE /sim/requests (the bodies received, when
+    ``keep_request_bodies`` keeps them: :func:`_requests`).
     """
     config = config or SimulatorConfig()
     # aiohttp refuses beyond client_max_size in its own words; each endpoint's own limit is
@@ -341,6 +363,7 @@ def build_app(config: SimulatorConfig | None = None) -> web.Application:
         rng=random.Random(config.seed),
         oracle_book=OracleBook(config.oracle_capacity),
         prompt_cache=PromptCache(config.prompt_cache_size),
+        received=deque(maxlen=config.keep_request_bodies),
     )
     app.router.add_post("/v1/chat/completions", _chat_completions)
     app.router.add_post("/v1/completions", _completions)
@@ -351,6 +374,8 @@ def build_app(config: SimulatorConfig | None = None) -> web.Application:
     app.router.add_get("/sim/stats", _stats)
     app.router.add_delete("/sim/stats", _stats)
     app.router.add_get("/sim/prices", _prices)
+    app.router.add_get("/sim/requests", _requests)
+    app.router.add_delete("/sim/requests", _requests)
     app.router.add_get("/sim/oracle", _oracle)
     app.router.add_post("/sim/oracle", _oracle)
     app.router.add_delete("/sim/oracle", _oracle)

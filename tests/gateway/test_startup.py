@@ -147,8 +147,17 @@ def _wait_for_line(log_path: Path, text: str, timeout_s: float = 120.0) -> None:
 
 # Imported by the gateway only when used: the dataset pipeline (an export), httpx (litellm's
 # errors, once litellm imported it), redis (a Redis rate limiter, fleet or budget), the
-# OpenTelemetry SDK (traces on), tiktoken (on the thread that loads its encodings).
-NOT_AT_START = ("traffic.export.dataset", "httpx", "redis", "opentelemetry.sdk.trace", "tiktoken")
+# OpenTelemetry SDK (traces on), tiktoken (on the thread that loads its encodings),
+# the scrubber and detect-secrets: a target with a `secrets` policy (gateway.secrets).
+NOT_AT_START = (
+    "traffic.export.dataset",
+    "httpx",
+    "redis",
+    "opentelemetry.sdk.trace",
+    "tiktoken",
+    "traffic.scrub.scrubber",
+    "detect_secrets",
+)
 
 
 def test_importing_the_app_leaves_out_what_only_some_requests_use() -> None:
@@ -156,3 +165,50 @@ def test_importing_the_app_leaves_out_what_only_some_requests_use() -> None:
     imported = set(_python_json(code))
     assert "gateway.app" in imported
     assert [m for m in NOT_AT_START if m in imported] == []
+
+
+# A gateway with no `secrets` policy never imports the scrubber; with one, it imports it on a
+# worker thread as it starts (no request needed), not on the event loop.
+SCRUB_AT_START = textwrap.dedent(
+    """
+    import json, sys, threading, time
+    from starlette.testclient import TestClient
+    from gateway.app import create_app
+    from gateway.config import parse_config
+    import gateway.secrets.scanner as scanner_module
+
+    threads = []
+    real_import = scanner_module.importlib.import_module
+    def watched(name, *args):
+        if name.startswith("traffic.scrub"):
+            threads.append(threading.current_thread().name)
+        return real_import(name, *args)
+    scanner_module.importlib.import_module = watched
+    out = {}
+    for policy in ("allow", "redact"):
+        local = {"kind": "vllm", "model": "m", "replicas": ["http://127.0.0.1:9"]}
+        config = {
+            "backends": {"local": {**local, "secrets": policy}},
+            "routing": {"default": "local"},
+            "store": {"enabled": False},
+            "auth": {"required": False},
+        }
+        app = create_app(parse_config(config))
+        with TestClient(app) as client:
+            out[policy + "_ready"] = client.get("/ready").status_code
+            scanner = app.state.switchyard.secrets
+            deadline = time.monotonic() + 120
+            while policy == "redact" and not scanner.loaded and time.monotonic() < deadline:
+                time.sleep(0.05)
+            out[policy] = "traffic.scrub.scrubber" in sys.modules
+    out["threads"] = threads
+    print(json.dumps(out))
+    """
+)
+
+
+def test_the_scrubber_loads_at_start_off_the_loop_only_when_a_target_uses_it() -> None:
+    out = _python_json(SCRUB_AT_START)
+    assert out["allow_ready"] == out["redact_ready"] == 200
+    assert out["allow"] is False and out["redact"] is True
+    assert out["threads"] == ["scrub-import"]

@@ -45,6 +45,8 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
+PII_KINDS = frozenset({"email", "credit_card", "ip", "phone"})
+
 
 @dataclass(frozen=True, slots=True)
 class Detection:
@@ -412,8 +414,12 @@ def _detect(rule: _Rule, text: str, lower: str) -> list[Detection]:
     return found
 
 
-def detect(text: str) -> list[Detection]:
+_SECRET_RULES = tuple(r for r in _RULES if not (isinstance(r.kind, str) and r.kind in PII_KINDS))
+
+
+def detect(text: str, *, pii: bool = True) -> list[Detection]:
     """Every span the hand-written rules find in ``text``, rule by rule (spans may overlap
-    across rules: a bearer token that is a JWT is reported by both)."""
+    across rules: a bearer token that is a JWT is reported by both); ``pii=False``: secrets
+    only (the PII rules are not run)."""
     lower = text.lower()
-    return [d for rule in _RULES for d in _detect(rule, text, lower)]
+    return [d for rule in (_RULES if pii else _SECRET_RULES) for d in _detect(rule, text, lower)]

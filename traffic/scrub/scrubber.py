@@ -14,7 +14,7 @@ detect-secrets plugins (:mod:`traffic.scrub.plugins`) on the original text, then
 4. replaces each span, left to right, with ``<SECRET_{KIND}_{n}>`` (secrets) or
    ``<{KIND}_{n}>`` (PII: ``EMAIL``, ``PHONE``, ``IP``, ``CREDIT_CARD``), ``n`` counting the
    distinct values of that kind from 1; the same value gets the same placeholder throughout
-   the text.
+   the text (:class:`Placeholders`, which can also number several texts as one).
 
 The result carries each finding (kind, span in the original text, placeholder, value), so a
 caller can put placeholders on a request and :func:`restore` the originals in the answer.
@@ -31,9 +31,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from traffic.scrub import plugins, rules
-from traffic.scrub.rules import Detection
-
-PII_KINDS = frozenset({"email", "credit_card", "ip", "phone"})
+from traffic.scrub.rules import PII_KINDS, Detection
 
 # Most specific first: the kind an overlap of several detections is named by.
 KIND_PRIORITY: tuple[str, ...] = (
@@ -179,9 +177,10 @@ class _Spans:
         return i < len(self.spans) and self.spans[i].start < d.end
 
 
-def detect(text: str) -> list[Detection]:
-    """The spans :func:`scrub` replaces, in text order, never overlapping."""
-    found = rules.detect(text) + plugins.detect(text, LIBRARY_PLUGINS)
+def detect(text: str, *, pii: bool = True) -> list[Detection]:
+    """The spans :func:`scrub` replaces, in text order, never overlapping; ``pii=False``: the
+    secrets alone (the same spans, without running the PII rules: the gateway's request path)."""
+    found = rules.detect(text, pii=pii) + plugins.detect(text, LIBRARY_PLUGINS)
     held = _Spans([Detection(m.start(), m.end(), "held") for m in PLACEHOLDER.finditer(text)])
     secrets = _merge(
         d
@@ -191,10 +190,49 @@ def detect(text: str) -> list[Detection]:
         and not _STAND_IN.search(text, d.start, d.end)
     )
     taken = _Spans(secrets)
-    pii = _merge(
+    personal = _merge(
         d for d in found if d.kind in PII_KINDS and not held.overlaps(d) and not taken.overlaps(d)
     )
-    return sorted(secrets + pii, key=lambda d: d.start)
+    return sorted(secrets + personal, key=lambda d: d.start)
+
+
+class Placeholders:
+    """The placeholders of one or several texts (the messages of one request): a value gets one
+    placeholder in all of them, ``n`` counts the distinct values of each kind from 1, and a
+    placeholder already written in any of them (``in_use``) is never given to a new value."""
+
+    def __init__(self, in_use: Iterable[str] = ()) -> None:
+        self._in_use = set(in_use)
+        self._by_value: dict[str, str] = {}
+        self._per_kind: Counter[str] = Counter()
+
+    def placeholder(self, value: str, kind: str) -> str:
+        """The placeholder of ``value``, numbered now if it has none yet."""
+        placeholder = self._by_value.get(value)
+        if placeholder is None:
+            label = kind.upper() if kind in PII_KINDS else f"SECRET_{kind.upper()}"
+            while placeholder is None or placeholder in self._in_use:
+                self._per_kind[kind] += 1
+                placeholder = f"<{label}_{self._per_kind[kind]}>"
+            self._by_value[value] = placeholder
+        return placeholder
+
+    def replace(self, text: str, spans: Iterable[Detection]) -> Scrubbed:
+        """``text`` with each of ``spans`` (in text order, never overlapping: :func:`detect`'s)
+        replaced by its value's placeholder."""
+        pieces: list[str] = []
+        findings: list[Finding] = []
+        done = 0
+        for d in spans:
+            value = text[d.start : d.end]
+            placeholder = self.placeholder(value, d.kind)
+            pieces += (text[done : d.start], placeholder)
+            findings.append(Finding(d.kind, d.start, d.end, placeholder, value))
+            done = d.end
+        if not findings:
+            return Scrubbed(text, ())
+        pieces.append(text[done:])
+        return Scrubbed("".join(pieces), tuple(findings))
 
 
 def scrub(text: str) -> Scrubbed:
@@ -207,26 +245,7 @@ def scrub(text: str) -> Scrubbed:
     spans = detect(text)
     if not spans:
         return Scrubbed(text, ())
-    in_use = set(PLACEHOLDER.findall(text))
-    placeholders: dict[str, str] = {}
-    per_kind: Counter[str] = Counter()
-    pieces: list[str] = []
-    findings: list[Finding] = []
-    done = 0
-    for d in spans:
-        value = text[d.start : d.end]
-        placeholder = placeholders.get(value)
-        if placeholder is None:
-            label = d.kind.upper() if d.kind in PII_KINDS else f"SECRET_{d.kind.upper()}"
-            while placeholder is None or placeholder in in_use:
-                per_kind[d.kind] += 1
-                placeholder = f"<{label}_{per_kind[d.kind]}>"
-            placeholders[value] = placeholder
-        pieces += (text[done : d.start], placeholder)
-        findings.append(Finding(d.kind, d.start, d.end, placeholder, value))
-        done = d.end
-    pieces.append(text[done:])
-    return Scrubbed("".join(pieces), tuple(findings))
+    return Placeholders(PLACEHOLDER.findall(text)).replace(text, spans)
 
 
 def restore(text: str, findings: Iterable[Finding]) -> str:

@@ -60,6 +60,7 @@ def cell_spec(
         wire=spec.wire,
         headers=systems.headers(system),
         watch_pids=watch,
+        prompt=spec.prompt,
     )
 
 

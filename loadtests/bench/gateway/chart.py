@@ -23,6 +23,7 @@ COLOURS: Final = MappingProxyType(
         "frontier_openai": "#2ca02c",
         "frontier_anthropic": "#9467bd",
         "translated_anthropic": "#17becf",
+        "frontier_openai_secrets_rec": "#8c564b",
         "litellm": "#d62728",
     }
 )

@@ -27,6 +27,9 @@ Every figure is read at the headline concurrency (c=16), throughput and CPU per 
   ``recording_cost_us_per_request.<system>.<mode>``: where the main pair's extra CPU goes, in
   us per request: ``serving_process`` (the gateway process alone, on minus off) and
   ``writer_process`` (the recording gateway's writer child: its tree minus its process);
+- ``secrets_redact_cpu_ms_per_request.<mode>``, ``secrets_redact_cpu_added_us.<mode>``: CPU
+  per request of ``frontier_openai_secrets_rec`` (``secrets: redact``, a token in the prompt),
+  and what it adds to ``frontier_openai_rec``'s in us (no target; long prompts: secret_scan);
 - ``time_to_ready_s.<server>``: spawn -> first 200 from ``/ready`` (asked every 10 ms), each
   gateway server started alone;
 - ``rss_mb.<server>``, ``peak_rss_mb.<server>``: ``VmRSS`` and ``VmHWM`` of each gateway process
@@ -54,6 +57,7 @@ from loadtests.bench.servers import Memory
 Row = Mapping[str, Any]
 T = TypeVar("T")
 FRONTIER_SYSTEMS: Final = {"openai": "frontier_openai", "anthropic": "frontier_anthropic"}
+SECRETS_SYSTEM: Final = "frontier_openai_secrets_rec"  # its twin: frontier_openai_rec
 RECORDING_MODES: Final[tuple[Mode, ...]] = ("unary", "stream")
 # A cell where processes outside the benchmark used more than this share of all cores measured
 # a shared machine: its req/s (and every ratio built on it) is not trustworthy.
@@ -165,6 +169,11 @@ def recording_cost_us(off: Row | None, on: Row | None) -> dict[str, float | None
     return {"serving_process": serving, "writer_process": writer}
 
 
+def _added_us(base: Row | None, with_it: Row | None) -> float | None:
+    a, b = _cpu(base), _cpu(with_it)
+    return None if a is None or b is None else round((b - a) * 1000, 1)
+
+
 def cpu_us_per_extra_chunk(rows: Sequence[Row], system: str) -> float | None:
     short, long = find(rows, system, "stream"), find(rows, system, "stream_long")
     cpu_short, cpu_long = _cpu(short), _cpu(long)
@@ -218,6 +227,15 @@ def headline(
         "translated_stream_vs_litellm": _ratio(
             find(rows, "translated_anthropic", "stream"), litellm_stream
         ),
+        "secrets_redact_cpu_ms_per_request": {
+            mode: _cpu(find(rows, SECRETS_SYSTEM, mode)) for mode in RECORDING_MODES
+        },
+        "secrets_redact_cpu_added_us": {
+            mode: _added_us(
+                find(rows, "frontier_openai_rec", mode), find(rows, SECRETS_SYSTEM, mode)
+            )
+            for mode in RECORDING_MODES
+        },
         "recording_on_off": {
             spec.recording_of: {
                 mode: _median_ratio(

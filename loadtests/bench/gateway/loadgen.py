@@ -79,6 +79,7 @@ class CellSpec:
     wire: str = "openai"  # a key of WIRES
     headers: dict[str, str] = field(default_factory=dict)
     watch_pids: dict[str, int] = field(default_factory=dict)  # role -> pid of a process tree
+    prompt: str = PROMPT
 
 
 @dataclass(frozen=True, slots=True)
@@ -205,7 +206,7 @@ def machine_busy_s() -> float:
 
 def request_body(spec: CellSpec) -> bytes:
     """The JSON body an SDK sends for ``spec.wire`` (serialised once per cell)."""
-    messages = [{"role": "user", "content": PROMPT}]
+    messages = [{"role": "user", "content": spec.prompt}]
     if spec.wire == "anthropic":
         body: dict[str, object] = {
             "model": spec.model,

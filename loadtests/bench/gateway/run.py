@@ -16,7 +16,9 @@ on (SQLite), and the LiteLLM proxy (OpenAI format). The systems are listed in
 cell's load comes from a fresh load-generator process (:mod:`~loadtests.bench.gateway.cells`).
 After the load: each server's resident memory, the traffic store's write throughput (SQLite
 and PostgreSQL, :mod:`loadtests.bench.store`), and what counting a prompt's tokens before the
-call costs a request (:mod:`loadtests.bench.token_count`, ``token_counting`` in the JSON).
+call costs a request (:mod:`loadtests.bench.token_count`, ``token_counting`` in the JSON), and
+what finding a request's secrets costs it (:mod:`loadtests.bench.secret_scan`,
+``secret_scanning``).
 
 Output: a table of cells and one of targets on stdout; under ``.cache/bench/gateway/``:
 ``report.json``, ``cells.csv``, ``chart.png``, the servers' configs and logs and, with
@@ -41,7 +43,7 @@ from typing import Any
 
 from rich.console import Console
 
-from loadtests.bench import store, token_count
+from loadtests.bench import secret_scan, store, token_count
 from loadtests.bench.gateway import chart, figures, litellm_proxy, profile, report
 from loadtests.bench.gateway.cells import cell_spec, measure_cells, measure_recording_rounds
 from loadtests.bench.gateway.settings import (
@@ -231,6 +233,8 @@ def run(settings: BenchSettings, stdout: Console, log: Console) -> dict[str, Any
         )
     log.print("token counting: CPU per request, in this process ...")
     counting = token_count.measure(settings.quick)
+    log.print("secret scanning: CPU per request, in this process ...")
+    scanning = secret_scan.measure(settings.quick)
     rows = report.build_rows(cells)
     headline = figures.headline(rows, systems.startup_s, memory, rounds)
     checked = figures.check_targets(headline)
@@ -241,6 +245,7 @@ def run(settings: BenchSettings, stdout: Console, log: Console) -> dict[str, Any
         "disturbed_cells": figures.disturbed_cells(rows),
         **report.store_section(stores),
         "token_counting": counting,  # loadtests.bench.token_count
+        "secret_scanning": scanning,  # loadtests.bench.secret_scan
         "headline_cell": {"mode": HEADLINE_MODE, "concurrency": HEADLINE_CONCURRENCY},
         "quick": settings.quick,
         "elapsed_s": round(time.monotonic() - started, 1),

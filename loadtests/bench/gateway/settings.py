@@ -23,13 +23,15 @@ simulator:
 - ``translated_anthropic``, ``translated_anthropic_rec``: the chat door to the Anthropic-format
   upstream, translated by litellm's own classes (gateway.backends.anthropic_translate), off and
   on;
+- ``frontier_openai_secrets_rec``: ``frontier_openai_rec`` (its twin) with ``secrets: redact``
+  on its targets (docs/secrets.md) and a token in the prompt (:data:`SECRET_PROMPT`);
 - ``litellm``: the LiteLLM proxy (one worker, master key, no database, retries off), OpenAI
   format only (the like-for-like comparison for ``frontier_openai``).
 
-Gateway servers: ``switchyard`` and ``switchyard_rec`` (local backend only), ``frontier`` and
-``frontier_rec`` (both frontier backends); each is started alone, so its time to ready is not
-shared with another start-up, ``ready_samples`` times (the median is its time to ready; the
-last start serves the load).
+Gateway servers: ``switchyard`` and ``switchyard_rec`` (local backend only), ``frontier``,
+``frontier_rec`` and ``frontier_secrets_rec`` (both frontier backends); each is started alone,
+so its time to ready is not shared with another start-up, ``ready_samples`` times (the median
+is its time to ready; the last start serves the load).
 
 ``BENCH_QUICK=1`` (or ``--quick``) keeps every system and mode but fewer cells (the long stream
 at the headline concurrency only) and shorter windows.
@@ -42,6 +44,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
 from typing import Final, Literal
+
+from loadtests.bench.gateway.loadgen import PROMPT
 
 Mode = Literal["unary", "stream", "stream_long"]
 Wire = Literal["openai", "anthropic"]
@@ -56,10 +60,17 @@ SystemName = Literal[
     "frontier_anthropic_rec",
     "translated_anthropic",
     "translated_anthropic_rec",
+    "frontier_openai_secrets_rec",
     "litellm",
 ]
 ServerName = Literal[
-    "simulator", "switchyard", "switchyard_rec", "frontier", "frontier_rec", "litellm"
+    "simulator",
+    "switchyard",
+    "switchyard_rec",
+    "frontier",
+    "frontier_rec",
+    "frontier_secrets_rec",
+    "litellm",
 ]
 Family = Literal["direct", "local", "frontier", "proxy"]
 
@@ -74,7 +85,10 @@ GATEWAY_SERVERS: Final[tuple[ServerName, ...]] = (
     "switchyard_rec",
     "frontier",
     "frontier_rec",
+    "frontier_secrets_rec",
 )
+# A random, fake token: what a `secrets: redact` target's request carries (the same for all).
+SECRET_PROMPT: Final = PROMPT + " My token: ghp_Zq8LmN3pR5tV7xB9dF2hJ4kS6wY1cE0aG3iK"
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +102,7 @@ class SystemSpec:
     family: Family  # for the chart and the per-path figures
     baseline: SystemName  # the simulator direct in the same format (``added_p50_ms``)
     recording_of: SystemName | None = None  # the recording-off twin of a recording-on system
+    prompt: str = PROMPT  # what the load asks
 
     @property
     def url_path(self) -> str:
@@ -169,6 +184,15 @@ SYSTEM_SPECS: Final = MappingProxyType(
             "frontier",
             "direct_anthropic",
             recording_of="translated_anthropic",
+        ),
+        "frontier_openai_secrets_rec": SystemSpec(
+            "Switchyard frontier OpenAI +rec, secrets: redact",
+            "frontier_secrets_rec",
+            "openai",
+            FRONTIER_OPENAI_MODEL,
+            "frontier",
+            "direct",
+            prompt=SECRET_PROMPT,
         ),
         "litellm": SystemSpec(
             "LiteLLM proxy", "litellm", "openai", FRONTIER_OPENAI_MODEL, "proxy", "direct"

@@ -23,7 +23,8 @@ load carries no key to any Switchyard system, LiteLLM checks its master key):
   ``anthropic/<model>`` at ``<sim>`` (litellm appends ``/v1/messages`` to an Anthropic base that
   does not end with it), the key read from :data:`FRONTIER_KEY_ENV` (a dummy; the simulator
   checks none). No prices in the config: the cost comes from litellm's local price map, as in a
-  deployment that does not override them.
+  deployment that does not override them;
+- ``frontier_secrets_rec``: ``frontier_rec`` with ``secrets: redact`` on both targets.
 """
 
 from __future__ import annotations
@@ -126,6 +127,9 @@ def gateway_config(server: ServerName, sim_url: str, store: Mapping[str, Any]) -
             FRONTIER_ANTHROPIC_MODEL: "frontier-anthropic",
         }
         routing = {"default": "frontier-openai", "aliases": aliases}
+        if server == "frontier_secrets_rec":
+            for target in backends.values():
+                target["secrets"] = "redact"
     return {
         "backends": backends,
         "routing": routing,

@@ -268,6 +268,33 @@ def test_frontier_figures_and_targets_on_synthetic_cells():
     assert sum(summary.values()) == len(figures.TARGETS)
 
 
+def test_the_cost_of_redacting_secrets_is_read_against_its_twin():
+    """``secrets: redact`` with a token in the prompt, against the same path without it."""
+    cells = [
+        _cell("frontier_openai_rec", "unary", 950, 90.0),  # 0.9 ms/req
+        _cell("frontier_openai_secrets_rec", "unary", 900, 95.0),  # 0.95 ms/req
+        _cell("frontier_openai_secrets_rec", "stream", 800, 130.0, events=19),
+    ]
+    found = figures.headline(report.build_rows(cells))
+    assert found["secrets_redact_cpu_ms_per_request"] == {"unary": 0.95, "stream": 1.3}
+    assert found["secrets_redact_cpu_added_us"] == {"unary": 50.0, "stream": None}
+
+
+def test_the_secrets_system_sends_its_prompt_with_a_token():
+    settings = BenchSettings(
+        systems=("direct", "frontier_openai_rec", "frontier_openai_secrets_rec")
+    )
+    assert settings.servers() == ("simulator", "frontier_rec", "frontier_secrets_rec")
+    config = systems.gateway_config("frontier_secrets_rec", "http://sim", {"enabled": False})
+    assert {b["secrets"] for b in config["backends"].values()} == {"redact"}
+    assert (
+        "secrets"
+        not in systems.gateway_config("frontier_rec", "http://sim", {})["backends"][
+            "frontier-openai"
+        ]
+    )
+
+
 def test_profile_summary_keeps_busy_main_thread_samples():
     raw = "\n".join(
         [

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from scripts.secrets_eval import CORPUS, HOLDOUT, evaluate, load_corpus, scrubber_detector
-from traffic.scrub import Finding, restore, scrub
+from traffic.scrub import PII_KINDS, Finding, Placeholders, detect, restore, scrub
 
 GO = [
     # (text, scrubbed, kinds found)
@@ -297,3 +297,20 @@ def test_a_new_value_never_takes_a_placeholder_already_in_the_text() -> None:
     assert restore("<SECRET_GITHUB_TOKEN_1> <SECRET_GITHUB_TOKEN_2>", scrubbed.findings) == (
         f"<SECRET_GITHUB_TOKEN_1> ghp_{'A1b2C3d4E5' * 4}"
     )
+
+
+@pytest.mark.parametrize("path", [CORPUS, HOLDOUT], ids=["corpus", "holdout"])
+def test_secrets_alone_are_the_same_spans_without_the_pii_rules(path: Path) -> None:
+    for item in load_corpus(path):
+        every = detect(item["text"])
+        assert detect(item["text"], pii=False) == [d for d in every if d.kind not in PII_KINDS]
+
+
+def test_placeholders_number_several_texts_as_one() -> None:
+    token = f"ghp_{'A1b2C3d4E5' * 4}"
+    book = Placeholders(["<SECRET_GITHUB_TOKEN_1>"])  # already written in one of the texts
+    first = book.replace(f"use {token}", detect(f"use {token}"))
+    second = book.replace(f"{token} again", detect(f"{token} again"))
+    assert first.text == "use <SECRET_GITHUB_TOKEN_2>"
+    assert second.text == "<SECRET_GITHUB_TOKEN_2> again"
+    assert book.replace("nothing", []).findings == ()
