@@ -30,7 +30,6 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from traffic.export.export import ExportManifest, export_dataset
 from traffic.export.lineage import DatasetLineage
 from traffic.export.lineage_store import stored_rows
 from traffic.export.wire_formats import LegacyTranslator
@@ -113,6 +112,10 @@ async def _rewrite(
 ) -> bool:
     """Build an exporter's dataset again in ``folder`` without ``forgotten``; False when it is
     not one (or its rows carry no time)."""
+    # Imported here: the exporter's pipeline is not part of the gateway's start-up (the admin
+    # API's forget route imports this module; tests/gateway/test_startup.py).
+    from traffic.export.export import ExportManifest, export_dataset
+
     try:
         manifest = ExportManifest.model_validate(document)
     except ValidationError:
