@@ -23,6 +23,13 @@ class _MappedStore:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._store, name)
 
+    @property
+    def base_store(self) -> StoreBackend:
+        """The store under every view: what reads of other than inference rows (the console's
+        SQL, a checkpoint's taint) go to (``traffic.store.console_queries.sql_store``)."""
+        inner: StoreBackend = getattr(self._store, "base_store", self._store)
+        return inner
+
     async def iter_inferences(
         self,
         filters: InferenceFilter | None = None,

@@ -144,7 +144,9 @@ class HitPage:
 
 
 def sql_store(store: StoreBackend) -> SqlStore:
-    """The store as the SQL store every backend is (the console reads SQL)."""
+    """The store as the SQL store every backend is (the console reads SQL); a view of one (the
+    RL loop's row-mapping views) answers with the store under it (``base_store``)."""
+    store = getattr(store, "base_store", store)
     if not isinstance(store, SqlStore):
         raise StoreError(f"the console reads a SQL store, not {type(store).__name__}")
     return store

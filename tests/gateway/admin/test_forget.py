@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sqlite3
 import time
 from pathlib import Path
 from typing import Any
@@ -98,7 +99,14 @@ def test_the_admin_api_forgets_a_recorded_exchange(
             r = httpx.post(gw.base_url + "/v1/chat/completions", json=body, timeout=30)
             assert r.status_code == 200
             ids.append(r.headers["x-request-id"])
-        time.sleep(0.5)  # the writer flushes every 50 ms
+        db = tmp_path / "traffic.db"
+        deadline = time.monotonic() + 30  # the writer's batches land when they land
+        while time.monotonic() < deadline:
+            with sqlite3.connect(str(db)) as conn:
+                found = conn.execute("SELECT count(*) FROM inference").fetchone()[0]
+            if found >= 2:
+                break
+            time.sleep(0.1)
         refused = httpx.post(gw.base_url + "/admin/forget", json={"inference_id": ids[0]})
         assert refused.status_code in (401, 403)
         bad = httpx.post(gw.base_url + "/admin/forget", json={}, headers=ADMIN)
