@@ -243,9 +243,16 @@ def verify_shadows(
     rows: list[InferenceRow], verify: Verify, cache: VerdictCache, local_target: str
 ) -> int:
     """Verify every local shadow answer of ``rows`` that has no verdict yet (into ``cache``);
-    returns how many were verified. Blocking (verifiers may run code): call it in a thread."""
+    returns how many were verified. Blocking (verifiers may run code): call it in a thread.
+
+    A row with no tags is left unjudged, not cached as a failure: the task-based verifiers read
+    its labels, which a client may join later (the flywheel keeps a batch's labels when the
+    batch ends). Judging it early cached ~550-600 false rejections per release in
+    run-20261207T164914 (its background traffic's shadows), which the scorer learned from."""
     done = 0
     for row in rows:
+        if not row.inference.tags:
+            continue
         for shadow in row.shadows:
             if shadow.target != local_target or shadow_verdict(shadow, cache) is not None:
                 continue

@@ -4,6 +4,7 @@ answers, or a class the served weights have no evidence on, is not (a real SQLit
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import cast
@@ -69,4 +70,27 @@ async def test_a_class_the_candidate_regressed_on_is_named_and_no_other(tmp_path
         local_target="local", frontier_prefix="frontier", cache=cache,
     )  # fmt: skip
     assert later == {}  # only the stage's own window counts
+    await store.close()
+
+
+async def test_a_shadow_of_an_unlabelled_request_is_left_unjudged(tmp_path: Path) -> None:
+    store = SqliteBackend(tmp_path / "traffic.db")
+    await store.connect()
+    labelled, unlabelled = (
+        inference("naming", "frontier", "ok"),
+        inference("naming", "frontier", "ok"),
+    )
+    unlabelled = dataclasses.replace(unlabelled, tags={})  # the client has not joined its label yet
+    await store.insert_inferences([labelled, unlabelled])
+    await store.insert_shadows(
+        [
+            ShadowRecord(inference_id=r.id, target="local", response=chat("ok"), comparison={})
+            for r in (labelled, unlabelled)
+        ]
+    )
+    rows = [r async for r in store.iter_inferences(None, with_shadows=True)]
+    cache = VerdictCache(tmp_path / "verdicts.json")
+    assert verify_shadows(rows, verify, cache, "local") == 1
+    judged = {row.inference.id for row in rows for s in row.shadows if s.id in cache.data}
+    assert judged == {labelled.id}  # judged later, once labelled; never cached as a failure
     await store.close()
