@@ -12,8 +12,10 @@ import json
 import subprocess
 import sys
 from collections.abc import Callable
-from dataclasses import asdict
+from dataclasses import asdict, replace
+from typing import Any
 
+from loadtests.bench.gateway import ttft
 from loadtests.bench.gateway.loadgen import CellResult, CellSpec, result_from_json
 from loadtests.bench.gateway.report import Cell
 from loadtests.bench.gateway.settings import (
@@ -145,3 +147,30 @@ def measure_recording_rounds(
                 + ", ".join(f"{r:.3f}" for r in ratios)
             )
     return out
+
+
+def measure_added_ttft(
+    settings: BenchSettings, systems: Systems, say: Callable[[str], None]
+) -> dict[str, dict[str, Any]]:
+    """Added time to first byte at concurrency 1 of every started system measured against a
+    direct one (the gateway paths and the LiteLLM proxy), interleaved with it
+    (:mod:`loadtests.bench.gateway.ttft`)."""
+    cells: dict[str, CellSpec] = {}
+    partner: dict[str, str] = {}
+    for system in settings.systems:
+        baseline = SYSTEM_SPECS[system].baseline
+        if systems.server_for(system) is None:
+            continue
+        if system in ttft.DIRECT_SYSTEMS or baseline in ttft.DIRECT_SYSTEMS:
+            spec = cell_spec(settings, systems, system, "stream", 1)
+            cells[system] = replace(spec, max_tokens=settings.ttft_tokens, watch_pids={})
+        if system not in ttft.DIRECT_SYSTEMS and baseline in ttft.DIRECT_SYSTEMS:
+            partner[system] = baseline
+    partner = {s: d for s, d in partner.items() if d in cells}
+    if not partner:
+        return {}
+    rounds = settings.ttft_rounds + settings.ttft_warmup_rounds
+    timeout = 60.0 + rounds * len(cells) * 0.05  # 50 ms a request: far above any seen
+    return ttft.measure(
+        cells, partner, settings.ttft_rounds, settings.ttft_warmup_rounds, timeout, say
+    )

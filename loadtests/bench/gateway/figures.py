@@ -30,6 +30,10 @@ Every figure is read at the headline concurrency (c=16), throughput and CPU per 
 - ``secrets_redact_cpu_ms_per_request.<mode>``, ``secrets_redact_cpu_added_us.<mode>``: CPU
   per request of ``frontier_openai_secrets_rec`` (``secrets: redact``, a token in the prompt),
   and what it adds to ``frontier_openai_rec``'s in us (no target; long prompts: secret_scan);
+- ``added_ttft_ms.<system>``: time to first byte at concurrency 1 of a 30-token stream, the
+  gateway path minus the direct simulator request sent just before it, per round
+  (``added_p50_ms``, ``added_p99_ms``; :mod:`~loadtests.bench.gateway.ttft`); the targets read
+  the OpenAI-format frontier path (``frontier_openai``), the issue's case;
 - ``time_to_ready_s.<server>``: spawn -> first 200 from ``/ready`` (asked every 10 ms), each
   gateway server started alone;
 - ``rss_mb.<server>``, ``peak_rss_mb.<server>``: ``VmRSS`` and ``VmHWM`` of each gateway process
@@ -86,6 +90,9 @@ def _targets() -> tuple[Target, ...]:
     found.append(Target("translated_cpu_ms_per_request.unary", 1.5, True, "ms"))
     found.append(Target("translated_cpu_ms_per_request.stream", 2.0, True, "ms"))
     found.append(Target("translated_stream_vs_litellm", 20.0, False, "x"))
+    # issue 45: what the gateway adds to time to first byte at c=1 (interleaved)
+    found.append(Target("added_ttft_ms.frontier_openai.added_p50_ms", 0.5, True, "ms"))
+    found.append(Target("added_ttft_ms.frontier_openai.added_p99_ms", 1.0, True, "ms"))
     for spec in SYSTEM_SPECS.values():
         if spec.recording_of is not None:
             for mode in RECORDING_MODES:
@@ -193,10 +200,12 @@ def headline(
     startup_s: Mapping[ServerName, float] | None = None,
     memory: Mapping[str, Memory] | None = None,
     rounds: Mapping[str, Mapping[str, Sequence[float]]] | None = None,
+    added_ttft: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """The headline figures (module docstring); a figure not measured is None. ``rounds``: the
     extra recording on/off ratios per path and mode (:func:`~loadtests.bench.gateway.cells.
-    measure_recording_rounds`)."""
+    measure_recording_rounds`); ``added_ttft``: :func:`~loadtests.bench.gateway.cells.
+    measure_added_ttft`'s figures."""
     rounds = rounds or {}
     gw = find(rows, "switchyard")
     litellm_stream = find(rows, "litellm", "stream")
@@ -253,6 +262,7 @@ def headline(
         },
         "recording_on_off_cpu": _per_recording_pair(rows, _cpu_ratio),
         "recording_cost_us_per_request": _per_recording_pair(rows, recording_cost_us),
+        "added_ttft_ms": dict(added_ttft or {}),
         "time_to_ready_s": {
             s: round(startup_s[s], 3) if s in startup_s else None for s in GATEWAY_SERVERS
         },

@@ -14,7 +14,9 @@ on (SQLite), and the LiteLLM proxy (OpenAI format). The systems are listed in
 :mod:`~loadtests.bench.gateway.settings`; the servers start one at a time
 (:mod:`~loadtests.bench.gateway.systems`), so each gateway's time to ready is its own; each
 cell's load comes from a fresh load-generator process (:mod:`~loadtests.bench.gateway.cells`).
-After the load: each server's resident memory, the traffic store's write throughput (SQLite
+Then the added time to first byte at concurrency 1, each gateway path interleaved with the
+direct simulator (:mod:`~loadtests.bench.gateway.ttft`). After the load: each server's resident
+memory, the traffic store's write throughput (SQLite
 and PostgreSQL, :mod:`loadtests.bench.store`), and what counting a prompt's tokens before the
 call costs a request (:mod:`loadtests.bench.token_count`, ``token_counting`` in the JSON), and
 what finding a request's secrets costs it (:mod:`loadtests.bench.secret_scan`,
@@ -45,7 +47,12 @@ from rich.console import Console
 
 from loadtests.bench import secret_scan, store, token_count
 from loadtests.bench.gateway import chart, figures, litellm_proxy, profile, report
-from loadtests.bench.gateway.cells import cell_spec, measure_cells, measure_recording_rounds
+from loadtests.bench.gateway.cells import (
+    cell_spec,
+    measure_added_ttft,
+    measure_cells,
+    measure_recording_rounds,
+)
 from loadtests.bench.gateway.settings import (
     HEADLINE_CONCURRENCY,
     HEADLINE_MODE,
@@ -85,6 +92,7 @@ def parse_args(argv: list[str] | None) -> BenchSettings:
     )
     parser.add_argument("--profile-system", help="whose gateway --profile records (switchyard)")
     parser.add_argument("--profile-mode", help="under which load --profile records (unary)")
+    parser.add_argument("--ttft-rounds", type=int, help="rounds of the added-TTFT rotation")
     parser.add_argument(
         "--ready-samples", type=int, help="starts per gateway; its time to ready is the median"
     )
@@ -108,6 +116,7 @@ def parse_args(argv: list[str] | None) -> BenchSettings:
         ("profile_system", args.profile_system),
         ("profile_mode", args.profile_mode),
         ("ready_samples", args.ready_samples),
+        ("ttft_rounds", args.ttft_rounds),
     ):
         if value is not None:
             overrides[name] = value
@@ -222,6 +231,8 @@ def run(settings: BenchSettings, stdout: Console, log: Console) -> dict[str, Any
         idle, settle_s = settle(systems.servers)
         cells = measure_cells(settings, systems, log.print)
         rounds = measure_recording_rounds(settings, systems, log.print)
+        log.print("added time to first byte at c=1, interleaved with the direct path ...")
+        added_ttft = measure_added_ttft(settings, systems, log.print)
         prof, prof_reason = profile_gateway(settings, systems, out_dir, log)
         memory = server_memory(systems.servers)  # after every cell: the load's high-water mark
     recorded = {name: recorded_rows(db) for name, db in systems.recording_dbs.items()}
@@ -236,7 +247,7 @@ def run(settings: BenchSettings, stdout: Console, log: Console) -> dict[str, Any
     log.print("secret scanning: CPU per request, in this process ...")
     scanning = secret_scan.measure(settings.quick)
     rows = report.build_rows(cells)
-    headline = figures.headline(rows, systems.startup_s, memory, rounds)
+    headline = figures.headline(rows, systems.startup_s, memory, rounds, added_ttft)
     checked = figures.check_targets(headline)
     summary: dict[str, Any] = {
         **headline,
@@ -257,6 +268,8 @@ def run(settings: BenchSettings, stdout: Console, log: Console) -> dict[str, Any
             "warmup_requests": settings.warmup_requests,
             "max_tokens": settings.max_tokens,
             "long_stream_tokens": settings.long_stream_tokens,
+            "ttft_tokens": settings.ttft_tokens,
+            "ttft_rounds": settings.ttft_rounds,
             "store_records": settings.store_records,
         },
         "unavailable": dict(systems.unavailable),

@@ -226,6 +226,11 @@ class BenchSettings:
     max_requests_per_cell: int = 200_000  # a bound, should a window be long
     max_tokens: int = 16  # answer length asked for (unary and stream)
     long_stream_tokens: int = 256  # answer length of the long stream
+    # Added time to first byte at c=1, interleaved with the direct path (loadtests.bench.gateway.
+    # ttft): the answer's length (the 30-token stream) and the rotation's rounds.
+    ttft_tokens: int = 30
+    ttft_rounds: int = 600
+    ttft_warmup_rounds: int = 30
     store_records: int = 10_000  # records written per store backend
     store_backends: tuple[str, ...] = ("sqlite", "postgres")
     postgres_url: str = "postgresql://postgres@127.0.0.1:5432/test"
@@ -295,6 +300,7 @@ def quick_settings(**overrides: object) -> BenchSettings:
         "duration_s": 3.0,
         "warmup_requests": 20,
         "recording_rounds": 3,
+        "ttft_rounds": 300,
         "store_records": 2_000,
         "quick": True,
     }

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from loadtests.bench.gateway import figures, profile, report, systems
+from loadtests.bench.gateway import figures, profile, report, systems, ttft
 from loadtests.bench.gateway.loadgen import (
     WIRES,
     CellResult,
@@ -41,6 +41,7 @@ HEADLINE_FIELDS = (
     "cpu_us_per_extra_chunk",
     "frontier_stream_vs_litellm",
     "recording_on_off",
+    "added_ttft_ms",
     "time_to_ready_s",
     "rss_mb",
     "peak_rss_mb",
@@ -325,7 +326,7 @@ def test_benchmark_end_to_end_on_tiny_settings(tmp_path: Path):
     argv = [sys.executable, "-m", "loadtests.bench.gateway", "--systems", chosen]
     argv += ["--concurrency", str(HEADLINE_CONCURRENCY), "--duration", "0.3", "--warmup", "2"]
     argv += ["--store-records", "50", "--store-backends", "sqlite", "--out-dir", str(out)]
-    argv += ["--ready-samples", "2"]
+    argv += ["--ready-samples", "2", "--ttft-rounds", "20"]
     done = subprocess.run(
         argv, capture_output=True, text=True, timeout=300, cwd=PROJECT_ROOT, check=False
     )
@@ -347,6 +348,11 @@ def test_benchmark_end_to_end_on_tiny_settings(tmp_path: Path):
     assert summary["time_to_ready_s"]["frontier_rec"] is None  # not asked for
     assert summary["store_write_records_per_s"]["sqlite"] is not None
     assert summary["token_counting"]["cases_us"]["agent_warm"]["openai"] > 0
+    added = summary["added_ttft_ms"]  # each gateway path against its format's direct requests
+    assert set(added) == {"switchyard", "switchyard_rec", "frontier_anthropic"}
+    for row in added.values():
+        assert row["pairs"] == 20 and row["errors"] == 0, row
+        assert row["p50_ms"] > 0 and row["direct_p50_ms"] > 0
     cells = summary["cells"]
     assert len(cells) == 5 * 3
     for cell in cells:
@@ -401,3 +407,22 @@ def test_the_cells_wait_for_a_server_busy_after_it_became_ready(tmp_path: Path) 
         child.wait()
     assert idle["frontier"] < systems.QUIET_PERCENT
     assert waited >= systems.IDLE_SAMPLE_S  # at least one busy sample came first
+
+
+def test_added_ttft_pairs_each_gateway_request_with_the_direct_one_of_its_round() -> None:
+    """Differences are taken per round (not of the percentiles), and a failed request drops its
+    round's pair and is counted."""
+    cell = CellSpec("http://127.0.0.1:1/v1/chat/completions", 1, 1.0, 0, 1, True, 30, "m")
+    spec = ttft.TtftSpec(
+        {"direct": cell, "frontier_openai": cell}, {"frontier_openai": "direct"}, 4, 0
+    )
+    samples = ttft._Samples(
+        {"direct": [1.0, 5.0, 1.0, 1.0], "frontier_openai": [1.5, 5.25, None, 1.75]},
+        {"direct": 0, "frontier_openai": 1},
+        {"frontier_openai": "HTTP 502"},
+    )
+    row = ttft.figures(spec, samples)["frontier_openai"]
+    assert row["pairs"] == 3 and row["errors"] == 1 and row["error_sample"] == "HTTP 502"
+    assert row["added_p50_ms"] == 0.5  # of 0.5, 0.25, 0.75; the slow round 2 adds 0.25 only
+    assert row["p50_ms"] == 1.75 and row["direct_p50_ms"] == 1.0
+    assert ttft.spec_from_json(json.loads(json.dumps(dataclasses.asdict(spec)))) == spec
