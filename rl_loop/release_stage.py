@@ -9,8 +9,9 @@
               that share of users' requests off their path; when that traffic is done the
               candidate's routing is refitted with those answers verified (live traffic's
               mix, the candidate's own weights) and the resume hands it to the candidate arm,
-              unless its weights are surely worse than the served ones on some class
-              (``rl_loop.shadow_gate``): then it is rolled back before any user sees it.
+              unless its weights are surely worse on some class than the served ones, or than
+              its own gate said (``rl_loop.shadow_gate``): then it is rolled back before any
+              user sees it.
               A scorer fitted on the gate's few items alone sends little local, so the test
               would see few requests on which the arms differ and time out
     canary    ``POST /admin/canary`` with that routing and state inline, the candidate's weights
@@ -63,8 +64,8 @@ Drive = Callable[[asyncio.Event], Coroutine[Any, Any, None]]
 @dataclass(frozen=True, slots=True)
 class Refitted:
     """The candidate's routing fitted again with its shadow answers (the learned state's JSON),
-    and the classes its weights are surely worse on than the served ones
-    (``rl_loop.shadow_gate``; any: the release is rolled back before users see it)."""
+    and the classes its weights are surely worse on than the served ones or than its own gate
+    said (``rl_loop.shadow_gate``; any: the release is rolled back before users see it)."""
 
     state: dict[str, Any]
     regressions: dict[str, Any] = field(default_factory=dict)
@@ -241,7 +242,10 @@ async def _shadow_stage(
     if (await _admin(swap, "GET", path))["status"] in ENDED:
         out["ended_by_operator"] = True
     elif refitted.regressions:
-        worse = ", ".join(sorted(refitted.regressions))
+        worse = ", ".join(
+            f"{key} (than {' and '.join(r for r in ('served', 'gate') if r in found)})"
+            for key, found in sorted(refitted.regressions.items())
+        )
         reason = quote(f"shadow stage: the candidate's weights are worse on {worse}", safe="")
         await _admin(swap, "DELETE", f"/admin/canary?reason={reason}")
     else:

@@ -1,26 +1,35 @@
-"""The shadow stage's gate: are the candidate's weights surely worse than the served ones on a
-class of live traffic?
+"""The shadow stage's gate: are the candidate's weights surely worse on a class of live traffic
+than the served ones, or than the evidence that admitted them?
 
 A release's shadow stage (``rl_loop.release_stage``) has the candidate's replicas answer users'
 requests off their path; the loop verifies those answers. Before the candidate arm takes any
 request, this compares, per evidence class (``refit.class_tags``), the candidate's verified
-shadow answers of the stage against the served weights' local evidence as the live routing
-state holds it (``LearnedState.classes``: their users' verdicts, shadows and gate answers):
+shadow answers of the stage against each *reference*: local evidence as a routing state holds it
+(``LearnedState.classes``):
 
-    fails  when candidate's Wilson upper bound < served's Wilson lower bound, both at
-           z(1 - alpha / (2 k)) for the k classes compared (Bonferroni), with at least
-           ``min_answers`` candidate answers in the class
+- ``served``: the live state, the served weights' users' verdicts, shadows and gate answers;
+- ``gate``: the candidate's own state before the shadow stage, fitted on its gate answers (the
+  evidence that admitted it, and that its routing was first fitted on).
 
-A failing class rolls the release back before any user is exposed (decided by the loop, the
-class and both intervals in the change log). Why here and not only in the gateway's test: the
-candidate's routing is refitted on the same shadow answers, so it keeps a class the weights
-regressed on at the frontier, and the users' verdicts would never show the regression; the
-served weights would be replaced by worse ones that routing merely hides.
+    fails  when candidate's Wilson upper bound < the reference's Wilson lower bound, both at
+           z(1 - alpha / (2 k)) for the k (class, reference) pairs compared (Bonferroni),
+           with at least ``min_answers`` candidate answers in the class
+
+A failing pair rolls the release back before any user is exposed (decided by the loop, the
+class, the reference and both intervals in the change log). Why here and not only in the
+gateway's test: the candidate's routing is refitted on the same shadow answers, so it keeps a
+class the weights regressed on at the frontier, and the users' verdicts would never show the
+regression; the served weights would be replaced by worse ones that routing merely hides. Why
+the gate too: where the served weights never answered a class locally (a base model), nothing
+served can be regressed from, yet live answers far under the gate's say that the gate was
+fooled (a held-out set that no longer matches traffic, or a candidate that learnt the gate):
+its other verdicts cannot be trusted either.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Mapping
 from datetime import datetime
 from statistics import NormalDist
 
@@ -37,7 +46,7 @@ async def shadow_regressions(
     store: StoreBackend,
     since: datetime,
     candidate: str,
-    live: LearnedState,
+    references: Mapping[str, LearnedState],
     *,
     class_tags: list[str],
     local_target: str,
@@ -46,8 +55,9 @@ async def shadow_regressions(
     alpha: float = ALPHA,
     min_answers: int = MIN_ANSWERS,
 ) -> dict[str, dict[str, object]]:
-    """The classes the candidate's weights regressed on (module docstring), each with both
-    sides' counts and bounds; empty when none. ``cache``: the shadows' verdicts (the refit
+    """The classes the candidate's weights regressed on (module docstring), each with the
+    references it fell under, both sides' counts and bounds; empty when none. ``references``:
+    name -> routing state (``served``, ``gate``); ``cache``: the shadows' verdicts (the refit
     verified them)."""
     counts: dict[str, list[int]] = defaultdict(lambda: [0, 0])  # accepted, answered
     async for row in store.iter_inferences(InferenceFilter(since=since), with_shadows=True):
@@ -61,22 +71,29 @@ async def shadow_regressions(
             if outcome.source == "shadow" and outcome.weights_version == candidate:
                 counts[outcome.class_key][0] += outcome.accepted
                 counts[outcome.class_key][1] += 1
-    compared = {
-        key: c for key, c in counts.items() if c[1] >= min_answers and live.counts(key, "local").n
-    }
+    compared = [
+        (key, name, state.counts(key, "local"))
+        for key, c in sorted(counts.items())
+        if c[1] >= min_answers
+        for name, state in references.items()
+        if state.counts(key, "local").n
+    ]
     if not compared:
         return {}
     z = NormalDist().inv_cdf(1 - alpha / (2 * len(compared)))
     out: dict[str, dict[str, object]] = {}
-    for key, (accepted, answered) in sorted(compared.items()):
-        served = live.counts(key, "local")
+    for key, name, ref in compared:
+        accepted, answered = counts[key]
         cand_low, cand_high = wilson_bounds(accepted / answered, answered, z)
-        live_low, live_high = wilson_bounds(served.accepted / served.n, served.n, z)
-        if cand_high < live_low:
-            out[key] = {
-                "candidate": {"accepted": accepted, "answers": answered},
-                "candidate_bounds": [round(cand_low, 4), round(cand_high, 4)],
-                "served": {"accepted": served.accepted, "answers": served.n},
-                "served_bounds": [round(live_low, 4), round(live_high, 4)],
-            }
+        ref_low, ref_high = wilson_bounds(ref.accepted / ref.n, ref.n, z)
+        if cand_high < ref_low:
+            found = out.setdefault(
+                key,
+                {
+                    "candidate": {"accepted": accepted, "answers": answered},
+                    "candidate_bounds": [round(cand_low, 4), round(cand_high, 4)],
+                },
+            )
+            found[name] = {"accepted": ref.accepted, "answers": ref.n}
+            found[f"{name}_bounds"] = [round(ref_low, 4), round(ref_high, 4)]
     return out

@@ -71,6 +71,7 @@ async def ship_candidate(
         fitted = await refit_round(
             services, config, candidate, verify, cache, state_file=state_file
         )
+        gate_state = await asyncio.to_thread(read_state, state_file)  # before the shadows
 
         async def refit_with_shadows(since: datetime) -> Refitted:
             await refit_round(services, config, candidate, verify, cache, state_file=state_file)
@@ -80,7 +81,7 @@ async def ship_candidate(
                 services.record,
                 since,
                 str(result.candidate),
-                live,
+                {"served": live, "gate": gate_state},
                 class_tags=list(config.refit.class_tags),
                 local_target=services.local_target,
                 frontier_prefix=config.data.frontier_prefix,

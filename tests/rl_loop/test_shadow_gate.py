@@ -56,20 +56,49 @@ async def test_a_class_the_candidate_regressed_on_is_named_and_no_other(tmp_path
     served = {"local": ArmCounts(90, 10)}
     live = LearnedState("fit-v1", {"naming": served, "math": served, "tests": served})
     found = await shadow_regressions(
-        store, since, "v2", live, class_tags=["family"], local_target="local",
+        store, since, "v2", {"served": live}, class_tags=["family"], local_target="local",
         frontier_prefix="frontier", cache=cache,
     )  # fmt: skip
     assert list(found) == ["naming"]
     naming = found["naming"]
     assert naming["candidate"] == {"accepted": 5, "answers": 40}  # the v1 shadow left out
+    assert naming["served"] == {"accepted": 90, "answers": 100}
     cand_low, cand_high = cast(list[float], naming["candidate_bounds"])
     live_low = cast(list[float], naming["served_bounds"])[0]
     assert cand_low < 5 / 40 < cand_high < live_low < 0.9
     later = await shadow_regressions(
-        store, datetime.now(UTC) + timedelta(seconds=1), "v2", live, class_tags=["family"],
-        local_target="local", frontier_prefix="frontier", cache=cache,
+        store, datetime.now(UTC) + timedelta(seconds=1), "v2", {"served": live},
+        class_tags=["family"], local_target="local", frontier_prefix="frontier", cache=cache,
     )  # fmt: skip
     assert later == {}  # only the stage's own window counts
+    await store.close()
+
+
+async def test_live_answers_far_under_the_candidates_gate_roll_it_back_where_nothing_was_served(
+    tmp_path: Path,
+) -> None:
+    """The served weights never answered a class locally (a base model: no evidence), so
+    nothing can be regressed from; the candidate's gate claimed 23/24 there, live shadows say
+    6/40: the gate was fooled, and the class is named against ``gate`` only. A class whose
+    shadows match its gate (math) is not."""
+    store = SqliteBackend(tmp_path / "traffic.db")
+    await store.connect()
+    since = datetime.now(UTC) - timedelta(seconds=1)
+    await _record(store, {"naming": (6, 34), "math": (20, 20)})
+    rows = [r async for r in store.iter_inferences(None, with_shadows=True)]
+    cache = VerdictCache(tmp_path / "verdicts.json")
+    verify_shadows(rows, verify, cache, "local")
+    live = LearnedState("fit-v1", {})
+    gate = LearnedState(
+        "fit-v2", {"naming": {"local": ArmCounts(23, 1)}, "math": {"local": ArmCounts(13, 11)}}
+    )
+    found = await shadow_regressions(
+        store, since, "v2", {"served": live, "gate": gate}, class_tags=["family"],
+        local_target="local", frontier_prefix="frontier", cache=cache,
+    )  # fmt: skip
+    assert list(found) == ["naming"]
+    assert "served" not in found["naming"]
+    assert found["naming"]["gate"] == {"accepted": 23, "answers": 24}
     await store.close()
 
 
