@@ -23,6 +23,8 @@ COLOURS: Final = MappingProxyType(
         "frontier_openai": "#2ca02c",
         "frontier_anthropic": "#9467bd",
         "translated_anthropic": "#17becf",
+        "translated_openai": "#ff7f0e",
+        "responses_anthropic": "#e377c2",
         "frontier_openai_secrets_rec": "#8c564b",
         "litellm": "#d62728",
     }

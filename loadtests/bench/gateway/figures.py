@@ -19,6 +19,9 @@ Every figure is read at the headline concurrency (c=16), throughput and CPU per 
 - ``frontier_stream_vs_litellm.<format>``: the frontier path's short-stream req/s / the LiteLLM
   proxy's (the proxy speaks OpenAI only, so ``anthropic`` compares across formats and is shown
   without a target);
+- ``translated_cpu_ms_per_request.<path>.<mode>``, ``translated_stream_vs_litellm.<path>``: the
+  same for the paths that translate between formats (:data:`TRANSLATED_SYSTEMS`: chat door ->
+  Anthropic upstream, Messages door -> OpenAI upstream, Responses door -> Anthropic upstream);
 - ``recording_on_off.<system>.<mode>``: req/s with recording on / off, per path, unary and short
   stream: the median over the main cells' pair and ``recording_rounds`` more back-to-back pairs
   (``recording_on_off_rounds`` lists them); ``recording_on_off_cpu.<system>.<mode>``: the main
@@ -61,6 +64,12 @@ from loadtests.bench.servers import Memory
 Row = Mapping[str, Any]
 T = TypeVar("T")
 FRONTIER_SYSTEMS: Final = {"openai": "frontier_openai", "anthropic": "frontier_anthropic"}
+# issue 45's translated paths: door -> upstream of another format
+TRANSLATED_SYSTEMS: Final = {
+    "chat_to_anthropic": "translated_anthropic",
+    "messages_to_openai": "translated_openai",
+    "responses_to_anthropic": "responses_anthropic",
+}
 SECRETS_SYSTEM: Final = "frontier_openai_secrets_rec"  # its twin: frontier_openai_rec
 RECORDING_MODES: Final[tuple[Mode, ...]] = ("unary", "stream")
 # A cell where processes outside the benchmark used more than this share of all cores measured
@@ -87,9 +96,10 @@ def _targets() -> tuple[Target, ...]:
         found.append(Target(f"cpu_us_per_extra_chunk.{system}", 15.0, True, "us"))
     found.append(Target("frontier_stream_vs_litellm.openai", 20.0, False, "x"))
     # issue 45: a cross-format call through litellm's classes, against its whole proxy
-    found.append(Target("translated_cpu_ms_per_request.unary", 1.5, True, "ms"))
-    found.append(Target("translated_cpu_ms_per_request.stream", 2.0, True, "ms"))
-    found.append(Target("translated_stream_vs_litellm", 20.0, False, "x"))
+    for path in TRANSLATED_SYSTEMS:
+        found.append(Target(f"translated_cpu_ms_per_request.{path}.unary", 1.5, True, "ms"))
+        found.append(Target(f"translated_cpu_ms_per_request.{path}.stream", 2.0, True, "ms"))
+        found.append(Target(f"translated_stream_vs_litellm.{path}", 20.0, False, "x"))
     # issue 45: what the gateway adds to time to first byte at c=1 (interleaved)
     found.append(Target("added_ttft_ms.frontier_openai.added_p50_ms", 0.5, True, "ms"))
     found.append(Target("added_ttft_ms.frontier_openai.added_p99_ms", 1.0, True, "ms"))
@@ -231,11 +241,13 @@ def headline(
             for wire, system in FRONTIER_SYSTEMS.items()
         },
         "translated_cpu_ms_per_request": {
-            mode: _cpu(find(rows, "translated_anthropic", mode)) for mode in ("unary", "stream")
+            path: {mode: _cpu(find(rows, system, mode)) for mode in ("unary", "stream")}
+            for path, system in TRANSLATED_SYSTEMS.items()
         },
-        "translated_stream_vs_litellm": _ratio(
-            find(rows, "translated_anthropic", "stream"), litellm_stream
-        ),
+        "translated_stream_vs_litellm": {
+            path: _ratio(find(rows, system, "stream"), litellm_stream)
+            for path, system in TRANSLATED_SYSTEMS.items()
+        },
         "secrets_redact_cpu_ms_per_request": {
             mode: _cpu(find(rows, SECRETS_SYSTEM, mode)) for mode in RECORDING_MODES
         },

@@ -63,6 +63,9 @@ class WireShape:
 WIRES: Final = {
     "openai": WireShape(b'"choices"', b"[DONE]", b'data: {"error"'),
     "anthropic": WireShape(b'"stop_reason"', b"message_stop", b"event: error"),
+    # The Responses stream ends with response.completed (or .incomplete at max_output_tokens),
+    # whose data is the whole response: its usage's last count is what the tail holds.
+    "responses": WireShape(b'"output"', b'"total_tokens"', b"event: error"),
 }
 
 
@@ -207,8 +210,17 @@ def machine_busy_s() -> float:
 def request_body(spec: CellSpec) -> bytes:
     """The JSON body an SDK sends for ``spec.wire`` (serialised once per cell)."""
     messages = [{"role": "user", "content": spec.prompt}]
-    if spec.wire == "anthropic":
+    if spec.wire == "responses":  # the OpenAI SDK's responses.create(model, input, ...)
         body: dict[str, object] = {
+            "model": spec.model,
+            "input": spec.prompt,
+            "max_output_tokens": spec.max_tokens,
+        }
+        if spec.stream:
+            body["stream"] = True
+        return orjson.dumps(body)
+    if spec.wire == "anthropic":
+        body = {
             "model": spec.model,
             "max_tokens": spec.max_tokens,
             "messages": messages,

@@ -23,6 +23,10 @@ simulator:
 - ``translated_anthropic``, ``translated_anthropic_rec``: the chat door to the Anthropic-format
   upstream, translated by litellm's own classes (gateway.backends.anthropic_translate), off and
   on;
+- ``translated_openai``, ``translated_openai_rec``: the Anthropic door ``/v1/messages`` to the
+  OpenAI-format upstream, translated, off and on;
+- ``responses_anthropic``, ``responses_anthropic_rec``: the Responses door ``/v1/responses`` to
+  the Anthropic-format upstream, off and on;
 - ``frontier_openai_secrets_rec``: ``frontier_openai_rec`` (its twin) with ``secrets: redact``
   on its targets (docs/secrets.md) and a token in the prompt (:data:`SECRET_PROMPT`);
 - ``litellm``: the LiteLLM proxy (one worker, master key, no database, retries off), OpenAI
@@ -48,7 +52,7 @@ from typing import Final, Literal
 from loadtests.bench.gateway.loadgen import PROMPT
 
 Mode = Literal["unary", "stream", "stream_long"]
-Wire = Literal["openai", "anthropic"]
+Wire = Literal["openai", "anthropic", "responses"]
 SystemName = Literal[
     "direct",
     "direct_anthropic",
@@ -60,6 +64,10 @@ SystemName = Literal[
     "frontier_anthropic_rec",
     "translated_anthropic",
     "translated_anthropic_rec",
+    "translated_openai",
+    "translated_openai_rec",
+    "responses_anthropic",
+    "responses_anthropic_rec",
     "frontier_openai_secrets_rec",
     "litellm",
 ]
@@ -80,6 +88,7 @@ FRONTIER_OPENAI_MODEL: Final = "gpt-4o-mini"  # names litellm's price map knows,
 FRONTIER_ANTHROPIC_MODEL: Final = "claude-haiku-4-5"
 CHAT_PATH: Final = "/v1/chat/completions"
 MESSAGES_PATH: Final = "/v1/messages"
+RESPONSES_PATH: Final = "/v1/responses"
 GATEWAY_SERVERS: Final[tuple[ServerName, ...]] = (
     "switchyard",
     "switchyard_rec",
@@ -106,7 +115,7 @@ class SystemSpec:
 
     @property
     def url_path(self) -> str:
-        return MESSAGES_PATH if self.wire == "anthropic" else CHAT_PATH
+        return {"anthropic": MESSAGES_PATH, "responses": RESPONSES_PATH}.get(self.wire, CHAT_PATH)
 
 
 SYSTEM_SPECS: Final = MappingProxyType(
@@ -184,6 +193,40 @@ SYSTEM_SPECS: Final = MappingProxyType(
             "frontier",
             "direct_anthropic",
             recording_of="translated_anthropic",
+        ),
+        "translated_openai": SystemSpec(
+            "Switchyard Messages -> OpenAI (litellm's classes)",
+            "frontier",
+            "anthropic",
+            FRONTIER_OPENAI_MODEL,
+            "frontier",
+            "direct",
+        ),
+        "translated_openai_rec": SystemSpec(
+            "Switchyard Messages -> OpenAI (litellm's classes) +rec",
+            "frontier_rec",
+            "anthropic",
+            FRONTIER_OPENAI_MODEL,
+            "frontier",
+            "direct",
+            recording_of="translated_openai",
+        ),
+        "responses_anthropic": SystemSpec(
+            "Switchyard Responses -> Anthropic",
+            "frontier",
+            "responses",
+            FRONTIER_ANTHROPIC_MODEL,
+            "frontier",
+            "direct_anthropic",
+        ),
+        "responses_anthropic_rec": SystemSpec(
+            "Switchyard Responses -> Anthropic +rec",
+            "frontier_rec",
+            "responses",
+            FRONTIER_ANTHROPIC_MODEL,
+            "frontier",
+            "direct_anthropic",
+            recording_of="responses_anthropic",
         ),
         "frontier_openai_secrets_rec": SystemSpec(
             "Switchyard frontier OpenAI +rec, secrets: redact",

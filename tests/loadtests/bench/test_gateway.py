@@ -117,6 +117,24 @@ def test_anthropic_request_is_what_the_sdk_sends():
     assert not any(h.startswith("x-sim-") for h in headers)
 
 
+def test_responses_request_is_what_the_sdk_sends():
+    spec = CellSpec(
+        url="http://127.0.0.1:1/v1/responses",
+        concurrency=1,
+        duration_s=1.0,
+        warmup=0,
+        max_requests=1,
+        stream=False,
+        max_tokens=16,
+        model="claude-haiku-4-5",
+        wire="responses",
+    )
+    unary = json.loads(request_body(spec))
+    assert unary == {"model": "claude-haiku-4-5", "input": unary["input"], "max_output_tokens": 16}
+    assert json.loads(request_body(dataclasses.replace(spec, stream=True)))["stream"] is True
+    assert request_headers(spec) == {"content-type": "application/json"}
+
+
 def _watch(wire: str, body: bytes, cut_every: int) -> StreamWatch:
     watch = StreamWatch(WIRES[wire])
     for i in range(0, len(body), cut_every):
@@ -130,6 +148,11 @@ ANTHROPIC_STREAM = (
     b'event: message_stop\ndata: {"type":"message_stop"}\n\n'
 )
 OPENAI_STREAM = b'data: {"id":"1"}\n\ndata: {"id":"2"}\n\ndata: [DONE]\n\n'
+RESPONSES_STREAM = (
+    b'event: response.created\ndata: {"type":"response.created"}\n\n'
+    b'event: response.completed\ndata: {"type":"response.completed","response":{"usage":'
+    b'{"input_tokens":3,"output_tokens":16,"total_tokens":19}}}\n\n'
+)
 
 
 @pytest.mark.parametrize("cut_every", [1, 3, 7, 4096])
@@ -146,6 +169,10 @@ def test_stream_watch_counts_events_and_requires_the_end_marker(cut_every: int):
     errored = b'data: {"error":{"message":"x"}}\n\n' + OPENAI_STREAM
     assert _watch("openai", errored, cut_every).problem() == "stream carried an error event"
     assert _watch("openai", OPENAI_STREAM[:-14], cut_every).problem() is not None
+    watch = _watch("responses", RESPONSES_STREAM, cut_every)
+    assert (watch.events, watch.problem()) == (2, None)
+    cut = RESPONSES_STREAM[: RESPONSES_STREAM.index(b"event: response.completed")]
+    assert _watch("responses", cut, cut_every).problem() is not None
 
 
 def _result(
@@ -230,6 +257,8 @@ def test_frontier_figures_and_targets_on_synthetic_cells():
         _cell("frontier_anthropic", "unary", 500, 200.0),  # 2.0 ms/req
         _cell("frontier_anthropic_rec", "unary", 500, 210.0),
         _cell("litellm", "stream", 40, 1500.0, events=19),
+        _cell("translated_openai", "stream", 1000, 150.0, events=19),  # Messages -> OpenAI
+        _cell("responses_anthropic", "stream", 500, 250.0, events=19),  # Responses -> Anthropic
     ]
     rows = report.build_rows(cells)
     anthropic_row = next(r for r in rows if r["system"] == "frontier_anthropic")
@@ -265,6 +294,12 @@ def test_frontier_figures_and_targets_on_synthetic_cells():
     assert verdicts["time_to_ready_s.switchyard"] is True
     assert verdicts["time_to_ready_s.frontier"] is False
     assert verdicts["rss_mb.frontier"] is True
+    assert found["translated_cpu_ms_per_request"]["messages_to_openai"]["stream"] == 1.5
+    assert verdicts["translated_cpu_ms_per_request.messages_to_openai.stream"] is True
+    assert verdicts["translated_cpu_ms_per_request.responses_to_anthropic.stream"] is False
+    assert verdicts["translated_stream_vs_litellm.messages_to_openai"] is True  # 25x
+    assert verdicts["translated_stream_vs_litellm.responses_to_anthropic"] is False  # 12.5x
+    assert verdicts["translated_cpu_ms_per_request.chat_to_anthropic.unary"] is None
     summary = figures.targets_summary(figures.check_targets(found))
     assert sum(summary.values()) == len(figures.TARGETS)
 
