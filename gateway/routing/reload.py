@@ -208,9 +208,7 @@ class Reloader:
             pool = pools.get(target)
             if pool is None or url not in pool.replicas:
                 continue
-            pool.replicas[url].drained = control.drained
-            if control.weights_version is not None:
-                pool.set_weights_version(url, control.weights_version)
+            pool.apply_control(url, control.drained, control.weights_version)
             drain_id = control.drain_id
             if control.drained and drain_id and drain_id not in self._reported:
                 self._reported[drain_id] = None

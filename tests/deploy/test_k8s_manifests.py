@@ -1,15 +1,19 @@
 """The Kubernetes manifests: rendered by kustomize (`kubectl kustomize`), validated against the
 Kubernetes API schemas (kubernetes-validate, strict: unknown fields are errors), and checked
 against the code they deploy (the gateway config parses, the probes hit real routes, the GPU
-replicas run exactly the launch preset's command)."""
+replicas run exactly the launch preset's command, the weight publisher Job writes the volume the
+replicas read and swaps the replicas the gateway lists). What the publisher's and the replicas'
+hook scripts do is tested in test_weights_publishing.py."""
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 from functools import cache
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import kubernetes_validate
 import pytest
@@ -17,12 +21,15 @@ import yaml
 
 from gateway.app import stop_deadline_s
 from gateway.config import LimitsConfig, parse_config
+from serving.hotswap import HotSwapConfig
 from serving.launch import launch_config
+from serving.names import ADMIN_TOKEN_ENV
 from serving.vllm_config import ENTRYPOINT_MODULE
 from tests.deploy.deploy_files import DEPLOY, entrypoint_environment
 
 K8S = DEPLOY / "k8s"
 BASE, GPU = K8S / "base", K8S / "overlays" / "gpu"
+PUBLISH = GPU / "publish"  # the weight publisher: a template Job, applied once per publish
 KUBERNETES_VERSION = "1.32"  # the oldest minor release still maintained upstream
 GPU_PRESET = "gpu-fp8-lmcache"
 GATEWAY_PROBES = {"readinessProbe": "/ready", "livenessProbe": "/health"}
@@ -57,19 +64,55 @@ def gateway_config_text(docs: tuple[dict[str, Any], ...]) -> str:
     return str(find(docs, "ConfigMap", name)["data"]["gateway.yaml"])
 
 
-@pytest.mark.parametrize("directory", [BASE, GPU], ids=["base", "gpu"])
-def test_every_rendered_manifest_is_valid_for_the_kubernetes_api(directory: Path) -> None:
+FLEET_KINDS = {
+    "Namespace",
+    "Deployment",
+    "Service",
+    "HorizontalPodAutoscaler",
+    "PodDisruptionBudget",
+    "ConfigMap",
+    "Secret",
+    "StatefulSet",
+    "NetworkPolicy",
+}
+
+
+def models_volume(workload: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The workload's `models` volume and its mount."""
+    volumes = {v["name"]: v for v in workload["spec"]["template"]["spec"]["volumes"]}
+    mount = next(m for m in container(workload)["volumeMounts"] if m["name"] == "models")
+    return volumes["models"], mount
+
+
+def shipped_file(docs: tuple[dict[str, Any], ...], workload: dict[str, Any], path: str) -> str:
+    """What the workload's container finds at `path`, from the ConfigMap mounted above it."""
+    volumes = {v["name"]: v for v in workload["spec"]["template"]["spec"]["volumes"]}
+    mounts = container(workload)["volumeMounts"]
+    mount = next(m for m in mounts if Path(path).parent == Path(m["mountPath"]))
+    config_map = find(docs, "ConfigMap", volumes[mount["name"]]["configMap"]["name"])
+    return str(config_map["data"][Path(path).name])
+
+
+def expand(words: list[str], env: list[dict[str, Any]]) -> list[str]:
+    """Kubernetes' `$(VAR)` expansion of a command from the container's plain env values."""
+    values = {e["name"]: e["value"] for e in env if "value" in e}
+    return [re.sub(r"\$\((\w+)\)", lambda m: values.get(m[1], m[0]), w) for w in words]
+
+
+@pytest.mark.parametrize(
+    ("directory", "kinds"),
+    [
+        (BASE, FLEET_KINDS),
+        (GPU, FLEET_KINDS | {"PersistentVolumeClaim"}),
+        (PUBLISH, {"Job", "ConfigMap"}),
+    ],
+    ids=["base", "gpu", "publish"],
+)
+def test_every_rendered_manifest_is_valid_for_the_kubernetes_api(
+    directory: Path, kinds: set[str]
+) -> None:
     docs = render(directory)
-    assert {d["kind"] for d in docs} >= {
-        "Namespace",
-        "Deployment",
-        "Service",
-        "HorizontalPodAutoscaler",
-        "PodDisruptionBudget",
-        "ConfigMap",
-        "Secret",
-        "StatefulSet",
-    }
+    assert {d["kind"] for d in docs} >= kinds
     for doc in docs:
         try:
             kubernetes_validate.validate(doc, KUBERNETES_VERSION, strict=True)
@@ -203,3 +246,89 @@ def test_only_the_gateways_reach_the_replicas_dev_routes(directory: Path) -> Non
     assert any(s and s.items() <= gateway["labels"].items() for s in sources)
     assert rule["ports"] == [{"port": 8000, "protocol": "TCP"}]
     assert policy["spec"]["policyTypes"] == ["Ingress"]
+
+
+def test_the_models_volume_is_shared_read_write_and_the_replicas_mount_it_read_only() -> None:
+    docs = render(GPU)
+    claim = find(docs, "PersistentVolumeClaim", "switchyard-models")["spec"]
+    assert claim["accessModes"] == ["ReadWriteMany"]  # every replica and the publisher at once
+    assert claim["storageClassName"]  # a cluster's default class is most often block storage
+    volume, mount = models_volume(find(docs, "StatefulSet", "vllm"))
+    assert volume["persistentVolumeClaim"] == {"claimName": "switchyard-models", "readOnly": True}
+    assert mount["readOnly"] is True
+
+
+def test_the_publisher_job_writes_the_models_volume_where_the_replicas_read_it() -> None:
+    replicas = find(render(GPU), "StatefulSet", "vllm")
+    job = find(render(PUBLISH), "Job", "switchyard-publish-weights")
+    served, served_at = models_volume(replicas)
+    written, written_at = models_volume(job)
+    claim = written["persistentVolumeClaim"]
+    assert claim["claimName"] == served["persistentVolumeClaim"]["claimName"]
+    assert not claim.get("readOnly") and not written_at.get("readOnly")
+    # One path on both sides: serving.hotswap sends the replicas the path it resolves here.
+    assert written_at["mountPath"] == served_at["mountPath"]
+    publish = container(job)
+    command = expand(publish["command"], publish["env"])
+    root = Path(command[command.index("--models-root") + 1])
+    assert root == Path(written_at["mountPath"])
+    args = container(replicas)["args"]
+    assert Path(args[args.index("--model") + 1]) == root / "current"  # what it repoints
+    checkpoint = Path(command[command.index("--checkpoint") + 1])
+    others = [m["mountPath"] for m in publish["volumeMounts"] if m["name"] != "models"]
+    assert any(checkpoint.is_relative_to(path) for path in others)
+
+
+def test_the_publisher_job_runs_the_publish_script_of_this_repository() -> None:
+    docs = render(PUBLISH)
+    job = find(docs, "Job", "switchyard-publish-weights")
+    command = container(job)["command"]
+    assert command[0] == "python" and command[-1] == "--"  # the swap command follows: args
+    script = PUBLISH / Path(command[1]).name
+    assert shipped_file(docs, job, command[1]) == script.read_text()
+
+
+def test_the_publisher_job_swaps_every_listed_replica_and_is_admitted_to_them() -> None:
+    gpu = render(GPU)
+    job = find(render(PUBLISH), "Job", "switchyard-publish-weights")
+    publish = container(job)
+    args = publish["args"]
+    assert args[:3] == ["python", "-m", "serving.hotswap"]
+    config = yaml.safe_load(gateway_config_text(gpu))
+    target = HotSwapConfig.model_fields["target"].default
+    replicas = [args[i + 1] for i, word in enumerate(args) if word == "--replica"]
+    assert replicas == config["backends"][target]["replicas"]
+    gateway = urlsplit(args[args.index("--gateway") + 1])
+    service = find(gpu, "Service", "switchyard-gateway")
+    assert gateway.hostname == service["metadata"]["name"]
+    assert (gateway.port or 80) in [p["port"] for p in service["spec"]["ports"]]
+    token = {e["name"]: e for e in publish["env"]}[ADMIN_TOKEN_ENV]["valueFrom"]["secretKeyRef"]
+    assert token["key"] in find(gpu, "Secret", token["name"])["stringData"]
+    gateway_image = container(find(gpu, "Deployment", "switchyard-gateway"))["image"]
+    assert publish["image"] == gateway_image  # the image with `serving`, at the fleet's tag
+    # The replicas' port admits it (vllm-ingress: the gateways and labelled clients).
+    labels = job["spec"]["template"]["metadata"]["labels"]
+    (rule,) = find(gpu, "NetworkPolicy", "vllm-ingress")["spec"]["ingress"]
+    sources = [peer.get("podSelector", {}).get("matchLabels", {}) for peer in rule["from"]]
+    assert any(s and s.items() <= labels.items() for s in sources)
+    # A publish that failed or rolled back is read in its logs, never run again on its own.
+    assert job["spec"]["backoffLimit"] == 0
+    assert job["spec"]["template"]["spec"]["restartPolicy"] == "Never"
+
+
+def test_gpu_replicas_state_the_version_of_the_checkpoint_they_loaded_once_up() -> None:
+    docs = render(GPU)
+    statefulset = find(docs, "StatefulSet", "vllm")
+    vllm = container(statefulset)
+    hook = vllm["lifecycle"]["postStart"]["exec"]["command"]
+    assert hook[0] == "python3"
+    script = GPU / Path(hook[1]).name
+    assert shipped_file(docs, statefulset, hook[1]) == script.read_text()
+    args = vllm["args"]
+    assert hook[2] == args[args.index("--model") + 1]
+    server = urlsplit(hook[3])
+    assert server.hostname == "127.0.0.1"
+    assert server.port == next(p["containerPort"] for p in vllm["ports"])
+    startup = vllm["startupProbe"]  # the hook waits for the server as long as the probe would
+    budget = startup["periodSeconds"] * startup["failureThreshold"]
+    assert float(hook[hook.index("--within-s") + 1]) == budget
