@@ -38,7 +38,12 @@ from rl_loop.model_registry import (
 from serving.build import read_version
 from serving.hotswap import HotSwapConfig, SwapReport, publish_weights
 from serving.names import ADMIN_TOKEN_ENV
-from serving.swap_checks import add_probe_arguments, tolerance_from
+from serving.swap_checks import (
+    add_probe_arguments,
+    add_timeout_arguments,
+    timeout_overrides,
+    tolerance_from,
+)
 from traffic.store import ModelVersionRecord, StoreBackend, StoreConfig, open_store
 from traffic.store.forgetting import tainted_by
 
@@ -128,6 +133,7 @@ async def _main(args: argparse.Namespace) -> int:
             admin_token=token,
             target=args.target,
             tolerance=tolerance_from(args),
+            **timeout_overrides(args),
         )
         if args.command == "rollback":
             old, new, report = await rollback(store, args.replica, config)
@@ -162,6 +168,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         p.add_argument("--replica", action="append", required=True, help="Replica base URL.")
         p.add_argument("--target", default=HotSwapConfig.model_fields["target"].default)
         add_probe_arguments(p)
+        add_timeout_arguments(p)
         if name == "publish":
             p.add_argument("--checkpoint", type=Path, required=True)
             p.add_argument("--previous", type=Path, default=None, help="Default: the promoted one.")

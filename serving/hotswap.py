@@ -1,5 +1,5 @@
 """Weight hot-swap: publish a new checkpoint to running vLLM replicas one at a time, under
-traffic, with a logprob check and automatic rollback.
+traffic, with a logprob probe, a prefix-cache check and automatic rollback.
 
 The protocol, per replica, in the order given (`publish_weights`):
 
@@ -7,32 +7,32 @@ The protocol, per replica, in the order given (`publish_weights`):
    as Bearer; to the first reachable gateway given: any one reaches the fleet) answers once the
    fleet routes nothing new to the replica and its requests in flight are done. Not drained in
    time: the replica is put back and the publish stops (nothing was changed on it).
-2. Reload. `POST {replica}/collective_rpc {"method": "switchyard_reload", "args": [dir]}` runs
-   `ReloadWorkerExtension.switchyard_reload` inside vLLM's worker: vLLM's own in-place
-   `reload_weights(weights_path=dir)`, then, on CPU, the MoE weight prepack vLLM skips on reload
-   (docs/deploy.md, "Weight hot-swap"). The replica runs with `dev_mode=True` and
-   `worker_extension_cls=RELOAD_WORKER_EXTENSION`, and sees `dir` on its own filesystem.
+2. Reload. The cache check's prompt is cached first (old weights; step 5). Then `POST
+   {replica}/collective_rpc {"method": "switchyard_reload", "args": [dir]}` runs vLLM's in-place
+   `reload_weights(weights_path=dir)` in its workers and, on CPU, the MoE prepack vLLM skips on
+   reload (`ReloadWorkerExtension`; docs/deploy.md, "Weight hot-swap"). Replicas run with
+   `dev_mode=True`, `worker_extension_cls=RELOAD_WORKER_EXTENSION` and see `dir` themselves.
 3. Version. `POST /update_weight_version {"new_version": id}`; `GET /weight_info` must echo it.
-4. Prefix cache. `POST /reset_prefix_cache?reset_external=true` until it succeeds: no KV
-   block of the old weights may serve the new ones (the connector's tier included; LMCache's
+4. Prefix cache. `POST /reset_prefix_cache?reset_external=true` until it succeeds (LMCache's
    connector reports success without clearing: docs/deploy.md, "Hot swap and the KV tiers").
-5. Probe. `POST /v1/completions` with the checkpoint's probe prompt (token ids),
-   `max_tokens=1`, `prompt_logprobs=0`: the served logprob of every prompt token is compared
-   with the trainer's own (`CheckpointVersion.probe`, float32 math on the saved weights), within
-   the checkpoint format's bound (:func:`serving.swap_checks.probe_tolerance`). It checks the
-   weights, not the cache (a `prompt_logprobs` request skips prefix-cache reads).
-6. Undrain. `POST {gateway}/admin/replicas/undrain {"target", "replica", "weights_version"}`:
-   the gateway routes to it again and tags its responses with the new version.
+5. Cache check (:mod:`serving.prefix_cache_check`): the long check prompt's greedy answers read
+   from the cache must equal one computed from scratch, within the probe's bound: stale blocks.
+6. Probe. `POST /v1/completions` of the checkpoint's probe prompt (token ids), `max_tokens=1`,
+   `prompt_logprobs=0`: every prompt token's served logprob against the trainer's
+   (`CheckpointVersion.probe`), within the checkpoint format's bound
+   (:func:`serving.swap_checks.probe_tolerance`). It checks the weights, not the cache.
+7. Undrain. `POST {gateway}/admin/replicas/undrain {"target", "replica", "weights_version"}`.
 
-Rollback. When step 2, 3, 4 or 5 fails on a replica, it and every replica already swapped go
-back to `previous_dir` (steps 2-5 with the previous probe, then undrain with the previous
-version), one at a time: the fleet never serves two versions for longer than one swap. The
-report says `rolled_back=True`; `HotSwapError` only if the rollback itself fails (that replica
-is left drained: it serves nothing rather than unknown weights).
+Rollback. When step 2 to 6 fails on a replica, it and every replica already swapped go back to
+`previous_dir` (steps 2-6 with the previous probe, then undrain with the previous version), one
+at a time: the fleet never serves two versions for longer than one swap. The report says
+`rolled_back=True`; `HotSwapError` only if the rollback itself fails (that replica is left
+drained: it serves nothing rather than unknown weights).
 
-Preflight, before anything is drained: the checkpoints' checks (:mod:`serving.swap_checks`),
-and every replica answers the reload extension and serves one probe request (warming vLLM's
-prompt-logprobs path, slow on first use).
+Preflight, before anything is drained: the checkpoints' checks (:mod:`serving.swap_checks`);
+every replica answers the reload extension, passes the cache check and serves one probe (warming
+vLLM's logprobs paths, slow on first use). Every call's timeout is `request_timeout_s` plus
+`timeout_s_per_gb` per GB of the larger checkpoint's weights (the reload reads all of them).
 
 CLI: `python -m serving.hotswap --checkpoint NEW --previous OLD --gateway URL [--gateway URL ...]
 --replica URL ...` (admin token from `$SWITCHYARD_ADMIN_TOKEN`).
@@ -57,14 +57,23 @@ from serving.build import read_version
 from serving.logprob_probe import checkpoint_probe
 from serving.model_config import CheckpointVersion, ProbeReference
 from serving.names import ADMIN_TOKEN_ENV, LOCAL_MODEL_NAME
+from serving.prefix_cache_check import (
+    CacheCheckFailed,
+    CacheCheckResult,
+    CacheCheckSettings,
+    PrefixCacheCheck,
+)
 from serving.swap_checks import (
     HotSwapError,
     ProbeResult,
     ProbeTolerance,
     add_probe_arguments,
+    add_timeout_arguments,
+    call_timeout_s,
     check_compatible,
     compare_probe,
     probe_tolerance,
+    timeout_overrides,
     tolerance_from,
 )
 
@@ -128,12 +137,30 @@ class HotSwapConfig(BaseModel):
     target: str = Field(default="local", description="Gateway backend holding the replicas.")
     served_model_name: str = LOCAL_MODEL_NAME
     drain_timeout_s: float = Field(default=60.0, gt=0)
-    request_timeout_s: float = Field(default=120.0, gt=0, description="Per replica/admin call.")
+    request_timeout_s: float = Field(
+        default=120.0,
+        gt=0,
+        description="Every replica/admin call's timeout, before timeout_s_per_gb is added (above "
+        "drain_timeout_s: a drain call waits that long).",
+    )
+    timeout_s_per_gb: float = Field(
+        # 100 MB/s, a network volume's cold read (the GPU overlay's PVC): the reload reads every
+        # weight once; local NVMe reads ~20x faster, so this only bounds a hung call.
+        default=10.0,
+        ge=0,
+        description="Seconds added to every call's timeout per GB of the larger checkpoint's "
+        "safetensors (a 61 GB bf16 Qwen3-30B-A3B: 120 + 610 s).",
+    )
     reset_attempts: int = Field(default=50, ge=1, description="Tries of reset_prefix_cache.")
     verify_digest: bool = Field(default=True, description="Re-hash the new weights first.")
     tolerance: ProbeTolerance | None = Field(
         default=None,
-        description="The probe's bound; None: by the checkpoint's format (bf16 or fp8).",
+        description="The probe's bound (the cache check's too); None: by the checkpoint's "
+        "format (bf16 or fp8).",
+    )
+    cache_check: CacheCheckSettings | None = Field(
+        default=CacheCheckSettings(),
+        description="The prefix-cache check after each reload (step 5); None skips it.",
     )
 
 
@@ -145,7 +172,8 @@ class ReplicaSwap:
     back on the previous version), `rolled_back` (it had been swapped, then went back because a
     later replica failed). `seconds` runs from the drain request to the undrain answer (the
     time the replica was out of rotation), of which `drain_seconds` waiting for in-flight
-    requests and `install_seconds` reloading, verifying and probing.
+    requests and `install_seconds` reloading, verifying and checking (`probe`, `cache_check`:
+    the last results, passed or not).
     """
 
     replica: str
@@ -154,6 +182,7 @@ class ReplicaSwap:
     drain_seconds: float = 0.0
     install_seconds: float = 0.0
     probe: ProbeResult | None = None
+    cache_check: CacheCheckResult | None = None
     error: str | None = None
 
 
@@ -166,6 +195,7 @@ class SwapReport:
     replicas: list[ReplicaSwap] = field(default_factory=list)
     rolled_back: bool = False
     seconds: float = 0.0
+    call_timeout_s: float = 0.0
 
     @property
     def ok(self) -> bool:
@@ -173,12 +203,11 @@ class SwapReport:
         return not self.rolled_back and all(r.outcome == "swapped" for r in self.replicas)
 
 
-class _ProbeFailed(Exception):
+class _ProbeFailed(HotSwapError):
     def __init__(self, result: ProbeResult) -> None:
         super().__init__(
             f"probe mismatch: mean |diff| {result.mean_abs_diff:.4f}, max {result.max_abs_diff:.4f}"
         )
-        self.result = result
 
 
 class _Publisher:
@@ -234,9 +263,17 @@ class _Publisher:
             raise HotSwapError(f"POST {url} failed ({response.status_code}): {response.text}")
         return response
 
-    async def preflight(self, replica: str, probe: ProbeReference) -> None:
-        """The replica has the reload extension; its prompt-logprobs path is warmed up (the
-        first such request costs vLLM seconds, which would otherwise be spent drained)."""
+    def cache_check(self, probe: ProbeReference) -> PrefixCacheCheck | None:
+        settings = self.config.cache_check
+        if settings is None:
+            return None
+        model = self.config.served_model_name
+        return PrefixCacheCheck(self.client, model, probe.prompt_token_ids, settings)
+
+    async def preflight(self, replica: str, served: _Side, probe: ProbeReference) -> None:
+        """The replica has the reload extension and passes the cache check on the weights it
+        serves (`served`); its logprobs paths are warmed up (the first such request costs vLLM
+        seconds, which would otherwise be spent drained)."""
         response = await self.client.post(
             f"{replica}/collective_rpc", json={"method": f"{RELOAD_METHOD}_ready"}
         )
@@ -245,10 +282,24 @@ class _Publisher:
                 f"{replica} cannot reload weights: start it with dev_mode=True and "
                 f"worker_extension_cls={RELOAD_WORKER_EXTENSION!r}"
             )
+        check = self.cache_check(served.probe)
+        if check is not None:
+            await check.seed_cache(replica)
+            bound = probe_tolerance(self.config.tolerance, Path(served.path))
+            result = await check.check_cached_prefix(replica, bound, after_reset=False)
+            if not result.passed:
+                raise HotSwapError(
+                    f"{replica} fails the prefix-cache check before any swap: "
+                    f"{CacheCheckFailed(result)}"
+                )
         await self.served_logprobs(replica, probe)
 
-    async def install(self, replica: str, side: _Side) -> ProbeResult:
-        """Steps 2-5 on a drained replica; raises _ProbeFailed or HotSwapError."""
+    async def install(self, replica: str, side: _Side, record: ReplicaSwap) -> None:
+        """Steps 2-6 on a drained replica, their results into `record`; raises HotSwapError
+        (_ProbeFailed, CacheCheckFailed when a check fails)."""
+        check = self.cache_check(side.probe)
+        if check is not None:
+            await check.seed_cache(replica)  # blocks of the weights served until now
         version = side.version.version_id
         await self._post(
             f"{replica}/collective_rpc", {"method": RELOAD_METHOD, "args": [side.path]}
@@ -265,12 +316,15 @@ class _Publisher:
             await asyncio.sleep(0.1)
         else:
             raise HotSwapError(f"{replica} kept refusing to reset its prefix cache")
-        served = await self.served_logprobs(replica, side.probe)
         bound = probe_tolerance(self.config.tolerance, Path(side.path))
-        result = compare_probe(side.probe, served, bound)
-        if not result.passed:
-            raise _ProbeFailed(result)
-        return result
+        if check is not None:  # before the probe, whose blocks begin the check prompt
+            record.cache_check = await check.check_cached_prefix(replica, bound, after_reset=True)
+            if not record.cache_check.passed:
+                raise CacheCheckFailed(record.cache_check)
+        served = await self.served_logprobs(replica, side.probe)
+        record.probe = compare_probe(side.probe, served, bound)
+        if not record.probe.passed:
+            raise _ProbeFailed(record.probe)
 
     async def served_logprobs(self, replica: str, probe: ProbeReference) -> list[float]:
         """The replica's prompt logprobs of the probe's tokens 1..n."""
@@ -330,11 +384,16 @@ async def publish_weights(
     old = await asyncio.to_thread(_side, previous_dir)
     urls = [r.rstrip("/") for r in replicas]
     report = SwapReport(new.version.version_id, old.version.version_id)
-    timeout = httpx.Timeout(config.request_timeout_s, connect=5.0)
-    async with httpx.AsyncClient(timeout=timeout) as client:
+    report.call_timeout_s = call_timeout_s(
+        config.request_timeout_s, config.timeout_s_per_gb, (checkpoint_dir, previous_dir)
+    )
+    logger.info("every replica/admin call times out after %.0fs", report.call_timeout_s)
+    async with httpx.AsyncClient(
+        timeout=httpx.Timeout(report.call_timeout_s, connect=5.0)
+    ) as client:
         publisher = _Publisher(config, client)
         for url in urls:
-            await publisher.preflight(url, new.probe)
+            await publisher.preflight(url, old, new.probe)
         swapped: list[str] = []
         for url in urls:
             step = ReplicaSwap(url)
@@ -343,11 +402,10 @@ async def publish_weights(
             await publisher.drain(url)
             step.drain_seconds = time.perf_counter() - t0
             try:
-                step.probe = await publisher.install(url, new)
+                await publisher.install(url, new, step)
                 step.install_seconds = time.perf_counter() - t0 - step.drain_seconds
-            except (_ProbeFailed, HotSwapError, httpx.HTTPError) as exc:
+            except (HotSwapError, httpx.HTTPError) as exc:
                 step.error = str(exc)
-                step.probe = exc.result if isinstance(exc, _ProbeFailed) else None
                 logger.error("swap to %s failed on %s: %s; rolling back", report.version, url, exc)
                 await _roll_back(publisher, [url, *reversed(swapped)], old, report, drained=url)
                 report.seconds = time.perf_counter() - started
@@ -369,8 +427,8 @@ async def _roll_back(
         if url != drained:
             await publisher.drain(url)
         try:
-            await publisher.install(url, old)
-        except (_ProbeFailed, HotSwapError, httpx.HTTPError) as exc:
+            await publisher.install(url, old, ReplicaSwap(url))  # the swap's results stay
+        except (HotSwapError, httpx.HTTPError) as exc:
             raise HotSwapError(
                 f"rollback of {url} to {report.previous_version} failed ({exc}); it stays drained"
             ) from exc
@@ -396,6 +454,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--target", default=HotSwapConfig.model_fields["target"].default)
     parser.add_argument("--replica", action="append", required=True, help="Replica base URL.")
     add_probe_arguments(parser)
+    add_timeout_arguments(parser)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     token = os.environ.get(ADMIN_TOKEN_ENV)
@@ -407,6 +466,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         admin_token=token,
         target=args.target,
         tolerance=tolerance_from(args),
+        **timeout_overrides(args),
     )
     report = asyncio.run(publish_weights(args.checkpoint, args.previous, args.replica, config))
     for step in report.replicas:

@@ -8,9 +8,10 @@ replica's cores never change):
   gets k = max(1, C // N) cores, slot i the k allowed cores starting at position (i * k) mod C,
   passed as `VLLM_CPU_OMP_THREADS_BIND` (e.g. "0" and "1" for 2 replicas on 2 cores). Replicas
   therefore never share an OpenMP core unless N > C.
-- GPU: slot i sees the i-th device this process may use through `CUDA_VISIBLE_DEVICES` (a
-  scheduler's assigned list is kept: slot i gets its i-th entry); more replicas than devices is
-  refused (`gpu_device`).
+- GPU: a replica of W ranks (`world_size`: data x pipeline x tensor parallel) sees W devices
+  through `CUDA_VISIBLE_DEVICES`: slot i the i-th contiguous run of W of the devices this process
+  may use (a scheduler's assigned list is kept: "4,5" and "6,7" for 2 replicas of TP 2 on
+  "4,5,6,7"); N x W above their count is refused (`gpu_devices`).
 
 Each slot runs this loop until `stop()`:
 
@@ -180,7 +181,7 @@ class ReplicaSupervisor:
                 slot_config = template.model_copy(update={"port": port, "cpu": cpu})
                 placement = f"cpu:{bind}"
             else:
-                device = gpu_device(i, config.replicas, env, gpu_count)
+                device = gpu_devices(i, config.replicas, env, gpu_count, template.world_size)
                 slot_env["CUDA_VISIBLE_DEVICES"] = device
                 slot_config = template.model_copy(update={"port": port})
                 placement = f"cuda:{device}"
@@ -318,25 +319,30 @@ class ReplicaSupervisor:
                     return f"/health failing for {self.config.unhealthy_after_s:.0f}s"
 
 
-def gpu_device(
-    index: int, replicas: int, env: Mapping[str, str], gpu_count: int | None = None
+def gpu_devices(
+    index: int,
+    replicas: int,
+    env: Mapping[str, str],
+    gpu_count: int | None = None,
+    per_replica: int = 1,
 ) -> str:
-    """The GPU of slot ``index``: the ``index``-th of the devices this process may use (the
-    ``CUDA_VISIBLE_DEVICES`` list a scheduler assigned, else ``0..count-1``), one replica per
-    device. More replicas than devices is refused: two replicas on one GPU would each reserve
-    ``gpu_memory_utilization`` of it."""
+    """The ``CUDA_VISIBLE_DEVICES`` of slot ``index``: the ``index``-th run of ``per_replica``
+    consecutive devices (a replica's ``world_size``) among those this process may use (the list
+    a scheduler assigned, else ``0..count-1``), comma-joined. More devices asked than there are
+    is refused: two replicas on one GPU would each reserve ``gpu_memory_utilization`` of it."""
     assigned = env.get("CUDA_VISIBLE_DEVICES")
     if assigned is not None and assigned.strip():
         devices = [d.strip() for d in assigned.split(",") if d.strip()]
     else:
         devices = [str(d) for d in range(gpu_count or _cuda_device_count())]
-    if replicas > len(devices):
+    needed = replicas * per_replica
+    if needed > len(devices):
         raise SupervisorError(
-            f"{replicas} GPU replicas for {len(devices)} device(s) ({', '.join(devices)}):"
-            " one replica per GPU (a tensor-parallel replica takes its devices through"
-            " extra_args)"
+            f"{replicas} GPU replica(s) of {per_replica} device(s) each need {needed} devices,"
+            f" and {len(devices)} are assigned ({', '.join(devices)}): one GPU serves one rank"
+            " of one replica; run fewer replicas or smaller data/pipeline/tensor-parallel sizes"
         )
-    return devices[index]
+    return ",".join(devices[index * per_replica : (index + 1) * per_replica])
 
 
 def _cuda_device_count() -> int:

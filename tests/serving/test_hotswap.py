@@ -28,6 +28,7 @@ from serving.build import (
     staging_dir,
 )
 from serving.hotswap import (
+    RELOAD_METHOD,
     RELOAD_WORKER_EXTENSION,
     HotSwapConfig,
     SwapReport,
@@ -35,8 +36,9 @@ from serving.hotswap import (
 )
 from serving.logprob_probe import checkpoint_probe
 from serving.names import ADMIN_TOKEN_ENV, LOCAL_MODEL_NAME
+from serving.prefix_cache_check import CacheCheckSettings, PrefixCacheCheck
 from serving.supervisor import ReplicaSupervisor, SupervisorConfig
-from serving.swap_checks import HotSwapError, compare_probe, probe_tolerance
+from serving.swap_checks import HotSwapError, ProbeTolerance, compare_probe, probe_tolerance
 from serving.train_base import QUICK_TRAINING
 from serving.vllm_config import VllmLaunchConfig
 from tests.fixtures.gateway_fixture import GatewayThread
@@ -198,6 +200,43 @@ async def test_supervisor_binds_each_replica_to_its_own_core(pool: ReplicaSuperv
     assert all(s.pid is not None and s.restarts == 0 for s in status)
 
 
+async def test_the_cache_check_fails_on_blocks_a_reset_left_behind(
+    pool: ReplicaSupervisor, base_dir: Path, tmp_path: Path
+) -> None:
+    """On a real replica: the check prompt's blocks of the old weights, still cached after a
+    reload (a reset that missed them; here none is sent), fail the check; after a reset it
+    passes, its cold answer computed afresh and its warm one read from the cache."""
+    url = pool.urls[1]
+    changed, served = (str(d.resolve()) for d in (corrupted_copy(base_dir, tmp_path), base_dir))
+    probe, bound = checkpoint_probe(base_dir), ProbeTolerance()
+
+    async def reload(client: httpx.AsyncClient, checkpoint: str) -> None:
+        rpc = {"method": RELOAD_METHOD, "args": [checkpoint]}
+        assert (await client.post(f"{url}/collective_rpc", json=rpc)).status_code == 200
+
+    async def reset(client: httpx.AsyncClient) -> None:
+        response = await client.post(f"{url}/reset_prefix_cache?reset_external=true")
+        assert response.json().get("success"), response.text
+
+    async with httpx.AsyncClient(timeout=120) as client:
+        check = PrefixCacheCheck(
+            client, LOCAL_MODEL_NAME, probe.prompt_token_ids, CacheCheckSettings()
+        )
+        try:
+            await check.seed_cache(url)
+            await reload(client, changed)
+            stale = await check.check_cached_prefix(url, bound, after_reset=True)
+            await reset(client)
+            fresh = await check.check_cached_prefix(url, bound, after_reset=True)
+        finally:
+            await reload(client, served)
+            await reset(client)
+    assert stale.survived_reset and not stale.passed, stale
+    assert stale.cold_cached_tokens is not None and stale.cold_cached_tokens >= 480
+    assert fresh.passed and fresh.cold_cached_tokens == 0, fresh
+    assert fresh.warm_cached_tokens is not None and fresh.warm_cached_tokens >= 480
+
+
 async def test_swap_under_streaming_load_tags_every_response_with_one_version(
     gateway: GatewayThread, base_dir: Path, trained_dir: Path
 ) -> None:
@@ -207,6 +246,13 @@ async def test_swap_under_streaming_load_tags_every_response_with_one_version(
     )
     assert report.ok, report
     assert [r.outcome for r in report.replicas] == ["swapped", "swapped"]
+    # The prefix-cache check ran after each reset: nothing survived it, and the warm answer
+    # read the cache.
+    for step in report.replicas:
+        cached = step.cache_check
+        assert cached is not None and cached.passed and cached.cold_cached_tokens == 0, step
+        assert cached.warm_cached_tokens
+    assert report.call_timeout_s > swap_config(gateway).request_timeout_s
     failures = [o for o in outcomes if o.status != 200 or not o.completed]
     assert not failures, failures[:3]
     assert len(outcomes) >= 8

@@ -29,7 +29,7 @@ from serving.supervisor import (
     SupervisorError,
     backoff_delay,
     cpu_binding,
-    gpu_device,
+    gpu_devices,
 )
 from serving.vllm_config import VllmLaunchConfig
 from tests.fixtures.gateway_fixture import GatewayThread
@@ -222,9 +222,30 @@ def test_gpu_replicas_take_the_assigned_devices_one_each() -> None:
     """A scheduler's CUDA_VISIBLE_DEVICES list is kept (slot i gets its i-th entry), and more
     replicas than devices is refused instead of doubling up on one GPU."""
     assigned = {"CUDA_VISIBLE_DEVICES": "3,5"}
-    assert [gpu_device(i, 2, assigned) for i in range(2)] == ["3", "5"]
-    assert [gpu_device(i, 2, {}, gpu_count=2) for i in range(2)] == ["0", "1"]
-    with pytest.raises(SupervisorError, match="3 GPU replicas for 2 device"):
-        gpu_device(2, 3, assigned)
-    with pytest.raises(SupervisorError, match="one replica per GPU"):
-        gpu_device(1, 2, {}, gpu_count=1)
+    assert [gpu_devices(i, 2, assigned) for i in range(2)] == ["3", "5"]
+    assert [gpu_devices(i, 2, {}, gpu_count=2) for i in range(2)] == ["0", "1"]
+    with pytest.raises(SupervisorError, match=r"3 GPU replica\(s\) of 1 device\(s\) each need 3"):
+        gpu_devices(2, 3, assigned)
+    with pytest.raises(SupervisorError, match="one GPU serves one rank of one replica"):
+        gpu_devices(1, 2, {}, gpu_count=1)
+
+
+def test_a_parallel_gpu_replica_takes_a_contiguous_run_of_its_world_size() -> None:
+    assigned = {"CUDA_VISIBLE_DEVICES": "4,5,6,7"}
+    assert [gpu_devices(i, 2, assigned, per_replica=2) for i in range(2)] == ["4,5", "6,7"]
+    assert gpu_devices(0, 1, assigned, per_replica=4) == "4,5,6,7"
+    with pytest.raises(SupervisorError, match="need 8 devices, and 4 are assigned"):
+        gpu_devices(0, 2, assigned, per_replica=4)
+
+
+def test_supervisor_places_tensor_parallel_replicas(tmp_path: Path) -> None:
+    config = SupervisorConfig(replicas=2)
+    gpu = template(tmp_path).model_validate(
+        {**template(tmp_path).model_dump(), "device": "gpu", "tensor_parallel_size": 2}
+    )
+    placed = ReplicaSupervisor(
+        gpu, config, ports=[1, 2], base_env={"CUDA_VISIBLE_DEVICES": "0,1,2,3"}
+    )
+    assert [s.placement for s in placed.status()] == ["cuda:0,1", "cuda:2,3"]
+    with pytest.raises(SupervisorError, match="need 4 devices, and 2 are assigned"):
+        ReplicaSupervisor(gpu, config, ports=[1, 2], base_env={"CUDA_VISIBLE_DEVICES": "0,1"})

@@ -169,6 +169,36 @@ def test_vllms_own_parser_reads_our_prefix_cache_and_kv_event_flags() -> None:
     assert not args.disable_log_stats  # vLLM's spans are built from its stats
 
 
+def test_parallel_sizes_map_to_vllms_flags_only_above_one() -> None:
+    config = cpu_config(
+        device="gpu", tensor_parallel_size=4, pipeline_parallel_size=2, data_parallel_size=2
+    )
+    command = config.command()
+    assert command[command.index("--tensor-parallel-size") + 1] == "4"
+    assert command[command.index("--pipeline-parallel-size") + 1] == "2"
+    assert command[command.index("--data-parallel-size") + 1] == "2"
+    assert config.world_size == 16
+    plain = cpu_config()
+    assert plain.world_size == 1
+    assert not any(flag.endswith("-parallel-size") for flag in plain.command())
+
+
+@pytest.mark.slow
+def test_vllms_own_parser_reads_our_parallel_sizes() -> None:
+    """The flag names are the installed vLLM's (imports vLLM: slow)."""
+    from vllm.engine.arg_utils import AsyncEngineArgs
+    from vllm.entrypoints.launchers.cli_args import make_arg_parser
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+    config = cpu_config(
+        device="gpu", tensor_parallel_size=2, pipeline_parallel_size=3, data_parallel_size=4
+    )
+    parser = make_arg_parser(FlexibleArgumentParser())  # type: ignore[no-untyped-call]
+    args = AsyncEngineArgs.from_cli_args(parser.parse_args(config.command()[3:]))
+    sizes = (args.tensor_parallel_size, args.pipeline_parallel_size, args.data_parallel_size)
+    assert sizes == (2, 3, 4)
+
+
 def test_gpu_command_line_with_fp8_and_lmcache_offload() -> None:
     config = cpu_config(
         device="gpu",
@@ -221,6 +251,14 @@ def test_gpu_command_line_with_fp8_and_lmcache_offload() -> None:
             "needs enable_prefix_caching=True",
         ),
         ({"kv_events": {"endpoint": "localhost:5557"}}, "looks like tcp://"),
+        ({"tensor_parallel_size": 2}, "set device='gpu', or keep tensor_parallel_size"),
+        ({"pipeline_parallel_size": 2}, "ranks do not serve here"),
+        ({"data_parallel_size": 2}, "and run more replicas"),
+        (
+            {"device": "gpu", "data_parallel_size": 2, "kv_events": {"endpoint": "tcp://*:5557"}},
+            "set data_parallel_size=1",
+        ),
+        ({"tensor_parallel_size": 0}, "greater than or equal to 1"),
         ({"prefix_caching_hash_algo": "md5"}, "sha256_cbor"),
         (
             {"traces": {"endpoint": "http://c:4318"}, "extra_args": ["--disable-log-stats"]},

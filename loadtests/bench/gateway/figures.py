@@ -8,11 +8,9 @@ Every figure is read at the headline concurrency (c=16), throughput and CPU per 
 - ``frontier_cpu_ms_per_request.<format>.<mode>``: the gateway process tree's CPU over the cell
   / requests on the frontier path (``frontier_openai``, ``frontier_anthropic``), non-streamed
   and the short stream (``max_tokens`` tokens); the simulator's CPU is not in it;
-- ``frontier_cpu_vs_upstream.<format>.<mode>``: that CPU over the simulator's own CPU per
-  request in the same cell (``upstream_cpu_ms_per_request``): the gateway's cost in units of a
-  minimal HTTP server's on the same machine at the same moment. No target: it is there to read
-  a missed absolute figure by (this VM's speed varies ~2x between days and within a run; the
-  ratio stayed 1.5-1.7 across such runs);
+- ``frontier_cpu_vs_upstream.<format>.<mode>``: that CPU over the simulator's own per request
+  in the same cell: the gateway's cost in units of a minimal HTTP server's at the same moment
+  (no target: it reads a missed absolute figure, this VM's speed varying ~2x; it stays 1.5-1.7);
 - ``cpu_us_per_extra_chunk.<system>``: (server CPU per request of the long stream - of the short
   stream) / (SSE events per answer of the long stream - of the short one), as received by the
   load generator (``long_stream_tokens - max_tokens`` events when nothing is merged or lost);
@@ -33,14 +31,10 @@ Every figure is read at the headline concurrency (c=16), throughput and CPU per 
 - ``secrets_redact_cpu_ms_per_request.<mode>``, ``secrets_redact_cpu_added_us.<mode>``: CPU
   per request of ``frontier_openai_secrets_rec`` (``secrets: redact``, a token in the prompt),
   and what it adds to ``frontier_openai_rec``'s in us (no target; long prompts: secret_scan);
-- ``added_ttft_ms.<system>``: time to first byte at concurrency 1 of a 30-token stream, the
-  gateway path minus the direct simulator request sent just before it, per round
-  (``added_p50_ms``, ``added_p99_ms``; :mod:`~loadtests.bench.gateway.ttft`); the targets read
-  the OpenAI-format frontier path (``frontier_openai``), the issue's case;
-- ``time_to_ready_s.<server>``: spawn -> first 200 from ``/ready`` (asked every 10 ms), each
-  gateway server started alone;
-- ``rss_mb.<server>``, ``peak_rss_mb.<server>``: ``VmRSS`` and ``VmHWM`` of each gateway process
-  after the whole load.
+- ``added_ttft_ms.<system>``: time to first byte at c=1, a 30-token stream, minus the direct
+  request of its round (:mod:`~loadtests.bench.gateway.ttft`); targets on ``frontier_openai``;
+- ``time_to_ready_s.<server>``: spawn -> first 200 from ``/ready`` (each server started alone);
+  ``rss_mb.<server>``, ``peak_rss_mb.<server>``: ``VmRSS``, ``VmHWM`` after the whole load.
 
 :data:`TARGETS` says which of them pass.
 """

@@ -20,13 +20,9 @@ simulator:
 - ``frontier_anthropic``, ``frontier_anthropic_rec``: the frontier path to an Anthropic-format
   upstream (``anthropic/<model>`` at ``<sim>``) through the gateway's Anthropic door
   ``/v1/messages``, off and on;
-- ``translated_anthropic``, ``translated_anthropic_rec``: the chat door to the Anthropic-format
-  upstream, translated by litellm's own classes (gateway.backends.anthropic_translate), off and
-  on;
-- ``translated_openai``, ``translated_openai_rec``: the Anthropic door ``/v1/messages`` to the
-  OpenAI-format upstream, translated, off and on;
-- ``responses_anthropic``, ``responses_anthropic_rec``: the Responses door ``/v1/responses`` to
-  the Anthropic-format upstream, off and on;
+- translated by litellm's own classes, off and on (``_rec``): ``translated_anthropic`` (chat
+  door -> Anthropic upstream), ``translated_openai`` (Messages door -> OpenAI upstream),
+  ``responses_anthropic`` (Responses door ``/v1/responses`` -> Anthropic upstream);
 - ``frontier_openai_secrets_rec``: ``frontier_openai_rec`` (its twin) with ``secrets: redact``
   on its targets (docs/secrets.md) and a token in the prompt (:data:`SECRET_PROMPT`);
 - ``litellm``: the LiteLLM proxy (one worker, master key, no database, retries off), OpenAI
