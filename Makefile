@@ -6,7 +6,7 @@ STAMP := $(VENV)/.switchyard-installed
 export LITELLM_LOCAL_MODEL_COST_MAP := True
 export SWITCHYARD_CACHE := $(CURDIR)/.cache
 
-.PHONY: setup setup-gpu demo test test-fast check lint typecheck bench-gateway bench-kv bench-serving bench-hostile bench-routing bench-token-count bench-secret-scan bench-trace-cost bench-loop-lag bench-fleet bench-train bench-console fuzz train-base flywheel gpu-smoke clean-cache
+.PHONY: setup setup-gpu demo test test-fast check lint typecheck bench-gateway bench-kv bench-serving bench-hostile bench-routing bench-token-count bench-secret-scan bench-trace-cost bench-loop-lag bench-fleet bench-train bench-console bench-retention fuzz train-base flywheel gpu-smoke clean-cache
 
 # Idempotent: re-installs only when pyproject.toml changed since the last install; compiles
 # the record writer's hot modules when their sources changed (gateway/recording/accel.py).
@@ -101,6 +101,11 @@ bench-train: setup
 # Console page timings on a PostgreSQL store of 1M synthetic inferences (reused while fresh).
 bench-console: setup
 	$(PY) -m loadtests.bench.console --dsn postgresql://postgres@127.0.0.1:5432/test --rows 1000000
+
+# Retention on the same 1M-row synthetic store: a day's partition dropped vs its rows deleted,
+# with reads running (its own schema, seeded anew each run).
+bench-retention: setup
+	$(PY) -m loadtests.bench.retention --dsn postgresql://postgres@127.0.0.1:5432/test --rows 1000000
 
 fuzz: setup
 	$(PY) -m pytest -q -rs tests/gateway/test_hostile_input.py

@@ -48,6 +48,7 @@ from gateway.routing.release import LiveRelease
 from gateway.startup import build_state, join_fleet
 from gateway.state import GatewayState
 from gateway.tracing import TRACES_CLOSE_S, build_tracing, close_tracer
+from traffic.retention import RetentionSchedule
 from traffic.tool_calls import warm as warm_tool_calls
 
 if TYPE_CHECKING:
@@ -185,6 +186,18 @@ def create_app(
         app.state.recorder = store
         if console is not None:
             console.start(app)
+        retention: RetentionSchedule | None = None
+        if handle is not None:  # deletes what is past its key's window, on the fleet's lease
+            from gateway.admin.legacy_records import LIVE_TRANSLATOR  # the doors' translators
+
+            retention = RetentionSchedule()
+            backend = handle.backend
+            retention.start(
+                lambda: backend,
+                lambda: state.config.store,
+                lambda lease_s: state.reloader.fleet.lead("retention", lease_s),
+                legacy=LIVE_TRANSLATOR,
+            )
         # Startup objects (litellm alone leaves ~300k) never die; keeping them out of the
         # collector's generations cut full-collection pauses from ~1 s to ~0.1 s under load.
         gc.collect()
@@ -202,6 +215,8 @@ def create_app(
             await _step("drain", drain(state, state.config.gateway.limits.drain_timeout_s))
             if console is not None:
                 await _step("console", console.aclose())  # a weight swap it started is stopped
+            if retention is not None:
+                await _step("retention", retention.aclose())
             await _step("fleet", fleet.aclose())
             await _step("back-ends", state.targets.aclose())
             await _step("episodes", state.decider.episodes.aclose())

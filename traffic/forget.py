@@ -17,14 +17,14 @@
    who, when, and how many rows of each kind went from where. It names ids, paths and counts,
    never content; its id is the taints' ``forget_id``.
 
-Run again, a forget finds what it missed (a segment busy then, a record still in a gateway's
-memory then) and changes nothing else: every step is idempotent. Revoke a key before forgetting
-it, or its next requests are recorded again.
+Steps 3 to 5 are :func:`traffic.erase.erase`, which the retention pass shares
+(:mod:`traffic.retention`). Run again, a forget finds what it missed (a segment busy then, a
+record still in a gateway's memory then) and changes nothing else: every step is idempotent.
+Revoke a key before forgetting it, or its next requests are recorded again.
 """
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -32,15 +32,16 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, model_validator
 
-from traffic.export.forget_files import ExportsForgotten, export_folders, forget_in_exports
+from traffic.erase import erase, find_in_spool
+from traffic.export.forget_files import ExportsForgotten
 from traffic.export.lineage_store import records_uses
 from traffic.export.wire_formats import LegacyTranslator
 from traffic.store import StoreBackend, new_id
 from traffic.store.console_queries import record_change
-from traffic.store.forgetting import TaintRecord, add_taints, delete_rows, scope_rows
+from traffic.store.forgetting import TaintRecord, add_taints, scope_rows
 from traffic.store.ids import is_uuid
 from traffic.store.records import ChangeRecord
-from traffic.store.spool_forget import SpoolForgotten, SpoolScope, forget_in_spool, scope_ids
+from traffic.store.spool_forget import SpoolForgotten, SpoolScope
 
 FORGET_ACTION = "traffic.forget"
 
@@ -126,9 +127,7 @@ async def forget(
     named = [scope.inference_id] if scope.inference_id else []
     stored = await scope_rows(store, key_ids=keys, inference_ids=named)
     spool_scope = SpoolScope(frozenset(keys), set(stored) | set(named))
-    for directory in spool_dirs:
-        await asyncio.to_thread(scope_ids, directory, spool_scope)
-    ids = set(spool_scope.inference_ids)
+    ids = await find_in_spool(spool_dirs, spool_scope)
 
     forget_id = new_id()
     uses = await records_uses(store, ids)
@@ -137,23 +136,27 @@ async def forget(
         store,
         [TaintRecord(model_version_id=c, forget_id=forget_id, via=v) for c, v in tainted.items()],
     )
-
-    locations = [p for _, _, where in uses.datasets for p in where]
-    folders, linked = await asyncio.to_thread(export_folders, locations, export_roots)
-    exports = await forget_in_exports(store, folders, ids, linked=linked, legacy=legacy)
-
-    spool = SpoolForgotten()
-    for directory in spool_dirs:
-        done = await _spool_pass(directory, spool_scope, busy_tries, busy_wait_s)
-        for kind, n in done.segments.items():
-            spool.segments[kind] = spool.segments.get(kind, 0) + n
-        spool.dead_letters += done.dead_letters
-        spool.busy += [str(directory / name) for name in done.busy]
-
-    database = await delete_rows(store, sorted(ids))
+    erased = await erase(
+        store,
+        ids,
+        spool_scope,
+        uses,
+        spool_dirs=spool_dirs,
+        export_roots=export_roots,
+        legacy=legacy,
+        busy_tries=busy_tries,
+        busy_wait_s=busy_wait_s,
+    )
     episodes = {e for e in stored.values() if e}
     report = ForgetReport(
-        forget_id, scope.subject, keys, database, len(episodes), spool, exports, tainted
+        forget_id,
+        scope.subject,
+        keys,
+        erased.database,
+        len(episodes),
+        erased.spool,
+        erased.exports,
+        tainted,
     )
     await record_change(
         store,
@@ -166,20 +169,3 @@ async def forget(
         ),
     )
     return report
-
-
-async def _spool_pass(
-    directory: Path, scope: SpoolScope, tries: int, wait_s: float
-) -> SpoolForgotten:
-    """The spool rewritten, segments another process holds tried again up to ``tries`` times."""
-    total = SpoolForgotten()
-    for attempt in range(max(tries, 1)):
-        done = await asyncio.to_thread(forget_in_spool, directory, scope)
-        for kind, n in done.segments.items():
-            total.segments[kind] = total.segments.get(kind, 0) + n
-        total.dead_letters += done.dead_letters
-        total.busy = done.busy
-        if not done.busy or attempt == tries - 1:
-            break
-        await asyncio.sleep(wait_s)
-    return total

@@ -9,6 +9,9 @@
                                                                         (gateway.admin.lineage_cli)
     switchyard traffic forget --key <key id> | --team T | --inference <id> --config switchyard.yaml
                                                                         (gateway.admin.forget_cli)
+    switchyard traffic retention [--dry-run] --config switchyard.yaml
+    switchyard traffic retention-window --key <key id> | --team T --days N --config switchyard.yaml
+                                                                     (gateway.admin.retention_cli)
 
 ``--config FILE`` may replace ``--store``: the store that gateway config records into
 (:mod:`gateway.admin.store_args`). The summary's table fits the terminal
@@ -28,6 +31,7 @@ from gateway.admin.episode_cli import add_parsers as add_episode_parsers
 from gateway.admin.forget_cli import add_parsers as add_forget_parsers
 from gateway.admin.legacy_records import LIVE_TRANSLATOR, backfill_canonical
 from gateway.admin.lineage_cli import add_parsers as add_lineage_parsers
+from gateway.admin.retention_cli import add_parsers as add_retention_parsers
 from gateway.admin.store_args import (
     add_filter_args,
     add_store_args,
@@ -79,7 +83,7 @@ def cmd_canonicalize(args: argparse.Namespace) -> int:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """``switchyard traffic <verb>``: summary, export, canonicalize, episode, episode-export,
-    lineage, forget."""
+    lineage, forget, retention, retention-window."""
     traffic = parser.add_subparsers(dest="verb", required=True)
     summary = traffic.add_parser("summary", help="counts, cost, latency, acceptance by group")
     add_store_args(summary)
@@ -112,6 +116,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_episode_parsers(traffic)
     add_lineage_parsers(traffic)
     add_forget_parsers(traffic)
+    add_retention_parsers(traffic)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -8,6 +8,10 @@
 
 The writer settings bound memory (``queue_size``), batch database round trips (``batch_size``,
 ``flush_interval_s``) and say where records wait while the database is down (``spool_dir``).
+
+Retention (:mod:`traffic.retention`): ``retention_days``, the window of the keys and teams that
+set none of their own (:mod:`traffic.store.retention_windows`), and ``retention_interval_s``,
+how often the scheduled pass runs (``traffic.retention.RetentionSchedule``).
 """
 
 from __future__ import annotations
@@ -37,6 +41,10 @@ DEFAULT_REQUEST_CONNECTIONS: Final = 2
 DEFAULT_SQLITE_BUSY_TIMEOUT_S: Final = 5.0
 DEFAULT_CLOSE_TIMEOUT_S: Final = 10.0
 DEFAULT_READ_BATCH_SIZE: Final = 500
+# None: kept forever, what every record was before retention existed.
+DEFAULT_RETENTION_DAYS: Final[int | None] = None
+# Hourly: a day's expiry is done within the hour after its midnight (UTC).
+DEFAULT_RETENTION_INTERVAL_S: Final = 3600.0
 
 Dialect = Literal["sqlite", "postgres"]
 
@@ -94,6 +102,18 @@ class StoreConfig(BaseModel):
         description="PostgreSQL: connections kept for those reads, apart from background writes.",
     )
     sqlite_busy_timeout_s: float = Field(default=DEFAULT_SQLITE_BUSY_TIMEOUT_S, ge=0)
+    retention_days: int | None = Field(
+        default=DEFAULT_RETENTION_DAYS,
+        ge=1,
+        description="Days a record is kept (whole UTC days after the day it was recorded) "
+        "unless its key or team has a window of its own; None: kept forever.",
+    )
+    retention_interval_s: float = Field(
+        default=DEFAULT_RETENTION_INTERVAL_S,
+        gt=0,
+        description="How often the scheduled retention pass runs (it deletes what is past "
+        "its window; on PostgreSQL it also makes the day partitions ahead).",
+    )
 
     @field_validator("url")
     @classmethod

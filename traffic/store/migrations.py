@@ -26,6 +26,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Final
 
 from traffic.store.config import Dialect
+from traffic.store.partition_sql import conversion_sql
 from traffic.store.schema import (
     INDEXES,
     SCHEMA_MIGRATIONS,
@@ -98,6 +99,14 @@ MIGRATIONS: Final = (
         " model_dataset: which datasets trained which checkpoint, and where they are",
     ),
     Migration(11, "model_taint: checkpoints trained on (or descended from) forgotten records"),
+    # PostgreSQL: the tables as they were become one partition each, attached without a copy
+    # (traffic.store.partition_sql); new days get partitions of their own from the retention pass.
+    Migration(
+        12,
+        "retention: retention_window (per key and team); on PostgreSQL inference, feedback and"
+        " shadow partitioned by day, so a day past every window is a partition drop",
+        MappingProxyType({"postgres": conversion_sql()}),
+    ),
 )
 
 

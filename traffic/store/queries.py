@@ -189,7 +189,7 @@ def insert_sql(table: Table, codec: Codec, *, on_conflict_ignore: bool = True) -
     marks = ", ".join(codec.param for _ in table.columns)
     sql = f"INSERT INTO {table.name} ({select_list(table)}) VALUES ({marks})"
     if on_conflict_ignore:
-        sql += f" ON CONFLICT ({', '.join(table.primary_key)}) DO NOTHING"
+        sql += f" ON CONFLICT ({', '.join(table.key_columns(codec.dialect))}) DO NOTHING"
     return sql
 
 
@@ -201,7 +201,8 @@ def upsert_sql(table: Table, codec: Codec, *, keep: tuple[str, ...] = ("created_
         if name not in table.primary_key and name not in keep
     ]
     base = insert_sql(table, codec, on_conflict_ignore=False)
-    return f"{base} ON CONFLICT ({', '.join(table.primary_key)}) DO UPDATE SET {', '.join(updated)}"
+    key = ", ".join(table.key_columns(codec.dialect))
+    return f"{base} ON CONFLICT ({key}) DO UPDATE SET {', '.join(updated)}"
 
 
 def in_ids(column: str, ids: Sequence[str], codec: Codec) -> tuple[str, list[Any]]:

@@ -23,6 +23,10 @@ each secondary index is ``(column, id)`` so a filter plus a time range is one in
 There are no foreign keys: feedback may arrive (or be replayed from a spool) before the inference
 it points at, and the API validates references instead.
 
+PostgreSQL partitions ``inference``, ``feedback`` and ``shadow`` by day of ``partition_by``
+(:mod:`traffic.store.partition_sql`), where ``feedback`` and ``shadow`` are keyed
+``(id, inference_id)``: a unique key must hold the partition column (:meth:`Table.key_columns`).
+
 Evolution: every table, column and index has ``since``, the migration version that adds it.
 Migration N creates the tables with ``since == N`` (with their columns of ``since <= N``), adds
 the columns with ``since == N`` to older tables, and creates the indexes with ``since == N``; so
@@ -103,12 +107,28 @@ class Index:
     dropped: int | None = None
 
 
+# The migration that partitions the ``partition_by`` tables by day on PostgreSQL.
+PARTITIONED_SINCE: Final = 12
+
+
 @dataclass(frozen=True, slots=True)
 class Table:
+    """``partition_by``: the UUIDv7 column whose day partitions the table on PostgreSQL (from
+    migration :data:`PARTITIONED_SINCE`); None: one table."""
+
     name: str
     columns: tuple[Column, ...]
     primary_key: tuple[str, ...] = ("id",)
     since: int = 1
+    partition_by: str | None = None
+
+    def key_columns(self, dialect: Dialect) -> tuple[str, ...]:
+        """The primary key as ``dialect`` holds it (with the partition column on PostgreSQL):
+        what ``ON CONFLICT`` names."""
+        extra = self.partition_by if dialect == "postgres" else None
+        if extra is None or extra in self.primary_key:
+            return self.primary_key
+        return (*self.primary_key, extra)
 
     @property
     def column_names(self) -> tuple[str, ...]:
@@ -176,6 +196,7 @@ INFERENCE: Final = Table(
         _opt("shadow_skipped", _T.BOOL, since=6),
         _opt("training_use", _T.TEXT, since=9),  # the caller's consent, stamped when recorded
     ),
+    partition_by="id",
 )
 FEEDBACK: Final = Table(
     "feedback",
@@ -187,6 +208,7 @@ FEEDBACK: Final = Table(
         _opt("value", _T.FLOAT),
         _opt("payload", _T.JSON),
     ),
+    partition_by="inference_id",
 )
 SHADOW: Final = Table(
     "shadow",
@@ -198,6 +220,7 @@ SHADOW: Final = Table(
         _req("response", _T.JSON),
         _req("comparison", _T.JSON),
     ),
+    partition_by="inference_id",
 )
 MODEL_VERSION: Final = Table(
     "model_version",
@@ -352,6 +375,14 @@ MODEL_TAINT: Final = Table(
     primary_key=("model_version_id", "forget_id"),
     since=11,
 )
+# How long a key's or a team's traffic is kept (traffic.store.retention_windows): ``subject``
+# ``key:ID`` or ``team:ID``, ``days`` None for ever; no row: inherited.
+RETENTION_WINDOW: Final = Table(
+    "retention_window",
+    (_req("subject", _T.KEY), _opt("days", _T.INT), _req("updated_at", _T.TS)),
+    primary_key=("subject",),
+    since=12,
+)
 # Bookkeeping of applied migrations; created before any migration runs, never migrated itself.
 SCHEMA_MIGRATIONS: Final = Table(
     "schema_migrations",
@@ -374,6 +405,7 @@ TABLES: Final = (
     DATASET,
     MODEL_DATASET,
     MODEL_TAINT,
+    RETENTION_WINDOW,
 )
 INDEXES: Final = (
     Index("inference_route_target_id", "inference", ("route_target", "id")),
@@ -414,13 +446,21 @@ def _column_sql(column: Column, dialect: Dialect) -> str:
 
 
 def create_table_sql(table: Table, dialect: Dialect, version: int | None = None) -> str:
-    """``CREATE TABLE IF NOT EXISTS`` with the columns that exist at ``version`` (all if None)."""
+    """``CREATE TABLE IF NOT EXISTS`` with the columns that exist at ``version`` (all if None);
+    on PostgreSQL from :data:`PARTITIONED_SINCE`, a ``partition_by`` table is the partitioned
+    parent (its partitions: :mod:`traffic.store.partition_sql`)."""
     cols = [c for c in table.columns if version is None or c.since <= version]
     body = ",\n    ".join(_column_sql(c, dialect) for c in cols)
-    strict = " STRICT" if dialect == "sqlite" else ""
+    tail = " STRICT" if dialect == "sqlite" else ""
     pk = ", ".join(table.primary_key)
+    partitioned = version is None or version >= PARTITIONED_SINCE
+    if dialect == "postgres" and table.partition_by is not None and partitioned:
+        pk, tail = (
+            ", ".join(table.key_columns(dialect)),
+            f" PARTITION BY RANGE ({table.partition_by})",
+        )
     return (
-        f"CREATE TABLE IF NOT EXISTS {table.name} (\n    {body},\n    PRIMARY KEY ({pk})\n){strict}"
+        f"CREATE TABLE IF NOT EXISTS {table.name} (\n    {body},\n    PRIMARY KEY ({pk})\n){tail}"
     )
 
 

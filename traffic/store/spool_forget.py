@@ -1,6 +1,7 @@
 """Forgetting in the spool (:mod:`traffic.store.spool`): its segments and its dead letters.
 
-A scope is :class:`SpoolScope`: key ids and inference ids. :func:`scope_ids` reads every
+A scope is :class:`SpoolScope`: key ids, inference ids, and optionally a rule on an inference
+record (``expires``: the retention pass's windows). :func:`scope_ids` reads every
 segment and dead letter (no lock: a read) for the inferences of those keys;
 :func:`forget_in_spool` then rewrites each file without the records of those inferences (the
 inferences, their feedback and shadow answers):
@@ -24,7 +25,7 @@ import fcntl
 import json
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
@@ -44,15 +45,21 @@ _UUID: Final = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9
 
 @dataclass(slots=True)
 class SpoolScope:
-    """What to forget: inferences made with ``key_ids`` or among ``inference_ids`` (the set
-    grows as :func:`scope_ids` finds the keys' inferences), and everything pointing at them."""
+    """What to forget: inferences made with ``key_ids``, among ``inference_ids`` or that
+    ``expires`` holds (the set grows as :func:`scope_ids` finds the spool's), and everything
+    pointing at them."""
 
     key_ids: frozenset[str] = frozenset()
     inference_ids: set[str] = field(default_factory=set)
+    expires: Callable[[InferenceRecord], bool] | None = None
 
     def holds(self, record: SpoolRecord) -> bool:
         if isinstance(record, InferenceRecord):
-            return record.id in self.inference_ids or record.api_key_id in self.key_ids
+            return (
+                record.id in self.inference_ids
+                or record.api_key_id in self.key_ids
+                or (self.expires is not None and self.expires(record))
+            )
         return record.inference_id in self.inference_ids
 
     def named_in(self, text: str) -> bool:
