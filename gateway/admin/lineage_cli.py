@@ -8,7 +8,8 @@
 line, on standard output, and each dataset (hash, kind, rows per split, where its files are) on
 standard error; ``--ancestors`` adds the datasets of the checkpoints it was trained from;
 ``--verify`` rebuilds each exporter dataset from those rows as the store holds them now and
-compares hashes (exit status 1 when one differs: a row deleted or changed since).
+compares hashes (exit status 1 when one differs: a row deleted or changed since), with
+``--labels`` the client-side labels its builder joined (the RL loop's ``labels.json``).
 ``--inference`` prints the datasets that list the record, with its split, the checkpoints
 trained on them and their recorded descendants; a record deleted since is still found.
 ``--json`` prints either as one JSON document. What a lineage holds: ``traffic.export.lineage``.
@@ -21,12 +22,14 @@ import asyncio
 import json
 import sys
 import uuid
+from pathlib import Path
 from typing import Any
 
 from tqdm import tqdm
 
 from gateway.admin.legacy_records import LIVE_TRANSLATOR
 from gateway.admin.store_args import add_store_args, with_store
+from traffic.client_labels import Labels, load_labels
 from traffic.export.lineage_store import (
     CheckpointLineage,
     LinkedDataset,
@@ -56,11 +59,15 @@ def _dataset_line(d: LinkedDataset, rebuilt: Rebuilt | None, verify: bool) -> st
     return line + f"; rebuilt: hash differs ({rebuilt.missing} rows no longer stored)"
 
 
-async def _verify(store: StoreBackend, found: CheckpointLineage) -> dict[str, Rebuilt | None]:
+async def _verify(
+    store: StoreBackend, found: CheckpointLineage, labels: Labels
+) -> dict[str, Rebuilt | None]:
     rebuilt: dict[str, Rebuilt | None] = {}
     for d in tqdm(found.datasets, desc="rebuild", unit="dataset"):
         if d.record.id not in rebuilt:  # one dataset may have trained several (--ancestors)
-            rebuilt[d.record.id] = await rebuild_matches(store, d.record, legacy=LIVE_TRANSLATOR)
+            rebuilt[d.record.id] = await rebuild_matches(
+                store, d.record, legacy=LIVE_TRANSLATOR, labels=labels
+            )
     return rebuilt
 
 
@@ -69,7 +76,8 @@ async def show_checkpoint(store: StoreBackend, args: argparse.Namespace) -> int:
     if found is None:
         print(f"no checkpoint {args.checkpoint} in the model registry", file=sys.stderr)
         return 1
-    rebuilt = await _verify(store, found) if args.verify else {}
+    labels = await asyncio.to_thread(load_labels, args.labels) if args.labels else {}
+    rebuilt = await _verify(store, found, labels) if args.verify else {}
     ids = found.ids()
     if args.json:
         datasets = [
@@ -172,6 +180,12 @@ def add_parsers(verbs: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         "--verify",
         action="store_true",
         help="--checkpoint: rebuild each dataset from its records and compare hashes",
+    )
+    lineage.add_argument(
+        "--labels",
+        type=Path,
+        help="--verify: the client-side labels the datasets' builder joined to the rows "
+        "(a flywheel run's labels.json; traffic.client_labels)",
     )
     lineage.add_argument("--json", action="store_true", help="one JSON document on stdout")
     lineage.set_defaults(verb_run=cmd_lineage)

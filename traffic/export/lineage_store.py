@@ -24,13 +24,14 @@ from __future__ import annotations
 
 import asyncio
 from bisect import bisect_left, bisect_right
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import get_args
 
 from tqdm import tqdm
 
+from traffic.client_labels import label_row
 from traffic.export.config import DatasetConfig, DatasetKind
 from traffic.export.lineage import DatasetLineage, Part, lineage_of
 from traffic.export.wire_formats import LegacyTranslator
@@ -127,10 +128,16 @@ class Rebuilt:
 
 
 async def rebuild_matches(
-    store: StoreBackend, record: DatasetRecord, *, legacy: LegacyTranslator | None = None
+    store: StoreBackend,
+    record: DatasetRecord,
+    *,
+    legacy: LegacyTranslator | None = None,
+    labels: Mapping[str, Mapping[str, str]] | None = None,
 ) -> Rebuilt | None:
-    """``record`` rebuilt from the rows its lineage names; None when this cannot rebuild it
-    (not an exporter's kind, no config recorded, ids that carry no time)."""
+    """``record`` rebuilt from the rows its lineage names, with the client-side ``labels`` its
+    builder joined (``traffic.client_labels``: the RL loop's, a flywheel run's
+    ``labels.json``); None when this cannot rebuild it (not an exporter's kind, no config
+    recorded, ids that carry no time)."""
     # Imported here: the command line imports this module, and `switchyard serve` must not pay
     # for importing the dataset pipeline (docs/recording.md, "Figures behind traffic/'s choices").
     from traffic.export.dataset import build_dataset
@@ -142,6 +149,8 @@ async def rebuild_matches(
     rows = await stored_rows(store, lineage)
     if rows is None:
         return None
+    if labels:
+        rows = [label_row(row, labels) for row in rows]
     fields = DatasetConfig.model_fields
     config = DatasetConfig.model_validate({k: v for k, v in record.config.items() if k in fields})
     dataset = await asyncio.to_thread(build_dataset, rows, config, legacy=legacy)

@@ -10,6 +10,7 @@ import pytest
 
 from tests.traffic.export import synthetic as syn
 from tests.traffic.export.test_episodes import _episodes
+from traffic.client_labels import label_row
 from traffic.export import DatasetConfig, ExportConfig, SplitConfig, build_dataset, export_dataset
 from traffic.export.episode_export import EpisodeExportConfig, build_episode_dataset
 from traffic.export.export import ExportManifest
@@ -121,5 +122,28 @@ async def test_the_rows_a_lineage_names_rebuild_the_same_dataset(tmp_path: Path)
         other = syn.chat_row(3.5, "between", "answer", fb=[syn.feedback("accepted", 3.5)])
         await store.insert_inferences([other.inference])  # a row it never used: ignored
         assert (await rebuild_matches(store, record)) == rebuilt
+    finally:
+        await store.close()
+
+
+async def test_a_dataset_built_with_client_labels_rebuilds_only_with_them(tmp_path: Path) -> None:
+    """The RL loop joins client-side labels to the rows it reads (a flywheel run's labels.json):
+    its RL-prompt records carry them, so the rows alone rebuild another dataset."""
+    rows = _rows()
+    labels = {r.inference.id: {"family": "f", "task_id": str(i)} for i, r in enumerate(rows)}
+    config = DatasetConfig(kind="rl_prompts", split=SplitConfig(eval_fraction=0.25))
+    dataset = build_dataset([label_row(r, labels) for r in rows], config)
+    record = dataset_record(
+        DatasetRef(lineage=dataset.lineage, config=config.model_dump(mode="json"))
+    )
+    store = SqliteBackend(tmp_path / "traffic.db")
+    await store.connect()
+    try:
+        await store.insert_inferences([r.inference for r in rows])
+        await store.insert_feedback([f for r in rows for f in r.feedback])
+        alone = await rebuild_matches(store, record)
+        assert alone is not None and not alone.matches and alone.missing == 0
+        joined = await rebuild_matches(store, record, labels=labels)
+        assert joined is not None and joined.matches
     finally:
         await store.close()
