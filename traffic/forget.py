@@ -1,8 +1,9 @@
-"""Forgetting: a key's, a team's or one record's traffic deleted everywhere it was kept.
+"""Forgetting: a key's, a team's, one record's or a time's traffic deleted everywhere it was kept.
 
 :func:`forget` takes a :class:`ForgetScope` and, in this order:
 
-1. finds the scope's inferences: in the store (by key, or by id) and in the spool's segments
+1. finds the scope's inferences: in the store (by key, by id, or recorded before a time: the
+   time in the record's id) and in the spool's segments
    and dead letters (:mod:`traffic.store.spool_forget`); a team's scope is its keys';
 2. marks tainted every checkpoint trained on a dataset that lists one of them, and every
    recorded descendant of one (``model_taint``: :mod:`traffic.store.forgetting`); the lineage
@@ -30,7 +31,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, model_validator
+from pydantic import AwareDatetime, BaseModel, ConfigDict, model_validator
 
 from traffic.erase import erase, find_in_spool
 from traffic.export.forget_files import ExportsForgotten
@@ -47,30 +48,35 @@ FORGET_ACTION = "traffic.forget"
 
 
 class ForgetScope(BaseModel):
-    """What to forget: exactly one of a key's traffic, a team's keys' traffic, one record."""
+    """What to forget: exactly one of a key's traffic, a team's keys' traffic, one record, or
+    everything recorded before a time (timezone-aware)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     key_id: str | None = None
     team_id: str | None = None
     inference_id: str | None = None
+    before: AwareDatetime | None = None
 
     @model_validator(mode="after")
     def _exactly_one(self) -> ForgetScope:
-        given = [v for v in (self.key_id, self.team_id, self.inference_id) if v]
+        given = [v for v in (self.key_id, self.team_id, self.inference_id, self.before) if v]
         if len(given) != 1:
-            raise ValueError("name exactly one of key_id, team_id, inference_id")
+            raise ValueError("name exactly one of key_id, team_id, inference_id, before")
         if self.inference_id is not None and not is_uuid(self.inference_id):
             raise ValueError(f"inference_id {self.inference_id!r} is not a record id")
         return self
 
     @property
     def subject(self) -> str:
-        """The change log's subject: ``key:ID``, ``team:ID`` or ``inference:ID``."""
+        """The change log's subject: ``key:ID``, ``team:ID``, ``inference:ID`` or
+        ``before:ISO-TIME``."""
         if self.key_id:
             return f"key:{self.key_id}"
         if self.team_id:
             return f"team:{self.team_id}"
+        if self.before is not None:
+            return f"before:{self.before.isoformat()}"
         return f"inference:{self.inference_id}"
 
 
@@ -125,8 +131,10 @@ async def forget(
     """Forget ``scope`` everywhere (module docstring); the audit entry is written last."""
     keys = await _keys(store, scope)
     named = [scope.inference_id] if scope.inference_id else []
-    stored = await scope_rows(store, key_ids=keys, inference_ids=named)
-    spool_scope = SpoolScope(frozenset(keys), set(stored) | set(named))
+    stored = await scope_rows(store, key_ids=keys, inference_ids=named, before=scope.before)
+    before = scope.before
+    expires = None if before is None else (lambda record: record.ts < before)
+    spool_scope = SpoolScope(frozenset(keys), set(stored) | set(named), expires)
     ids = await find_in_spool(spool_dirs, spool_scope)
 
     forget_id = new_id()

@@ -1,9 +1,10 @@
-"""`switchyard traffic forget`: delete a key's, a team's or one record's traffic everywhere.
+"""`switchyard traffic forget`: delete a key's, team's, record's or time's traffic everywhere.
 
     switchyard traffic forget --key KEY_ID --config switchyard.yaml
     switchyard traffic forget --team platform --store URL --spool-dir .cache/spool \\
         --export-root runs/exports
     switchyard traffic forget --inference 0190c1e2-... --config switchyard.yaml
+    switchyard traffic forget --before 2026-12-01T00:00:00+00:00 --config switchyard.yaml
 
 Deletes the records with their feedback and shadow answers from the store, the spool's segments
 and dead letters (``--config``'s ``store.spool_dir``, or each ``--spool-dir``), and the
@@ -22,6 +23,7 @@ import asyncio
 import getpass
 import json
 import sys
+from datetime import datetime
 from pathlib import Path
 
 from pydantic import ValidationError
@@ -39,13 +41,26 @@ def cli_actor() -> str:
         return "cli"
 
 
+def _aware_time(text: str) -> datetime:
+    """An ISO 8601 time with its offset (a time without one would be read in the local zone)."""
+    try:
+        when = datetime.fromisoformat(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"not an ISO 8601 time: {text!r}") from exc
+    if when.tzinfo is None:
+        raise argparse.ArgumentTypeError(f"give the time's offset (e.g. {text}+00:00)")
+    return when
+
+
 def report_json(report: ForgetReport) -> dict[str, object]:
     return {"forget_id": report.forget_id, "subject": report.subject, **report.detail()}
 
 
 def cmd_forget(args: argparse.Namespace) -> int:
     try:
-        scope = ForgetScope(key_id=args.key, team_id=args.team, inference_id=args.inference)
+        scope = ForgetScope(
+            key_id=args.key, team_id=args.team, inference_id=args.inference, before=args.before
+        )
     except ValidationError as exc:
         raise SystemExit(f"forget: {exc.errors()[0]['msg']}") from exc
     spool_dirs = args.spool_dir or [store_config(args).spool_dir]
@@ -81,6 +96,12 @@ def add_parsers(verbs: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     which.add_argument("--key", help="an API key id: forget every record it made")
     which.add_argument("--team", help="a team id: forget every record of its keys")
     which.add_argument("--inference", help="one record's id")
+    which.add_argument(
+        "--before",
+        type=_aware_time,
+        help="an ISO 8601 time with its offset (2026-12-01T00:00:00+00:00): every record "
+        "made before it",
+    )
     p.add_argument(
         "--spool-dir",
         type=Path,

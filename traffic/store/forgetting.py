@@ -23,7 +23,7 @@ from typing import Final
 from traffic.store.backend import StoreBackend
 from traffic.store.console_queries import sql_store
 from traffic.store.queries import decode_row, in_ids, in_keys, select_list
-from traffic.store.records import utc_now
+from traffic.store.records import InferenceFilter, utc_now
 from traffic.store.schema import MODEL_TAINT
 from traffic.store.versions import version_chain
 
@@ -43,12 +43,19 @@ class TaintRecord:
 
 
 async def scope_rows(
-    store: StoreBackend, *, key_ids: Sequence[str] = (), inference_ids: Sequence[str] = ()
+    store: StoreBackend,
+    *,
+    key_ids: Sequence[str] = (),
+    inference_ids: Sequence[str] = (),
+    before: datetime | None = None,
 ) -> dict[str, str | None]:
-    """The stored inferences made with one of ``key_ids`` or among ``inference_ids``: id ->
-    its episode id (None when in no episode)."""
+    """The stored inferences made with one of ``key_ids``, among ``inference_ids`` or recorded
+    before ``before``: id -> its episode id (None when in no episode)."""
     s = sql_store(store)
     found: dict[str, str | None] = {}
+    if before is not None:
+        async for row in store.iter_inferences(InferenceFilter(until=before)):
+            found[row.inference.id] = row.inference.episode_id
     for column, values, condition in (
         ("api_key_id", key_ids, in_keys),
         ("id", inference_ids, in_ids),

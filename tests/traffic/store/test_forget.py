@@ -163,6 +163,31 @@ async def test_forgetting_again_finds_nothing_and_a_team_means_its_keys(
     assert len(await changes(store, action_prefix=FORGET_ACTION)) == 2
 
 
+async def test_forgetting_before_a_time_takes_every_older_record_and_its_spooled_copy(
+    store_backend: StoreBackend, tmp_path: Path
+) -> None:
+    """``before``: the records made before the time (the time in their id), whatever their key,
+    with their feedback, and the spool's copies of records that old; the rest stay."""
+    store = store_backend
+    rows = [_chat(GONE, 0), _chat(KEPT, 1), _chat(GONE, 3), _chat(KEPT, 4)]  # days 1, 2, 4, 5
+    await store.insert_inferences(rows[:3])
+    await store.insert_feedback(
+        [FeedbackRecord(inference_id=r.id, kind="accepted", ts=day(6)) for r in rows[:3]]
+    )
+    spool = Spool(tmp_path / "spool", 1 << 20)
+    spool.append([rows[1], rows[3]])  # a day-2 copy (also stored) and a day-5 record not yet
+    spool.seal()
+    scope = ForgetScope(before=day(3))
+    report = await forget(store, scope, actor="test", spool_dirs=[tmp_path / "spool"])
+    assert report.subject == f"before:{day(3).isoformat()}"
+    assert report.database == {"inferences": 2, "feedback": 2, "shadows": 0}
+    assert [r.inference.id async for r in store.iter_inferences()] == [rows[2].id]
+    left = _spool_lines(tmp_path / "spool")
+    assert rows[1].id not in left and rows[3].id in left
+    with pytest.raises(ValueError, match="timezone"):
+        ForgetScope(before="2026-01-01T00:00:00")  # type: ignore[arg-type]
+
+
 def test_a_scope_names_exactly_one_thing() -> None:
     with pytest.raises(ValueError, match="exactly one"):
         ForgetScope(key_id="a", team_id="b")
