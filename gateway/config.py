@@ -324,6 +324,13 @@ class TokenCountConfig(BaseModel):
         description="Characters of long prompt texts kept with their counts (system prompts, "
         "tools, an agent's history), so a next turn encodes only what is new (0: no cache).",
     )
+    preload: bool = Field(
+        default=False,
+        description="Load tiktoken's encodings at start. false: at the first prompt that needs "
+        "a count (a key with a tpm limit or a budget, a prompt whose size bound exceeds a "
+        "window), counted by characters until loaded; o200k_base alone holds ~77 MB, which "
+        "short prompts of keys without limits never need.",
+    )
 
 
 class GatewaySection(BaseModel):

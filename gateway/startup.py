@@ -81,7 +81,7 @@ def build_state(
     r = config.gateway.retry
     monitor = ReleaseMonitor(config.release, background.spawn)
     counter = PromptCounter(config.gateway.token_count)
-    if config.gateway.token_count.enabled:
+    if config.gateway.token_count.enabled and config.gateway.token_count.preload:
         counter.prepare(config.backends)  # tiktoken's encodings, loaded on a worker thread
     secrets = SecretScanner()  # the scrubber, imported on a worker thread if a target needs it
     secrets.prepare(b.secrets for b in config.backends.values())

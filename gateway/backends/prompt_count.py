@@ -6,7 +6,7 @@ them (:mod:`gateway.backends.tiktoken_files`).
                     ``text-completion-openai/``)          -> its encoding: exact
                     any other target (Anthropic, local)    -> o200k_base x the target's ratio
                     (not loaded: a local target alone      -> characters / 4 x the target's ratio
-                    never loads it)
+                    never loads it; nor a size bound)
     count(body)     tokens of the body's texts (message contents, names, tool calls' names and
                     arguments, the tools' JSON, a JSON response format) + OpenAI's chat framing
                     (3 a message, 1 a name, 3 priming the answer) + a fixed figure an image
@@ -164,19 +164,20 @@ class PromptCounter:
         estimated = len(models) < len(frontier)
         self.encodings.load_in_background([ESTIMATE_BASE] if estimated else [], models)
 
-    def method(self, config: BackendConfig) -> tuple[str, bool]:
+    def method(self, config: BackendConfig, load: bool = True) -> tuple[str, bool]:
         """The encoding a target's prompts are counted with, and whether the count is exact;
-        ``chars`` while none is loaded. What is not loaded yet starts loading (once)."""
+        ``chars`` while none is loaded. ``load``: what is not loaded yet starts loading (once);
+        a size bound (:meth:`PromptSizes.at_most`) asks without."""
         model = _openai_model(config)
         if model is not None:
-            if not self.encodings.resolved(model):
+            if load and not self.encodings.resolved(model):
                 self.encodings.load_in_background(models=[model])
             name = self.encodings.for_model(model)
             if name is not None and self.encodings.get(name) is not None:
                 return name, True
         if self.encodings.get(ESTIMATE_BASE) is not None:
             return ESTIMATE_BASE, False
-        if config.kind == "litellm":  # a local target alone never loads an encoding
+        if load and config.kind == "litellm":  # a local target alone never loads one
             self.encodings.load_in_background([ESTIMATE_BASE])  # once; by chars till then
         return CHARS, False
 
@@ -273,7 +274,7 @@ class PromptSizes:
         if bound is None:
             texts, extra = self._texts()
             bound = self._bound = extra + sum(len(t) if t.isascii() else 4 * len(t) for t in texts)
-        method, exact = self.counter.method(self.backends[target])
+        method, exact = self.counter.method(self.backends[target], load=False)
         return bound if exact else math.ceil(bound * self.counter.ratio(target, method))
 
     def _texts(self) -> tuple[list[str], int]:
