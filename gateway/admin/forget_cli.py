@@ -24,12 +24,11 @@ import getpass
 import json
 import sys
 from datetime import datetime
-from pathlib import Path
 
 from pydantic import ValidationError
 
 from gateway.admin.legacy_records import LIVE_TRANSLATOR
-from gateway.admin.store_args import add_store_args, store_config, with_store
+from gateway.admin.store_args import add_erase_args, add_store_args, erase_places, with_store
 from traffic.forget import ForgetReport, ForgetScope, forget
 
 
@@ -63,7 +62,7 @@ def cmd_forget(args: argparse.Namespace) -> int:
         )
     except ValidationError as exc:
         raise SystemExit(f"forget: {exc.errors()[0]['msg']}") from exc
-    spool_dirs = args.spool_dir or [store_config(args).spool_dir]
+    spool_dirs, export_roots = erase_places(args)
     report: ForgetReport = asyncio.run(
         with_store(
             args,
@@ -72,7 +71,7 @@ def cmd_forget(args: argparse.Namespace) -> int:
                 scope,
                 actor=args.actor or cli_actor(),
                 spool_dirs=spool_dirs,
-                export_roots=args.export_root or [],
+                export_roots=export_roots,
                 legacy=LIVE_TRANSLATOR,
             ),
         )
@@ -102,18 +101,6 @@ def add_parsers(verbs: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         help="an ISO 8601 time with its offset (2026-12-01T00:00:00+00:00): every record "
         "made before it",
     )
-    p.add_argument(
-        "--spool-dir",
-        type=Path,
-        action="append",
-        help="a record spool to clean (repeatable; default: the store config's spool_dir)",
-    )
-    p.add_argument(
-        "--export-root",
-        type=Path,
-        action="append",
-        help="a folder of exported datasets to search (repeatable; the lineage's linked "
-        "folders are always searched)",
-    )
+    add_erase_args(p)
     p.add_argument("--actor", help="who forgets, for the audit entry (default: cli:<user>)")
     p.set_defaults(verb_run=cmd_forget)

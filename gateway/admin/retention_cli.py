@@ -28,12 +28,17 @@ import argparse
 import asyncio
 import json
 import sys
-from pathlib import Path
 from typing import Any
 
 from gateway.admin.forget_cli import cli_actor
 from gateway.admin.legacy_records import LIVE_TRANSLATOR
-from gateway.admin.store_args import add_store_args, store_config, with_store
+from gateway.admin.store_args import (
+    add_erase_args,
+    add_store_args,
+    erase_places,
+    store_config,
+    with_store,
+)
 from gateway.auth.consent import check_consent
 from traffic.retention import RetentionReport, retention_pass
 from traffic.store import StoreBackend
@@ -59,7 +64,7 @@ def _default_days(args: argparse.Namespace) -> int | None:
 
 
 def cmd_retention(args: argparse.Namespace) -> int:
-    spool_dirs = args.spool_dir or [store_config(args).spool_dir]
+    spool_dirs, export_roots = erase_places(args)
     report: RetentionReport = asyncio.run(
         with_store(
             args,
@@ -68,7 +73,7 @@ def cmd_retention(args: argparse.Namespace) -> int:
                 _default_days(args),
                 dry_run=args.dry_run,
                 spool_dirs=spool_dirs,
-                export_roots=args.export_root or [],
+                export_roots=export_roots,
                 legacy=LIVE_TRANSLATOR,
             ),
         )
@@ -153,19 +158,7 @@ def add_parsers(verbs: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         help="window of keys and teams with none of their own (default: the config's "
         "store.retention_days; none: kept forever)",
     )
-    p.add_argument(
-        "--spool-dir",
-        type=Path,
-        action="append",
-        help="a record spool to clean (repeatable; default: the store config's spool_dir)",
-    )
-    p.add_argument(
-        "--export-root",
-        type=Path,
-        action="append",
-        help="a folder of exported datasets to search (repeatable; the lineage's linked "
-        "folders are always searched)",
-    )
+    add_erase_args(p)
     p.set_defaults(verb_run=cmd_retention)
 
     w = verbs.add_parser(

@@ -101,3 +101,27 @@ async def with_store(args: argparse.Namespace, fn: Any) -> Any:
         return await fn(backend)
     finally:
         await backend.close()
+
+
+def add_erase_args(parser: argparse.ArgumentParser) -> None:
+    """``--spool-dir`` and ``--export-root`` (each repeatable): where else a deletion looks
+    (``traffic.erase``: forget and retention)."""
+    parser.add_argument(
+        "--spool-dir",
+        type=Path,
+        action="append",
+        help="a record spool to clean (repeatable; default: the store config's spool_dir)",
+    )
+    parser.add_argument(
+        "--export-root",
+        type=Path,
+        action="append",
+        help="a folder of exported datasets to search (repeatable; the lineage's linked "
+        "folders are always searched)",
+    )
+
+
+def erase_places(args: argparse.Namespace) -> tuple[list[Path], list[Path]]:
+    """The spool folders and export roots :func:`add_erase_args` read (the store config's
+    spool folder when none was named)."""
+    return args.spool_dir or [store_config(args).spool_dir], args.export_root or []
