@@ -107,11 +107,8 @@ class LimitsConfig(BaseModel):
     max_tool_schema_depth: int = Field(
         default=32, ge=2, description="Nesting depth of one tool definition, its schema included."
     )
-    max_string_chars: int = Field(
-        default=32 * 1024 * 1024,
-        ge=1024,
-        description="Characters of any one string in the body (32 Mi: one base64 image at the "
-        "largest size a provider takes, OpenAI's 20 MB, is 26.7 M characters).",
+    max_string_chars: int = Field(  # 32 Mi: a base64 image at OpenAI's 20 MB is 26.7 M
+        default=32 * 1024 * 1024, ge=1024, description="Characters of any one string in the body."
     )
     offload_body_bytes: int = Field(
         default=64 * 1024,
@@ -280,18 +277,15 @@ class TelemetryConfig(BaseModel):
         default="off",
         description="otlp: OTLP/HTTP protobuf to otlp_endpoint; console: spans on stdout.",
     )
-    otlp_endpoint: str = Field(
-        default="http://127.0.0.1:4318",
-        description="The collector's OTLP/HTTP base URL (spans go to <it>/v1/traces); give "
-        "vLLM replicas the same one (serving.launch --otlp-endpoint) so their spans join.",
+    otlp_endpoint: str = Field(  # give vLLM the same (serving.launch --otlp-endpoint)
+        default="http://127.0.0.1:4318", description="OTLP/HTTP base URL (<it>/v1/traces)."
     )
     service_name: str = "switchyard-gateway"
-    sample_ratio: float = Field(
+    sample_ratio: float = Field(  # the others cost a few us, and tell vLLM not to record
         default=1.0,
         ge=0,
         le=1,
-        description="Share of new traces recorded (a client's sampled flag decides for its "
-        "own); the others cost a few microseconds and still tell vLLM not to record.",
+        description="Share of new traces recorded (a client's sampled flag decides for its own).",
     )
 
 
