@@ -3,7 +3,9 @@
 After each round's refit, the routing state just fitted is evaluated on that round's record
 two ways, before any of its decisions is served:
 - ``router.ope.off_policy``: the doubly robust estimate of its accept rate from the logged
-  propensities, with its 95% interval and the share of rows without overlap;
+  propensities, with its 95% interval and the share of rows without overlap, counting only the
+  local verdicts of the weights the next round serves (a promotion's old weights' local
+  failures say nothing of the new weights: they are valued by the reward model instead);
 - ``router.replay.replay``: the console's older replay preview (recorded verdicts where the
   policy agrees with what was served, shadow verdicts and class means elsewhere), a point.
 The next round's realised accept rate (``rl_loop.report``) is what both are judged against:
@@ -32,21 +34,25 @@ async def round_estimate(
     state_file: Path,
     cache: VerdictCache,
     since: datetime,
+    local_weights: str | None = None,
 ) -> dict[str, Any]:
-    """The fitted state's estimated accept rate on the requests recorded since ``since``."""
+    """The fitted state's estimated accept rate on the requests recorded since ``since``;
+    ``local_weights``: the weights version its local answers will come from (the next round's),
+    whose local verdicts alone the estimate counts (None: every one)."""
     routing, arms = load_routing(config_path)
     policy = build_policy(routing, list(arms), read_state(state_file))
     class_tags = list(RefitConfig().class_tags)
-    items = await replay_items(store, arms, class_tags, cache, since=since)
+    items = await replay_items(store, arms, class_tags, cache, since, local_weights)
 
     def arm_of(target: str) -> Arm:
         return arms.get(target, "frontier")
 
-    estimate = off_policy(policy, items, arm_of)
+    estimate = off_policy(policy, items, arm_of, local_weights=local_weights)
     replayed = replay(policy, items, arm_of).overall
     accept = estimate.accept
     return {
         "policy": policy.version,
+        "local_weights": local_weights,
         "rows": estimate.rows,
         "without_propensity": estimate.without_propensity,
         "estimate": None if accept is None else accept.value,

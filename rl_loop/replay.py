@@ -14,6 +14,8 @@ latency, the current policy beside the candidate.
 
 Shadow verdicts come from the shadow rows' ``comparison.verdict`` (written by the RL loop's
 backfill) and from the loop's verdict cache (``--verdicts``, default beside the state file).
+Each item names the local weights behind its verdicts (``router.replay.ReplayItem``), so an
+off-policy estimate can count only the weights that will serve (``router.ope``).
 """
 
 from __future__ import annotations
@@ -31,7 +33,13 @@ from typing import Any
 import yaml
 
 from rl_loop.config import RefitConfig
-from rl_loop.outcomes import VerdictCache, features_of, iter_rows, verdict_of
+from rl_loop.outcomes import (
+    VerdictCache,
+    features_of,
+    iter_rows,
+    shadow_verdict,
+    verdict_of,
+)
 from router.config import RoutingConfig
 from router.learned import LearnedPolicy, LearnedState, class_key
 from router.policy import RoutingPolicy, RulePolicy
@@ -81,8 +89,13 @@ async def replay_items(
     class_tags: list[str],
     cache: VerdictCache,
     since: datetime | None = None,
+    local_weights: str | None = None,
 ) -> list[ReplayItem]:
-    """One item per successful recorded request served by a known arm."""
+    """One item per successful recorded request served by a known arm, with the weights
+    version of its local evidence: ``served_weights`` the row's ``weights_version`` when served
+    local; its shadow verdict that of the last judged shadow answer of ``local_weights`` (its
+    ``comparison["weights_version"]``) when it has one, else of the last judged shadow of any
+    weights (as without ``local_weights``), ``shadow_weights`` saying whose it is."""
     items: list[ReplayItem] = []
     async for row in iter_rows(store, InferenceFilter(ok_only=True, since=since)):
         inf = row.inference
@@ -91,12 +104,14 @@ async def replay_items(
             continue
         features = features_of(inf)
         shadow: bool | None = None
+        shadow_weights: str | None = None
         for s in row.shadows:
-            verdict = s.comparison.get("verdict")
-            if not isinstance(verdict, bool):
-                verdict = cache.data.get(s.id)
-            if verdict is not None:
-                shadow = verdict
+            verdict = shadow_verdict(s, cache)
+            recorded = s.comparison.get("weights_version")
+            version = recorded if isinstance(recorded, str) else None
+            chosen = local_weights is not None and shadow_weights == local_weights
+            if verdict is not None and (version == local_weights or not chosen):
+                shadow, shadow_weights = verdict, version
         items.append(
             ReplayItem(
                 features=features,
@@ -107,6 +122,8 @@ async def replay_items(
                 shadow_accepted=shadow,
                 class_key=class_key(features, class_tags),
                 logged_local_p=inf.decision_propensity,
+                served_weights=inf.weights_version if arm == "local" else None,
+                shadow_weights=shadow_weights,
             )
         )
     return items

@@ -5,8 +5,8 @@ policy's probability of local (the record's ``decision_propensity``), the verdic
 candidate's probability of local for the same request. The candidate's value
 ``V = E[ pi(local|x) r(x, local) + pi(frontier|x) r(x, frontier) ]`` is estimated three ways:
 
-- **IPS**: ``mean(w_i r_i)`` with ``w_i = pi(a_i|x_i) / mu(a_i|x_i)``; unbiased where the logging
-  policy gave every action the candidate takes a probability above 0.
+- **IPS**: ``mean(w_i r_i)`` with ``w_i = m_i pi(a_i|x_i) / mu(a_i|x_i)``; unbiased where the
+  logging policy gave every action the candidate takes a probability above 0.
 - **SNIPS**: ``sum(w_i r_i) / sum(w_i)``; a little biased, much lower variance with large weights
   (Swaminathan and Joachims 2015). Interval by the delta method.
 - **DR**: ``mean( sum_a pi(a|x_i) q(x_i, a) + w_i (r_i - q(x_i, a_i)) )`` with a reward model
@@ -15,15 +15,21 @@ candidate's probability of local for the same request. The candidate's value
   folds. :func:`off_policy` uses :func:`score_rate_model`: the local reward by decile of the
   candidate's own score, fitted on served-local verdicts and on verified shadow answers (the
   local model's answers to frontier-served requests), never on the candidate's in-sample fit.
-  Rows without overlap are valued by ``q`` alone, so the interval adds ``q``'s own standard
-  error on them (summed as if fully correlated: conservative).
 
-Intervals are normal (mean ± z · standard error of the per-row terms; 95% by default). Rows
-where the candidate puts probability on an action the logging policy never takes (``mu = 0``)
-cannot be covered by IPS: :attr:`Estimate.no_overlap` is their share, and DR imputes them from
-``q`` alone (:attr:`Estimate.imputed`). The same estimator gives any per-request figure in place
-of the reward (cost per request, for cost per 1k). :func:`off_policy` puts them on the items
-the console's replay preview replays (:mod:`router.replay`), beside the replay's own figures.
+``m_i = 0`` for a row served local by other weights than the candidate's (``local_weights`` of
+:func:`off_policy`; :attr:`Logged.other_weights`), else 1: the candidate's local action is its
+weights', so that reward is evidence of nothing. Such a row is valued by ``q`` alone (its term
+``pi q_local + (1 - pi) q_frontier``: not served frontier, its frontier side is ``q``'s as for
+any local row), ``q`` is fitted without its reward, and it counts as a row without overlap.
+Rows without overlap are valued by ``q`` alone, so the interval adds ``q``'s own standard error
+on them (summed as if fully correlated: conservative), and on the others the share ``f`` of it
+that the correction no longer removes (``f``: the share of the log's local evidence, by
+``pi / mu``, from other weights). Intervals are normal (mean ± z · standard error of the
+per-row terms; 95% by default). :attr:`Estimate.no_overlap` is the share of rows where the
+candidate puts probability on an action the log never takes there (``mu = 0``, or local by
+other weights): IPS cannot cover them; DR imputes them (:attr:`Estimate.imputed`). The same
+estimator gives any per-request figure in place of the reward (cost per request, for cost per
+1k). :func:`off_policy` puts them on the console's replay preview's items.
 
 Written here rather than taken from a library: the maintained off-policy packages (Open Bandit
 Pipeline) pin their own torch/scikit-learn and expect action-context matrices; these are a few
@@ -60,6 +66,7 @@ class Logged:
     q_local_se: float | None = None  # the standard error of q_local (widens imputed rows)
     score: float | None = None  # the candidate's p_local for the request (reward model input)
     shadow_reward: float | None = None  # a verified shadow answer's verdict: local, off-path
+    other_weights: bool = False  # served local by other weights than the candidate's (m_i = 0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,16 +83,18 @@ class Estimate:
 
 
 def _weights(rows: Sequence[Logged]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Importance weights, rewards and the no-overlap mask (row by row)."""
+    """Importance weights, rewards and the no-overlap mask (row by row); a row served local by
+    other weights has weight 0 and no overlap where the candidate may go local."""
     served = np.array([r.served_local for r in rows], dtype=bool)
+    other = np.array([r.other_weights and r.served_local for r in rows], dtype=bool)
     mu = np.array([r.mu_local for r in rows], dtype=float)
     pi = np.array([r.pi_local for r in rows], dtype=float)
     reward = np.array([r.reward for r in rows], dtype=float)
     mu_a = np.where(served, mu, 1.0 - mu)
     pi_a = np.where(served, pi, 1.0 - pi)
     with np.errstate(divide="ignore", invalid="ignore"):
-        w = np.where(mu_a > 0, pi_a / mu_a, 0.0)
-    no_overlap = ((pi > 0) & (mu <= 0)) | ((pi < 1) & (mu >= 1))
+        w = np.where((mu_a > 0) & ~other, pi_a / mu_a, 0.0)
+    no_overlap = ((pi > 0) & ((mu <= 0) | other)) | ((pi < 1) & (mu >= 1))
     return w, reward, no_overlap
 
 
@@ -129,9 +138,16 @@ def doubly_robust(rows: Sequence[Logged], z: float = Z95) -> Estimate:
     value, low, high = _interval(terms, z)
     # Rows without overlap are valued by q alone; the row terms' spread does not see q's own
     # error, so it is added, summed as if fully correlated (conservative), where the model
-    # gives it: se(mean) grows by sum_i pi_i q_se_i [no overlap_i] / n.
+    # gives it: se(mean) grows by sum_i pi_i q_se_i u_i / n, u_i = 1 without overlap, else
+    # the share f of the log's local evidence (by pi / mu) from other weights: the share of
+    # q's local error that the importance-weighted correction no longer removes.
     q_se = np.array([r.q_local_se or 0.0 for r in rows])
-    extra = float((pi * q_se * gap).sum()) / len(rows)
+    other = np.array([r.other_weights and r.served_local for r in rows], dtype=bool)
+    mu = np.array([r.mu_local for r in rows], dtype=float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        mass = np.where(served & (mu > 0), pi / mu, 0.0)
+    f = float(mass[other].sum() / mass.sum()) if mass.sum() > 0 else 0.0
+    extra = float((pi * q_se * np.where(gap, 1.0, f)).sum()) / len(rows)
     if extra > 0:
         half = math.hypot((high - low) / 2, z * extra)
         low, high = value - half, value + half
@@ -174,7 +190,7 @@ def mean_rate_model(prior: float = 0.5, strength: float = 2.0) -> Model:
     def fit(train: Sequence[Logged]) -> Callable[[Logged], tuple[float, ...]]:
         means = []
         for local in (True, False):
-            got = [r.reward for r in train if r.served_local == local]
+            got = [r.reward for r in train if r.served_local == local and not r.other_weights]
             means.append((sum(got) + prior * strength) / (len(got) + strength))
         q_local, q_frontier = means
         return lambda _row: (q_local, q_frontier)
@@ -189,14 +205,15 @@ def score_rate_model(bins: int = 10, strength: float = 1.0) -> Model:
     the user's path), each decile smoothed toward the overall local mean with ``strength``
     pseudo-rows; the frontier's reward one smoothed mean. Rows without a score take the overall
     local mean. The reward model may be anything fitted off the rows it predicts: shadows
-    inform it without entering the importance-weighted term, whose propensities they lack."""
+    inform it without entering the importance-weighted term, whose propensities they lack.
+    A row served local by other weights (``other_weights``) gives no local reward."""
 
     def fit(train: Sequence[Logged]) -> Callable[[Logged], tuple[float, ...]]:
         sums, counts = np.zeros(bins), np.zeros(bins)
         local_seen: list[float] = []
         frontier_seen = [r.reward for r in train if not r.served_local]
         for r in train:
-            got = r.reward if r.served_local else r.shadow_reward
+            got = r.reward if r.served_local and not r.other_weights else r.shadow_reward
             if got is None:
                 continue
             local_seen.append(got)
@@ -242,8 +259,12 @@ def off_policy(
     items: Sequence[ReplayItem],
     arm_of: Callable[[str], Arm],
     folds: int = 5,
+    local_weights: str | None = None,
 ) -> OffPolicy:
-    """Estimates for ``policy`` on ``items`` (oldest first) from their logged propensities."""
+    """Estimates for ``policy`` on ``items`` (oldest first) from their logged propensities;
+    given ``local_weights`` (the weights the candidate's local answers will come from), only
+    their local verdicts count: a row served local by others (``served_weights``, unknown
+    included) has ``m_i = 0`` (module docstring), a shadow of others is left out."""
     judged: list[Logged] = []
     costs: list[Logged] = []
     shares: list[float] = []
@@ -270,6 +291,8 @@ def off_policy(
         costs.append(Logged(served_local, mu, item.cost_usd, p))
         if item.accepted is not None:
             shadow = None if item.shadow_accepted is None else float(item.shadow_accepted)
+            if local_weights is not None and item.shadow_weights != local_weights:
+                shadow = None
             judged.append(
                 Logged(
                     served_local,
@@ -278,6 +301,7 @@ def off_policy(
                     p,
                     score=decision.p_local,
                     shadow_reward=shadow,
+                    other_weights=served_local and local_weights not in (None, item.served_weights),
                 )
             )
     accept = cost = None

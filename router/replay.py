@@ -10,6 +10,8 @@ used as they are. Where it picks the other arm, they are estimated:
 - cost and latency: the mean of that arm for the class, else of the arm overall.
 The report gives the predicted local share, accept rate, cost per 1k requests and latency p50,
 overall and per class, so ops can compare a candidate with the current policy before applying it.
+An item names the local weights behind its local verdicts (``served_weights``, ``shadow_weights``):
+the replay reads every verdict as it is; ``router.ope`` can count only a chosen weights' ones.
 Pure: the caller reads the records and passes them in.
 """
 
@@ -38,6 +40,9 @@ class ReplayItem:
     shadow_accepted: bool | None = None
     class_key: str = "*"
     logged_local_p: float | None = None  # the recorded decision_propensity (router.ope)
+    # The local weights behind the item's local evidence (router.ope counts only the candidate's):
+    served_weights: str | None = None  # the weights_version that answered, when served local
+    shadow_weights: str | None = None  # the weights_version of the shadow answer judged
 
 
 @dataclass(slots=True)

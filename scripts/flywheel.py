@@ -452,10 +452,10 @@ async def rounds(
             log(f"round {r} release: {figures[-1].release}")
         figures[-1].swap_traffic = {"requests": total.sent, "failed": total.errors}
         policy = f"flywheel-v1+{candidate.result.refit.get('version')}"
-        config_path = run_dir / "switchyard.yaml"
         figures[-1].ope = await round_estimate(
-            services.store, config_path, services.state_file, cache, t0
-        )
+            services.store, run_dir / "switchyard.yaml", services.state_file, cache, t0,
+            candidate.result.served_after or None,  # the weights the next round serves
+        )  # fmt: skip
         loop_results.append(candidate.result.to_json())
         log(
             f"round {r} shipped: promoted={candidate.result.promoted}, serving "

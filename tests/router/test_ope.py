@@ -192,3 +192,82 @@ def test_shadows_and_the_score_let_the_reward_model_impute_where_the_log_never_w
     assert covered["score"] / runs >= 0.9, covered
     assert covered["mean"] / runs < 0.5, covered
     assert error["score"] < 0.01 < error["mean"], error
+
+
+def test_a_local_answer_of_other_weights_is_valued_by_the_reward_model_alone() -> None:
+    """With ``m_i = 0`` (served local by other weights) a row's term is ``pi q_local +
+    (1 - pi) q_frontier``, it counts as imputed, and the reward model never fits its reward."""
+
+    def row(local: bool, mu: float, reward: float, pi: float, other: bool = False) -> Logged:
+        return Logged(local, mu, reward, pi, q_local=0.3, q_frontier=0.9, other_weights=other)
+
+    rows = [
+        row(True, 0.1, 1.0, 1.0),  # the candidate's weights: 0.3 + 10 (1 - 0.3)
+        row(True, 0.1, 0.0, 1.0, other=True),  # other weights: q_local alone
+        row(True, 0.5, 0.0, 0.5, other=True),  # half local: 0.5 q_local + 0.5 q_frontier
+        row(False, 0.1, 1.0, 0.0),  # frontier, untouched: 0.9 + (1 / 0.9)(1 - 0.9)
+    ]
+    terms = [0.3 + 10 * 0.7, 0.3, 0.5 * 0.3 + 0.5 * 0.9, 0.9 + 0.1 / 0.9]
+    dr = doubly_robust(rows)
+    assert dr.value == pytest.approx(sum(terms) / 4)
+    assert dr.imputed == pytest.approx(0.5) and ips(rows).no_overlap == pytest.approx(0.5)
+    plain = [dataclasses.replace(r, other_weights=False) for r in rows]  # m_i = 1 throughout
+    counted = [terms[0], 0.3 + 10 * (0 - 0.3), 0.6 + 1.0 * (0 - 0.3), terms[3]]
+    assert doubly_robust(plain).value == pytest.approx(sum(counted) / 4)
+    for model in (score_rate_model(), mean_rate_model(prior=0.5, strength=2.0)):
+        q_local = model(rows)(rows[0])[0]
+        assert q_local == pytest.approx((1.0 + 1.0) / (1 + 2.0))  # the one local reward fitted
+
+
+def _weights_log(n: int, rng: random.Random) -> tuple[list[ReplayItem], float]:
+    """A round in which the local weights change halfway: ``old`` fails every local answer,
+    ``new`` answers as ``ACCEPT`` says; shadow answers (a third of the frontier-served) come
+    from whichever weights serve. The log explores local at EXPLORE on every request; the
+    candidate (rules) sends everything local, to the ``new`` weights: its true value is theirs."""
+    items = []
+    for i in range(n):
+        weights = "old" if i < n // 2 else "new"
+        kind = "easy" if rng.random() < 0.6 else "hard"
+        local = rng.random() < EXPLORE
+        accept = ACCEPT[(kind, True)] if weights == "new" else 0.0
+        shadowed = not local and rng.random() < 1 / 3
+        features = RequestFeatures(
+            endpoint="chat.completions", requested_model="auto", prompt_tokens=10,
+            tags={"family": kind}, request_id=f"r{i}",
+        )  # fmt: skip
+        items.append(
+            ReplayItem(
+                features=features,
+                served_arm="local" if local else "frontier",
+                accepted=rng.random() < (accept if local else ACCEPT[(kind, False)]),
+                cost_usd=0.0 if local else 0.002,
+                latency_ms=100.0,
+                shadow_accepted=rng.random() < accept if shadowed else None,
+                class_key=kind,
+                logged_local_p=EXPLORE,
+                served_weights=weights if local else None,
+                shadow_weights=weights if shadowed else None,
+            )
+        )
+    return items, 0.6 * ACCEPT[("easy", True)] + 0.4 * ACCEPT[("hard", True)]
+
+
+def test_counting_only_the_served_weights_verdicts_finds_what_new_weights_will_get() -> None:
+    """Old weights' local failures drag the estimate of a local-heavy candidate far below what
+    the new weights will get; counting only the new weights' verdicts (``local_weights``), the
+    95% interval covers it."""
+    rng = random.Random(5)
+    candidate = RulePolicy(RoutingConfig.model_validate({"default": "local"}), ["local", "f"])
+
+    def arm_of(target: str) -> Arm:
+        return "local" if target == "local" else "frontier"
+
+    runs, covered = 20, 0
+    for _ in range(runs):
+        items, truth = _weights_log(3000, rng)
+        everything = off_policy(candidate, items, arm_of).accept
+        assert everything is not None and everything.high < truth - 0.15, everything
+        new = off_policy(candidate, items, arm_of, local_weights="new").accept
+        assert new is not None and new.imputed == pytest.approx(0.05, abs=0.02)
+        covered += new.covers(truth)
+    assert covered / runs >= 0.9, covered
