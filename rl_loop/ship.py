@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import math
 import time
@@ -32,6 +33,7 @@ from rl_loop.promote import promote
 from rl_loop.refit import RefitReport, refit_policy
 from rl_loop.release_stage import Refitted, ReleaseTraffic, release_candidate
 from rl_loop.rewards import Verify
+from rl_loop.served_format import in_served_format
 from rl_loop.shadow_gate import shadow_regressions
 from router.features import RequestFeatures
 from router.learned import LearnedState, Outcome, class_key
@@ -55,6 +57,18 @@ async def ship_candidate(
     (``refit.gate_outcomes``); ``drive``: users' traffic during a release (required for one)."""
     result = candidate.result
     started = time.perf_counter()
+    exported_from = None
+    if candidate.passed:  # the replicas' format: an fp8 export when they serve one
+        published = await asyncio.to_thread(
+            in_served_format,
+            candidate.candidate_dir,
+            candidate.served_dir,
+            config.work_dir / "exports",
+        )
+        if published != candidate.candidate_dir:
+            exported_from = result.candidate
+            result.candidate = read_version(published).version_id
+            candidate = dataclasses.replace(candidate, candidate_dir=published)
     now_served = candidate.served_dir
     swap_config = HotSwapConfig(
         gateway_url=services.gateway_url,
@@ -131,6 +145,8 @@ async def ship_candidate(
     else:
         await record_checkpoint(services.store, candidate.candidate_dir, "rejected")
     result.served_after = read_version(now_served).version_id
+    if exported_from is not None:
+        result.swap["exported_from"] = exported_from
     result.seconds["swap"] = round(time.perf_counter() - started, 1)
     started = time.perf_counter()
     agent_outcomes: Sequence[Outcome] = ()
