@@ -27,6 +27,7 @@ from gateway.console.web import PREFIX, SECURITY_HEADERS, Ctx
 from gateway.errors import InvalidRequestError, NotFoundError
 from serving.names import ADMIN_TOKEN_ENV
 from traffic.store import ModelVersionRecord
+from traffic.store.forgetting import taints
 
 DRAIN_TIMEOUT_S = 60.0
 
@@ -74,6 +75,10 @@ async def models_page(ctx: Ctx) -> Response:
     )
     replicas = _replicas(ctx)
     served = sorted({r["weights_version"] for r in replicas if r["weights_version"]})
+    # Checkpoints that learned from forgotten records (traffic.forget): never promoted again,
+    # and a served one needs retraining.
+    found = await taints(ctx.store) if ctx.handle is not None else []
+    tainted = {t.model_version_id: t for t in found}
     return ctx.render(
         "models.html",
         page="models",
@@ -84,6 +89,8 @@ async def models_page(ctx: Ctx) -> Response:
         local_targets=ctx.local_targets(),
         canary=ctx.state.decider.canary,
         release=release_view(ctx),
+        tainted=tainted,
+        served_tainted=[v for v in served if v in tainted],
         **_swap_view(ctx),
     )
 

@@ -30,6 +30,7 @@ from playwright.sync_api import (
 
 from tests.gateway.console.site import ADMIN_TOKEN, CANDIDATE_VERSION, OPERATOR, Site, wait_recorded
 from traffic.store.console_queries import changes
+from traffic.store.forgetting import TaintRecord, add_taints
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 pytestmark = pytest.mark.skipif(
@@ -365,3 +366,31 @@ def test_a_release_of_weights_shows_on_the_models_page(page: Page, site: Site) -
         assert "ft-release" in page.inner_text("#canary-state")
     finally:
         httpx.delete(base + "/admin/canary", headers=bearer).raise_for_status()
+
+
+def test_a_served_checkpoint_that_learned_from_forgotten_records_is_flagged(
+    page: Page, site: Site
+) -> None:
+    """A forget taints what trained on the records (traffic.forget): the models page says the
+    served weights need retraining, and marks the version tainted in the registry's table."""
+    base = site.url
+    bearer = {"authorization": f"Bearer {ADMIN_TOKEN}"}
+    pool = site.gw.state.targets.pools()["local"]
+    (url,) = pool.replicas
+    before = pool.replicas[url].weights_version
+    versions = site.gw.call(site.gw.app.state.recorder.backend.list_model_versions())
+    served = versions[0].id  # a registry version, served by the one replica
+    body = {"target": "local", "replica": url, "weights_version": served}
+    httpx.post(base + "/admin/replicas/undrain", json=body, headers=bearer).raise_for_status()
+    taint = TaintRecord(model_version_id=served, forget_id="01a25209-d992-77cc-ac92-4d3118b50741")
+    site.gw.call(add_taints(site.gw.app.state.recorder.backend, [taint]))
+    try:
+        page.goto("/ui/models")
+        banner = page.inner_text("#tainted-served")
+        assert served in banner and "01a25209-d992" in banner and "retrain" in banner
+        (row,) = [r for r in page.locator("#versions tbody tr").all_inner_texts()
+                  if r.split("\t")[0] == served]  # fmt: skip
+        assert "tainted" in row
+    finally:
+        restore = {**body, "weights_version": before}
+        httpx.post(base + "/admin/replicas/undrain", json=restore, headers=bearer)
