@@ -369,7 +369,7 @@ async def rounds(
             services.gateway_url, sim_url, s.tasks_per_round, 100 + r + shift, pace
         )
         keep_labels(labels, stats, labels_file)
-        await settle(services.store, t0)
+        await settle(services.store, t0, expect=stats.sent)
         t1 = datetime.now(UTC)
         window = await window_figures(services.store, t0, t1)
         errors = stats.total().errors

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -53,17 +54,25 @@ def keep_labels(labels: Labels, stats: RunStats, path: Path) -> None:
     save_labels(labels, path)
 
 
-async def settle(store: StoreBackend, since: datetime, quiet_s: float = 2.0) -> None:
-    """Wait until no new record (shadow answers finish after the client's) lands for a while.
-    Reads only the round's window: the store answers ``since`` from the ids' time."""
+async def settle(
+    store: StoreBackend, since: datetime, quiet_s: float = 2.0, expect: Collection[str] = ()
+) -> None:
+    """Wait until the records of ``expect`` (the request ids the client got answers for) have
+    landed and then no new record (shadow answers finish after the client's) lands for a
+    while. Reads only the round's window: the store answers ``since`` from the ids' time. Why
+    ``expect``: the record writer runs at idle priority, and on a saturated machine its first
+    batch can land later than two quiet checks (an empty window, a crashed round)."""
     last = -1
     deadline = time.monotonic() + 120
     window = InferenceFilter(since=since)
+    wanted = set(expect)
     while time.monotonic() < deadline:
         count = 0
+        found: set[str] = set()
         async for row in store.iter_inferences(window, with_shadows=True):
             count += 1 + len(row.shadows) + len(row.feedback)
-        if count == last:
+            found.add(row.inference.id)
+        if count == last and wanted <= found:
             return
         last = count
         await asyncio.sleep(quiet_s)
