@@ -109,9 +109,16 @@ async def seed(url: str, rows: int) -> float:
             await store.upsert_model_version(version)
     finally:
         await store.close()
+    await copy_synthetic(url, rows, until, SPAN, SEED)
+    return time.perf_counter() - started
+
+
+async def copy_synthetic(url: str, rows: int, until: datetime, span: timedelta, seed: int) -> None:
+    """COPY ``rows`` synthetic inferences and their feedback (``gateway.console.synthetic``,
+    ending at ``until`` over ``span``) into the store at ``url``, then ANALYZE."""
     codec = Codec("postgres")
     async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
-        for n, batch in enumerate(generate(rows, until=until, span=SPAN, seed=SEED)):
+        for n, batch in enumerate(generate(rows, until=until, span=span, seed=seed)):
             async with conn.cursor() as cur:
                 for table, records in ((INFERENCE, batch.inferences), (FEEDBACK, batch.feedback)):
                     sql = f"COPY {table.name} ({select_list(table)}) FROM STDIN"
@@ -121,7 +128,6 @@ async def seed(url: str, rows: int) -> float:
             if n % 20 == 0:
                 print(f"  seeded {(n + 1) * len(batch.inferences):,} rows", file=sys.stderr)
         await conn.execute("ANALYZE")
-    return time.perf_counter() - started
 
 
 async def prepare(dsn: str, schema: str, rows: int, reseed: bool, fresh_h: float) -> str:

@@ -44,16 +44,17 @@ from typing import Any, Final
 
 import psycopg
 
-from gateway.console.synthetic import api_keys, generate
+from gateway.console.synthetic import api_keys
+from loadtests.bench.console import copy_synthetic
 from loadtests.bench.store import with_schema
 from traffic.retention import retention_pass
 from traffic.store import StoreBackend, StoreConfig, open_store
 from traffic.store.ids import min_id_at
 from traffic.store.partition_sql import day_bounds
 from traffic.store.partitions import DayPartitions
-from traffic.store.queries import Codec, encode_rows, select_list
+from traffic.store.queries import select_list
 from traffic.store.retention_windows import key_subject, set_window
-from traffic.store.schema import FEEDBACK, INFERENCE
+from traffic.store.schema import INFERENCE
 
 DAYS: Final = 14
 DEFAULT_SCHEMA: Final = "retention_bench"
@@ -135,19 +136,7 @@ async def seed(url: str, rows: int, today: date) -> float:
         await parts.ensure(today + timedelta(days=d) for d in range(-DAYS, 8))
     finally:
         await parts.close()
-    codec = Codec("postgres")
-    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
-        batches = generate(rows, until=until, span=timedelta(days=DAYS), seed=SEED)
-        for n, batch in enumerate(batches):
-            async with conn.cursor() as cur:
-                for table, records in ((INFERENCE, batch.inferences), (FEEDBACK, batch.feedback)):
-                    sql = f"COPY {table.name} ({select_list(table)}) FROM STDIN"
-                    async with cur.copy(sql) as copy:
-                        for row in encode_rows(table, records, codec):
-                            await copy.write_row(row)
-            if n % 20 == 0:
-                print(f"  seeded {(n + 1) * len(batch.inferences):,} rows", file=sys.stderr)
-        await conn.execute("ANALYZE")
+    await copy_synthetic(url, rows, until, timedelta(days=DAYS), SEED)
     return time.perf_counter() - started
 
 
