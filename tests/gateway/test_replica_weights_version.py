@@ -17,19 +17,10 @@ from gateway.backends.replica_pool import ReplicaState
 from tests.fixtures.gateway_fixture import GatewayThread
 from tests.fixtures.loopback_provider import loopback_gateway
 from tests.fixtures.loopback_server import LoopbackServer
+from tests.gateway.test_replica_health import ANSWER
 
 DECLARED = "w-config"  # the config's weights_version
 VLLM_UNSET = "default"
-ANSWER = {
-    "id": "c1",
-    "object": "chat.completion",
-    "created": 1,
-    "model": "m",
-    "choices": [
-        {"index": 0, "message": {"role": "assistant", "content": "hi"}, "finish_reason": "stop"}
-    ],
-    "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
-}
 
 
 def wait_for(condition: Callable[[], bool], within_s: float = 10.0) -> None:

@@ -94,9 +94,10 @@ def test_a_system_needs_its_baseline_in_the_run():
     assert settings.servers() == ("simulator", "frontier")
 
 
-def test_anthropic_request_is_what_the_sdk_sends():
-    spec = CellSpec(
-        url="http://127.0.0.1:1/v1/messages",
+def _unary_spec(wire: str, path: str, headers: dict[str, str] | None = None) -> CellSpec:
+    """One non-streamed request of 16 tokens to claude-haiku-4-5 in ``wire``'s format."""
+    return CellSpec(
+        url=f"http://127.0.0.1:1{path}",
         concurrency=1,
         duration_s=1.0,
         warmup=0,
@@ -104,9 +105,13 @@ def test_anthropic_request_is_what_the_sdk_sends():
         stream=False,
         max_tokens=16,
         model="claude-haiku-4-5",
-        wire="anthropic",
-        headers={"x-api-key": "sk-ant"},
+        wire=wire,
+        headers=headers or {},
     )
+
+
+def test_anthropic_request_is_what_the_sdk_sends():
+    spec = _unary_spec("anthropic", "/v1/messages", {"x-api-key": "sk-ant"})
     unary = json.loads(request_body(spec))
     assert set(unary) == {"model", "max_tokens", "messages"}  # no `stream` unless streaming
     assert unary["max_tokens"] == 16 and unary["messages"][0]["role"] == "user"
@@ -118,17 +123,7 @@ def test_anthropic_request_is_what_the_sdk_sends():
 
 
 def test_responses_request_is_what_the_sdk_sends():
-    spec = CellSpec(
-        url="http://127.0.0.1:1/v1/responses",
-        concurrency=1,
-        duration_s=1.0,
-        warmup=0,
-        max_requests=1,
-        stream=False,
-        max_tokens=16,
-        model="claude-haiku-4-5",
-        wire="responses",
-    )
+    spec = _unary_spec("responses", "/v1/responses")
     unary = json.loads(request_body(spec))
     assert unary == {"model": "claude-haiku-4-5", "input": unary["input"], "max_output_tokens": 16}
     assert json.loads(request_body(dataclasses.replace(spec, stream=True)))["stream"] is True

@@ -3,10 +3,7 @@ memo's effect visible; the last line of its output is one JSON object."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-from pathlib import Path
+from tests.loadtests.bench.last_line import bench_summary
 
 CASES = {
     "short",
@@ -22,15 +19,7 @@ CASES = {
 
 
 def test_the_benchmark_reports_each_case_as_its_last_line() -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", "loadtests.bench.secret_scan", "--quick"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=Path(__file__).resolve().parents[3],
-        check=True,
-    )
-    result = json.loads(done.stdout.strip().splitlines()[-1])
+    result = bench_summary("loadtests.bench.secret_scan", "--quick")
     cases = result["cases_us"]
     assert set(cases) == CASES and all(us > 0 for us in cases.values())
     # a conversation's next turn costs a fraction of scanning it whole (the memo of texts)

@@ -3,24 +3,13 @@ targets, and what loading each encoding costs; the last line of its output is on
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-from pathlib import Path
+from tests.loadtests.bench.last_line import bench_summary
 
 CASES = {"short", "short_keyed", "agent_cold", "agent_warm", "large_cold"}
 
 
 def test_the_benchmark_reports_each_case_for_both_targets_as_its_last_line() -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", "loadtests.bench.token_count", "--quick"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=Path(__file__).resolve().parents[3],
-        check=True,
-    )
-    result = json.loads(done.stdout.strip().splitlines()[-1])
+    result = bench_summary("loadtests.bench.token_count", "--quick")
     assert set(result["cases_us"]) == CASES
     for by_target in result["cases_us"].values():
         assert set(by_target) == {"openai", "anthropic"}
