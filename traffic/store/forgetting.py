@@ -22,8 +22,9 @@ from typing import Final
 
 from traffic.store.backend import StoreBackend
 from traffic.store.console_queries import sql_store
+from traffic.store.ids import min_id_at
 from traffic.store.queries import decode_row, in_ids, in_keys, select_list
-from traffic.store.records import InferenceFilter, utc_now
+from traffic.store.records import utc_now
 from traffic.store.schema import MODEL_TAINT
 from traffic.store.versions import version_chain
 
@@ -53,9 +54,12 @@ async def scope_rows(
     before ``before``: id -> its episode id (None when in no episode)."""
     s = sql_store(store)
     found: dict[str, str | None] = {}
-    if before is not None:
-        async for row in store.iter_inferences(InferenceFilter(until=before)):
-            found[row.inference.id] = row.inference.episode_id
+    if before is not None:  # on the id index (its time prefix), no row decoded
+        bound = s.codec.encode_id(min_id_at(before))
+        rows = await s._fetch(
+            f"SELECT id, episode_id FROM inference WHERE id < {s.codec.param}", [bound]
+        )
+        found.update((str(r[0]), r[1]) for r in rows)
     for column, values, condition in (
         ("api_key_id", key_ids, in_keys),
         ("id", inference_ids, in_ids),
