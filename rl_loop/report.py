@@ -440,6 +440,7 @@ def agent_summary(agent: Sequence[AgentRoundFigures]) -> dict[str, Any] | None:
     return {
         "episodes": [a.episodes for a in agent],
         "success_frontier_only": [a.success["frontier"]["success"] for a in agent],
+        "success_paired_frontier_only": [a.paired_frontier.get("success") for a in agent],
         "success_with_local": [a.success["with_local"]["success"] for a in agent],
         "success_overall": [a.success["overall"]["success"] for a in agent],
         "local_share": [a.local_share for a in agent],

@@ -7,8 +7,9 @@ Each input is a run's ``report.json`` (``rl_loop.report.write_report``). Figures
 - ``beyond_share_excess_max``: max over (seed, round) of the beyond-model families' local
   share minus its bound (exploration share + 3 binomial standard deviations at that round's
   count, ``rl_loop.report.beyond_bound``; target <= 0);
-- ``agent_success_ratio_min``: min over (seed, round) of agent episode success / the seed's
-  frontier-only success (target >= 0.95);
+- ``agent_success_ratio_min``: min over (seed, round) of agent episode success / frontier-only
+  success on the same episodes (``rl_loop.agent_report``; round 0's where a run has no paired
+  reference; target >= 0.95), and ``agent_success_ratio_vs_round0_min`` beside it;
 - ``ope_coverage``: over (seed, round) pairs with an off-policy estimate, the share whose 95%
   interval covers the next round's realised accept rate (target >= 0.9), with the mean
   absolute error of the estimate and of the older replay preview (``rl_loop.ope_check``);
@@ -37,6 +38,7 @@ def seed_summary(reports: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     accept: list[float] = []
     excess: list[float] = []
     agent: list[float] = []
+    agent_round0: list[float] = []
     per_seed: list[dict[str, Any]] = []
     checks: list[dict[str, Any]] = []
     harms: list[float] = []
@@ -51,6 +53,7 @@ def seed_summary(reports: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
             excess.append(share - beyond_bound(eps, int(r["beyond"].get("requests") or 0)))
         agent_every = targets.get("agent", {}).get("agent_success_every_round", {})
         agent += agent_every.get("ratio_per_round", [])
+        agent_round0 += agent_every.get("ratio_vs_round0_per_round", [])
         gone = [
             r["round"]
             for r in rounds
@@ -100,6 +103,7 @@ def seed_summary(reports: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         "beyond_share_met": bool(excess) and max(excess) <= 0,
         "agent_success_ratio_min": min(agent) if agent else None,
         "agent_success_met": bool(agent) and min(agent) >= 0.95,
+        "agent_success_ratio_vs_round0_min": min(agent_round0) if agent_round0 else None,
         "cost_of_safety_met": bool(per_seed) and cost_met,
         "canary_harm_max": max(harms) if harms else None,
         "canary_harm_met": bool(harms) and max(harms) <= 0.01,

@@ -91,7 +91,7 @@ from traffic.store import StoreConfig, open_store
 REPO = Path(__file__).resolve().parents[1]
 # The sibling modules of this script, also when it runs through runpy (the signal tests).
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from flywheel_agent import AgentWork, AgentWorkload, agent_traffic  # noqa: E402
+from flywheel_agent import FRONTIER_MODEL, AgentWork, AgentWorkload, agent_traffic  # noqa: E402
 from flywheel_release import (  # noqa: E402
     ReleaseWorkload,
     gate_text,
@@ -222,7 +222,7 @@ def gateway_config(run: Path, replicas: list[str], sim_url: str, s: Settings) ->
             },
             "frontier": {
                 "kind": "litellm",
-                "model": "openai/gpt-4o",
+                "model": f"openai/{FRONTIER_MODEL}",
                 "api_base": sim_url + "/v1",
                 "input_usd_per_mtok": s.frontier_prices[0],
                 "output_usd_per_mtok": s.frontier_prices[1],

@@ -1,6 +1,8 @@
 """The agent side of `make flywheel` (scripts/flywheel.py): the agent workload's settings, and
 one round's batch of agent episodes through the gateway with its figures rebuilt from the
-record (``rl_loop.agent_report``)."""
+record (``rl_loop.agent_report``), beside the same episodes played straight against the
+frontier provider (the paired frontier-only reference: nothing of it reaches the gateway or
+its record, and no feedback is posted)."""
 
 from __future__ import annotations
 
@@ -14,6 +16,8 @@ from loadtests.agent.client import AgentClientConfig, run_agent_client
 from rl_loop.agent_report import AgentRoundFigures, agent_window_figures
 from rl_loop.agent_round import AgentGateRound, AgentGateRoundConfig
 from traffic.store import StoreBackend
+
+FRONTIER_MODEL = "gpt-4o"  # the frontier target's model (the flywheel's gateway config)
 
 
 class AgentWorkload(BaseModel):
@@ -53,8 +57,9 @@ async def agent_traffic(
     seed: int,
 ) -> AgentRoundFigures:
     """One batch of agent episodes through the gateway (verdicts posted as feedback by the
-    client), then, once ``settle`` says the record is written, the round's agent figures
-    rebuilt from the record."""
+    client), the same batch straight against the frontier at ``oracle`` as ``FRONTIER_MODEL``
+    (the paired reference), then, once ``settle`` says the record is written, the round's agent
+    figures rebuilt from the record."""
     since = datetime.now(UTC)
     config = AgentClientConfig(
         gateway=base,
@@ -67,10 +72,19 @@ async def agent_traffic(
         timeout_s=180.0,
     )
     stats = await run_agent_client(config)
+    direct = config.model_copy(
+        update={"gateway": oracle, "model": FRONTIER_MODEL, "send_feedback": False}
+    )
+    paired = (await run_agent_client(direct)).summary()
     kinds = {e.episode_id: e.kind for e in stats.episodes}
     work.hidden.update(kinds)
     await settle(work.store, since)
     figures = await agent_window_figures(work.store, round_index, since, kinds)
     figures.client = {**stats.summary(), "oracle_failed": stats.oracle_failed}
+    figures.paired_frontier = {
+        "episodes": paired["episodes"],
+        "success": paired["success_rate"],
+        "failed_requests": paired["failed_requests"],
+    }
     work.figures.append(figures)
     return figures

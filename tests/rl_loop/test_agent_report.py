@@ -75,6 +75,21 @@ def test_a_round_without_local_steps_has_no_local_validity() -> None:
     }  # fmt: skip
     assert targets["agent_local_share"]["met"] is False
     assert targets["agent_local_tool_call_validity"]["met"] is False
+    assert targets["agent_success_every_round"]["reference"] == "round0"
+
+
+def test_each_round_is_judged_against_frontier_only_on_its_own_episodes() -> None:
+    rows = _round_rows()
+    both = agent_figures(0, [rebuild_episode(rows[k], routes=LOCAL) for k in KINDS], KINDS)
+    good = agent_figures(1, [rebuild_episode(rows["fr-ok"], routes=LOCAL)], KINDS)
+    both.paired_frontier = {"episodes": 5, "success": 0.5}
+    good.paired_frontier = {"episodes": 1, "success": 1.0}
+    every = agent_targets([both, good])["agent_success_every_round"]
+    assert every["reference"] == "paired" and every["ratio_per_round"] == [1.0, 1.0]
+    # Against round 0's frontier episodes (1 of 2 passed) the second round reads 2.0.
+    assert every["ratio_vs_round0_per_round"] == [1.0, 2.0]
+    good.paired_frontier = {}
+    assert agent_targets([both, good])["agent_success_every_round"]["reference"] == "round0"
 
 
 async def _write(store: StoreBackend, rows: list[InferenceRow]) -> None:

@@ -63,6 +63,10 @@ def test_one_round_of_the_flywheel(tmp_path: Path) -> None:
     (played, last) = report["agent_rounds"]
     assert played["success"]["overall"]["judged"] == 4
     assert played["client"]["episodes"] == 4 and played["client"]["feedback_posted"] == 4
+    # The same episodes straight against the frontier: the round's frontier-only reference.
+    assert played["paired_frontier"]["episodes"] == 4
+    assert played["paired_frontier"]["failed_requests"] == 0
+    assert agent["success_paired_frontier_only"][0] == played["paired_frontier"]["success"]
     assert played["gate"]["decision"] in ("promote", "reject") and not last["gate"]
     assert played["gate"]["candidate"]["episodes"] == 1
     assert (tmp_path / "agent_curves.png").stat().st_size > 10_000
