@@ -9,7 +9,11 @@ two ways, before any of its decisions is served:
 - ``router.replay.replay``: the console's older replay preview (recorded verdicts where the
   policy agrees with what was served, shadow verdicts and class means elsewhere), a point.
 The next round's realised accept rate (``rl_loop.report``) is what both are judged against:
-:func:`coverage` reads them from a run's rounds.
+:func:`coverage` reads them from a run's rounds. The interval is one for the policy's expected
+accept rate; the next round realises it on a finite count, so :func:`coverage` also says whether
+the prediction interval for that count covers it (the interval's standard error and the
+binomial one of the round's judged requests, added in quadrature: ``covered_predictive``).
+The target reads ``covered``; the other is for telling noise from a biased estimate.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from itertools import pairwise
+from math import sqrt
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +31,8 @@ from rl_loop.replay import build_policy, load_routing, read_state, replay_items
 from router.ope import off_policy
 from router.replay import Arm, replay
 from traffic.store import StoreBackend
+
+Z95 = 1.959964  # two-sided 95% normal quantile (the estimate's intervals are 95%)
 
 
 async def round_estimate(
@@ -73,11 +80,16 @@ def coverage(rounds: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
         realised = nxt["overall"].get("accept_overall")
         if ope.get("estimate") is None or realised is None:
             continue
+        judged = int(nxt["overall"].get("judged_local") or 0)
+        judged += int(nxt["overall"].get("judged_frontier") or 0)
+        p = float(ope["estimate"])
+        spread = sqrt(((ope["high"] - ope["low"]) / (2 * Z95)) ** 2 + p * (1 - p) / max(judged, 1))
         out.append(
             {
                 "round": now["round"],
                 "realised_next": realised,
                 "covered": ope["low"] <= realised <= ope["high"],
+                "covered_predictive": abs(realised - p) <= Z95 * spread,
                 "ope_abs_error": abs(ope["estimate"] - realised),
                 "replay_abs_error": abs(ope["replay_accept"] - realised),
                 "interval": [ope["low"], ope["high"]],

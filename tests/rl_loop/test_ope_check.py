@@ -69,3 +69,18 @@ def test_coverage_judges_each_estimate_against_the_next_round() -> None:
     assert first["replay_abs_error"] == pytest.approx(0.06)
     assert not second["covered"] and second["round"] == 1
     assert coverage(rounds[2:]) == []
+
+
+def test_the_predictive_check_adds_the_next_rounds_binomial_spread() -> None:
+    ope = {"estimate": 0.97, "low": 0.968, "high": 0.972, "replay_accept": 0.97}
+
+    def rounds(judged: int) -> list[dict[str, object]]:
+        nxt = {"accept_overall": 0.96, "judged_local": judged // 2, "judged_frontier": judged // 2}
+        return [{"round": 0, "overall": {}, "ope": ope}, {"round": 1, "overall": nxt}]
+
+    # 0.96 is outside [0.968, 0.972]; on 1,000 judged requests the binomial sd alone is 0.0054,
+    # so 0.01 off is within 1.96 sd; on 100,000 it is not.
+    (few,) = coverage(rounds(1000))
+    assert not few["covered"] and few["covered_predictive"]
+    (many,) = coverage(rounds(100_000))
+    assert not many["covered_predictive"]
