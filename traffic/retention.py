@@ -10,9 +10,11 @@
    and says ``busy``), and makes the day partitions of today and :data:`AHEAD_DAYS` ahead
    (:mod:`traffic.store.partitions`);
 3. for each day before today less the shortest window that holds rows (found on the id index)
-   or has a partition, oldest first: reads the day's ids and keys, takes the expired ones, and
-   erases them as a forget does (:func:`traffic.erase.erase`: exported files that list them,
-   the spool and its dead letters, then the store), the store's step chosen for the day:
+   or has a partition, oldest first: reads the day's ids and keys and takes the expired ones;
+   then the spool and its dead letters once for every day (one scan and one rewrite: the
+   expired days' records and what expired only in the spool, with what points at them), and
+   per day erases the expired as a forget does (:func:`traffic.erase.erase`: exported files that
+   list them, then the store), the store's step chosen for the day:
 
    - ``drop``: PostgreSQL, the day has its partitions and every row in it is expired: the
      partitions are dropped, in milliseconds whatever their size;
@@ -180,8 +182,8 @@ async def _store_step(
     expiry: DayExpiry,
     expired: list[str],
 ) -> dict[str, int]:
-    """The day's rows deleted by ``expiry.method`` (``expired``: the day's and the spool's
-    inferences past their windows, for row deletes); rows deleted by table."""
+    """The day's rows deleted by ``expiry.method`` (``expired``: the day's inferences past
+    their windows, for row deletes); rows deleted by table."""
     day = expiry.day
     kept = windows.kept(day, today)
     done = None
@@ -294,40 +296,40 @@ async def _expire(
         if parts is not None:
             partitioned = {d for d in await parts.days() if d < cutoff}
             days |= partitioned
+    expiring: list[tuple[DayExpiry, list[str]]] = []
     for day in sorted(days):
         rows = await _day_rows(store, day)
         expired = [i for i, key in rows if windows.expires(key, day, today)]
         kept = len(rows) - len(expired)
         expiry = DayExpiry(day, _method(day in partitioned, len(expired), kept), len(expired), kept)
-        if not expired and expiry.method != "drop":
-            continue
-        report.days.append(expiry)
-        if report.dry_run:
-            continue
-        scope = SpoolScope(inference_ids=set(expired), expires=expires)
-        ids = await find_in_spool(spool_dirs, scope)
+        if expired or expiry.method == "drop":
+            report.days.append(expiry)
+            expiring.append((expiry, expired))
+    # The spool once for every day (and for what expired only there): scanned and rewritten
+    # before any day's rows go, so a replay cannot bring an expired record back meanwhile.
+    scope = SpoolScope(inference_ids={i for _, e in expiring for i in e}, expires=expires)
+    ids = await find_in_spool(spool_dirs, scope)
+    if report.dry_run:
+        only = ids - {i for _, e in expiring for i in e}
+        report.spool.segments = {"inference": len(only)} if only else {}
+        return
+    if spool_dirs and ids:
+        spooled = sorted(ids - {i for _, e in expiring for i in e})
+        uses = await records_uses(store, spooled)
+        _add(report, await erase(store, spooled, scope, uses, spool_dirs=spool_dirs, busy_tries=1))
+    for expiry, expired in expiring:
         erased = await erase(
             store,
-            ids,
-            scope,
-            await records_uses(store, ids),
-            spool_dirs=spool_dirs,
+            expired,
+            SpoolScope(inference_ids=set(expired)),
+            await records_uses(store, expired),
             export_roots=export_roots,
             legacy=legacy,
             busy_tries=1,
-            delete=partial(_store_step, store, parts, windows, today, expiry, sorted(ids)),
+            delete=partial(_store_step, store, parts, windows, today, expiry, sorted(expired)),
         )
         expiry.deleted = erased.database
         _add(report, erased)
-    if report.days and not report.dry_run:
-        return
-    scope = SpoolScope(expires=expires)  # the spool's own, when no day did it already
-    ids = await find_in_spool(spool_dirs, scope)
-    if report.dry_run:
-        report.spool.segments = {"inference": len(ids)} if ids else {}
-    elif ids:
-        uses = await records_uses(store, ids)
-        _add(report, await erase(store, ids, scope, uses, spool_dirs=spool_dirs, busy_tries=1))
 
 
 class RetentionSchedule:

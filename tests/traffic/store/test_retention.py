@@ -10,6 +10,10 @@ import json
 from datetime import UTC, date, datetime
 from pathlib import Path
 
+import pytest
+
+import traffic.retention as retention_module
+from traffic.erase import find_in_spool
 from traffic.export import ExportConfig, SplitConfig, export_from_store
 from traffic.export.lineage import DatasetLineage
 from traffic.retention import (
@@ -32,6 +36,7 @@ from traffic.store.console_queries import changes, sql_store
 from traffic.store.partition_sql import day_bounds, day_partition
 from traffic.store.retention_windows import key_subject, resolve_windows, set_window, team_subject
 from traffic.store.spool import Spool
+from traffic.store.spool_forget import SpoolScope
 
 from .scenario import inference
 
@@ -154,6 +159,31 @@ async def test_a_pass_deletes_exactly_what_is_past_its_keys_window(
     again = await retention_pass(store, DEFAULT_DAYS, now=NOW, spool_dirs=[spool_dir])
     assert again.days == [] and not again.changed
     assert len(await changes(store, action_prefix=RETENTION_ACTION)) == 1
+
+
+async def test_the_spool_is_scanned_once_a_pass_whatever_the_days_expired(
+    store_backend: StoreBackend, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await _scenario(store_backend)
+    spool_dir = tmp_path / "spool"
+    spool = Spool(spool_dir, 1 << 20)
+    early, late = _at(2, SHORT, 9), _at(6, SHORT, 9)  # spooled copies of two expiring days
+    spool.append([early, late, FeedbackRecord(inference_id=late.id, kind="edited")])
+    spool.seal()
+    scans: list[object] = []
+    real = find_in_spool
+
+    async def counted(dirs: list[Path], scope: object) -> set[str]:
+        scans.append(scope)
+        assert isinstance(scope, SpoolScope)
+        return await real(dirs, scope)
+
+    monkeypatch.setattr(retention_module, "find_in_spool", counted)
+    report = await retention_pass(store_backend, DEFAULT_DAYS, now=NOW, spool_dirs=[spool_dir])
+    assert len(report.days) == 4 and len(scans) == 1
+    assert report.spool.segments == {"inference": 2, "feedback": 1}
+    left = "".join(p.read_text() for p in sorted(spool_dir.glob("*.jsonl")))
+    assert early.id not in left and late.id not in left
 
 
 async def test_a_drop_takes_the_days_partitions_and_a_rebuild_keeps_them(
