@@ -33,6 +33,7 @@ from gateway.admin import api as api_admin
 from gateway.admin.operations import act_on_release
 from gateway.admin.router import admin_router
 from gateway.backends.pricing import PriceBook
+from gateway.background import LeasedLoop
 from gateway.config import LimitsConfig, SwitchyardConfig
 from gateway.console.routes import Console
 from gateway.doors import feedback as api_feedback
@@ -48,7 +49,8 @@ from gateway.routing.release import LiveRelease
 from gateway.startup import build_state, join_fleet
 from gateway.state import GatewayState
 from gateway.tracing import TRACES_CLOSE_S, build_tracing, close_tracer
-from traffic.retention import RetentionSchedule
+from traffic.retention import scheduled_pass
+from traffic.store import StoreError
 from traffic.tool_calls import warm as warm_tool_calls
 
 if TYPE_CHECKING:
@@ -186,17 +188,16 @@ def create_app(
         app.state.recorder = store
         if console is not None:
             console.start(app)
-        retention: RetentionSchedule | None = None
+        retention: LeasedLoop | None = None
         if handle is not None:  # deletes what is past its key's window, on the fleet's lease
             from gateway.admin.legacy_records import LIVE_TRANSLATOR  # the doors' translators
 
-            retention = RetentionSchedule()
+            retention = LeasedLoop("retention pass", (StoreError, OSError))
             backend = handle.backend
             retention.start(
-                lambda: backend,
-                lambda: state.config.store,
+                lambda: scheduled_pass(backend, state.config.store, LIVE_TRANSLATOR),
+                lambda: state.config.store.retention_interval_s,
                 lambda lease_s: state.reloader.fleet.lead("retention", lease_s),
-                legacy=LIVE_TRANSLATOR,
             )
         # Startup objects (litellm alone leaves ~300k) never die; keeping them out of the
         # collector's generations cut full-collection pauses from ~1 s to ~0.1 s under load.

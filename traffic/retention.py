@@ -1,7 +1,7 @@
 """Retention: each record deleted once past its key's window, the way a forget deletes.
 
-:func:`retention_pass` (``switchyard traffic retention``; :class:`RetentionSchedule` runs it every
-``store.retention_interval_s`` in a gateway process):
+:func:`retention_pass` (``switchyard traffic retention``; a gateway process runs it every
+``store.retention_interval_s`` on the fleet's lease: :func:`scheduled_pass`):
 
 1. resolves every key's window (:mod:`traffic.store.retention_windows`: the key's own, its
    team's, the default); today is the UTC day of ``now``. A window of ``W`` days keeps today
@@ -40,10 +40,8 @@ methods, rows; spooled records), nothing changed, no audit entry.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, date, datetime, timedelta
 from functools import partial
@@ -54,7 +52,7 @@ from traffic.erase import Erased, erase, find_in_spool
 from traffic.export.forget_files import ExportsForgotten
 from traffic.export.lineage_store import records_uses
 from traffic.export.wire_formats import LegacyTranslator
-from traffic.store import InferenceRecord, StoreBackend, StoreConfig, StoreError, new_id
+from traffic.store import InferenceRecord, StoreBackend, StoreConfig, new_id
 from traffic.store.console_queries import record_change, sql_store
 from traffic.store.forgetting import delete_rows
 from traffic.store.partition_sql import day_bounds
@@ -332,53 +330,14 @@ async def _expire(
         _add(report, erased)
 
 
-class RetentionSchedule:
-    """The retention pass in a gateway process: now, then every ``retention_interval_s`` of
-    the store config (read each time: a reload may change it), while ``lead(lease_s)`` says
-    this process holds the fleet's retention lease (one process of a fleet runs it)."""
-
-    def __init__(self) -> None:
-        self._task: asyncio.Task[None] | None = None
-
-    def start(
-        self,
-        store: Callable[[], StoreBackend | None],
-        config: Callable[[], StoreConfig],
-        lead: Callable[[float], Awaitable[bool]],
-        *,
-        legacy: LegacyTranslator | None = None,
-    ) -> None:
-        if self._task is None:
-            self._task = asyncio.create_task(self._loop(store, config, lead, legacy))
-
-    async def _loop(
-        self,
-        store: Callable[[], StoreBackend | None],
-        config: Callable[[], StoreConfig],
-        lead: Callable[[float], Awaitable[bool]],
-        legacy: LegacyTranslator | None,
-    ) -> None:
-        while True:
-            cfg, backend = config(), store()
-            # The lease outlives two missed rounds, so a live leader keeps it.
-            if backend is not None and await lead(3 * cfg.retention_interval_s):
-                try:
-                    report = await retention_pass(
-                        backend, cfg.retention_days, spool_dirs=[cfg.spool_dir], legacy=legacy
-                    )
-                    if report.changed:
-                        log.info("retention: %s", report.deleted)
-                except (StoreError, OSError) as exc:  # the store or the disk: next round
-                    log.warning(
-                        "retention pass failed, retrying in %.0f s: %s",
-                        cfg.retention_interval_s,
-                        exc,
-                    )
-            await asyncio.sleep(cfg.retention_interval_s)
-
-    async def aclose(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+async def scheduled_pass(
+    store: StoreBackend, config: StoreConfig, legacy: LegacyTranslator | None = None
+) -> None:
+    """A gateway's scheduled pass (every ``config.retention_interval_s``, by the process that
+    holds the fleet's retention lease: ``gateway.background.LeasedLoop``): the store config's
+    default window and its spool."""
+    report = await retention_pass(
+        store, config.retention_days, spool_dirs=[config.spool_dir], legacy=legacy
+    )
+    if report.changed:
+        log.info("retention: %s", report.deleted)

@@ -19,7 +19,8 @@ from starlette.responses import RedirectResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from gateway.console.figures import RollUps
+from gateway.background import LeasedLoop
+from gateway.console.figures import roll_up_now
 from gateway.console.pages import (
     flywheel,
     history,
@@ -34,7 +35,7 @@ from gateway.console.swap_jobs import SwapJobs
 from gateway.console.web import PREFIX, Handler, build_templates, guarded
 from gateway.recording.handle import RecorderHandle
 from gateway.state import GatewayState
-from traffic.store import StoreBackend
+from traffic.store import StoreBackend, StoreError
 
 STATIC_DIR: Final = Path(__file__).parent / "static"
 
@@ -49,7 +50,7 @@ class Console:
     def __init__(self) -> None:
         self.templates = build_templates()
         self.swaps = SwapJobs()
-        self.rollups = RollUps()
+        self.rollups = LeasedLoop("roll-up", (StoreError,))
 
     def start(self, app: Starlette) -> None:
         """Start rolling up the record's closed hours (once the app's state is built)."""
@@ -59,11 +60,16 @@ class Console:
             handle: RecorderHandle | None = app.state.recorder
             return handle.backend if handle is not None else None
 
+        async def roll() -> None:
+            backend = store()
+            if backend is not None:
+                await roll_up_now(backend, state.config.console.class_tag)
+
         self.rollups.start(
-            store,
-            lambda: state.config.console.class_tag,
+            roll,
             lambda: state.config.console.rollup_interval_s,
             lambda lease_s: state.reloader.fleet.lead("console-rollup", lease_s),
+            ready=lambda: store() is not None,
         )
 
     def routes(self) -> list[BaseRoute]:

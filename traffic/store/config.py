@@ -11,7 +11,7 @@ The writer settings bound memory (``queue_size``), batch database round trips (`
 
 Retention (:mod:`traffic.retention`): ``retention_days``, the window of the keys and teams that
 set none of their own (:mod:`traffic.store.retention_windows`), and ``retention_interval_s``,
-how often the scheduled pass runs (``traffic.retention.RetentionSchedule``).
+how often the scheduled pass runs (``traffic.retention.scheduled_pass``).
 """
 
 from __future__ import annotations

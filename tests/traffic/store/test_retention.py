@@ -5,7 +5,6 @@ day wholly past is a partition drop, a day mostly past a rebuild around what sta
 
 from __future__ import annotations
 
-import asyncio
 import json
 from datetime import UTC, date, datetime
 from pathlib import Path
@@ -19,9 +18,9 @@ from traffic.export.lineage import DatasetLineage
 from traffic.retention import (
     RETENTION_ACTION,
     RETENTION_ACTOR,
-    RetentionSchedule,
     id_day,
     retention_pass,
+    scheduled_pass,
 )
 from traffic.store import (
     ApiKeyRecord,
@@ -253,27 +252,19 @@ async def test_a_key_window_wins_over_its_teams_and_the_default(
     assert not nothing.changed and nothing.deleted == dict.fromkeys(nothing.deleted, 0)
 
 
-async def test_the_schedule_runs_a_pass_at_once_while_it_leads(
-    store_backend: StoreBackend, store_config: StoreConfig
+async def test_the_scheduled_pass_uses_the_store_configs_window_and_spool(
+    store_backend: StoreBackend, store_config: StoreConfig, tmp_path: Path
 ) -> None:
     store = store_backend
     await _scenario(store)
-    config = store_config.model_copy(update={"retention_days": 1, "retention_interval_s": 60})
-    asked: list[float] = []
-
-    async def lead(lease_s: float) -> bool:
-        asked.append(lease_s)
-        return True
-
-    schedule = RetentionSchedule()
-    schedule.start(lambda: store, lambda: config, lead)
-    try:
-        for _ in range(200):
-            if await changes(store, action_prefix=RETENTION_ACTION):
-                break
-            await asyncio.sleep(0.05)
-    finally:
-        await schedule.aclose()
-    assert asked == [180.0]
+    spool_dir = tmp_path / "spool"
+    spool = Spool(spool_dir, 1 << 20)
+    spooled = _at(1, None, 9)
+    spool.append([spooled])
+    spool.seal()
+    config = store_config.model_copy(update={"retention_days": 1, "spool_dir": spool_dir})
+    await scheduled_pass(store, config)
     # Today, months past every day of the scenario: only the forever team's key keeps its rows.
     assert await _stored(store) == {(3, LEGAL), (12, LEGAL)}
+    assert spooled.id not in "".join(p.read_text() for p in spool_dir.glob("*.jsonl"))
+    assert len(await changes(store, action_prefix=RETENTION_ACTION)) == 1
