@@ -16,9 +16,11 @@ Detectors: ``scrubber`` (traffic.scrub: the one every training-data path uses), 
 scan with default settings, every plugin and filter, the snippet saved as ``prompt.yaml``;
 each reported value located on its line) and, with ``--pii-rev``, the original
 traffic/export/pii.py read from that git revision. ``--plugins`` adds each detect-secrets
-plugin alone, as the scrubber calls it. Prints tables, then one JSON line.
+plugin alone, as the scrubber calls it. ``--holdout2`` adds the second held-out set
+(scripts/secrets_holdout2.py, generated in memory). Prints tables, then one JSON line.
 
     .venv/bin/python scripts/secrets_eval.py --pii-rev 0ccdcc8 --plugins
+    .venv/bin/python scripts/secrets_eval.py --corpus --holdout2   # the second held-out set alone
 """
 
 from __future__ import annotations
@@ -257,7 +259,10 @@ def print_report(results: dict[str, Result], items: list[dict[str, Any]]) -> Non
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--corpus", type=Path, nargs="+", default=[CORPUS, HOLDOUT])
+    parser.add_argument("--corpus", type=Path, nargs="*", default=[CORPUS, HOLDOUT])
+    parser.add_argument(
+        "--holdout2", action="store_true", help="also the second held-out set (generated)"
+    )
     parser.add_argument("--pii-rev", help="also measure traffic/export/pii.py at this git rev")
     parser.add_argument("--plugins", action="store_true", help="each library plugin alone")
     args = parser.parse_args()
@@ -275,11 +280,22 @@ def main() -> int:
         from traffic.scrub.plugins import PLUGIN_RULES
 
         detectors |= {f"plugin:{name}": plugin_detector(name) for name in PLUGIN_RULES}
+    sets = {
+        str(path.relative_to(ROOT) if path.is_relative_to(ROOT) else path): (
+            path.stem,
+            load_corpus(path),
+        )
+        for path in args.corpus
+    }
+    if args.holdout2:
+        sys.path.insert(0, str(ROOT / "scripts"))
+        from secrets_holdout2 import holdout2_items
+
+        sets["scripts/secrets_holdout2.py (generated)"] = ("holdout2", holdout2_items())
     summary: dict[str, Any] = {}
-    for path in args.corpus:
-        items = load_corpus(path)
+    for title, (stem, items) in sets.items():
         results = {name: evaluate(items, detect) for name, detect in detectors.items()}
-        print(f"==== {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}")
+        print(f"==== {title}")
         print_report({n: r for n, r in results.items() if not n.startswith("plugin:")}, items)
         if args.plugins:
             print()
@@ -291,7 +307,7 @@ def main() -> int:
                     print(f"  {name:<24} {right:>4}/{named:<4} {caught}")
         print()
         scrubbed = results["scrubber"]
-        summary[path.stem] = {
+        summary[stem] = {
             "snippets": len(items),
             "secrets": sum(scrubbed.labelled.values()),
             "lookalikes": sum(scrubbed.lookalikes.values()),

@@ -12,7 +12,8 @@ settings. Here each chosen plugin is called directly, with no settings and no ne
 - the keyword plugin: each value it reports on the line, located in the line; detect-secrets'
   own false-positive filters are applied first (templated ``{x}``/``<x>``/``${x}`` values,
   ``$VAR``, indirect references such as ``get_secret()``, sequential strings, UUIDs, ids),
-  and values with whitespace or only letters are dropped (type annotations, defaults);
+  and values with whitespace or only letters are dropped (type annotations, defaults), and
+  references to where a secret is kept (``settings.DB_PASSWORD``);
 - a plugin runs only on a text holding one of its ``gates`` (lowercase literals every finding
   contains); regex plugins then scan the whole text at once, the keyword plugin only the lines
   holding a gate.
@@ -49,6 +50,7 @@ from detect_secrets.plugins.stripe import StripeDetector
 from detect_secrets.plugins.telegram_token import TelegramBotTokenDetector
 from detect_secrets.plugins.twilio import TwilioKeyDetector
 
+from traffic.scrub.rule import secret_reference
 from traffic.scrub.rules import Detection
 
 # The keyword plugin picks its patterns by file extension; prompts have none, and this one
@@ -170,9 +172,12 @@ def _filtered(value: str, line: str, plugin: BasePlugin) -> bool:
 
 
 def _credential_shaped(value: str) -> bool:
-    """No whitespace, and a digit or a symbol: ``name: value`` patterns also match type
-    annotations and defaults (``api_key: SecretStr``, ``password_timeout: int = 3600``)."""
-    return not any(c.isspace() for c in value) and not value.isalpha()
+    """No whitespace, a digit or a symbol, and not a reference: ``name: value`` patterns also
+    match type annotations, defaults and attributes (``api_key: SecretStr``,
+    ``password_timeout: int = 3600``, ``password = settings.DB_PASSWORD``)."""
+    return (
+        not any(c.isspace() for c in value) and not value.isalpha() and not secret_reference(value)
+    )
 
 
 def _gated_lines(text: str, lower: str, gates: tuple[str, ...]) -> list[tuple[int, str]]:

@@ -10,18 +10,17 @@ Secrets
     (``sk_/rk_`` + ``live_/test_``), ``aws_access_key`` (``AKIA``/``ASIA`` + 16),
     ``github_token`` (``gh[pousr]_``, ``github_pat_``), ``gitlab_token`` (``glpat-``),
     ``slack_token`` (``xox?-``), ``google_api_key`` (``AIza`` + 35), ``huggingface_token``
-    (``hf_``), ``jwt`` (``eyJ...eyJ...sig``); the part after the prefix needs a digit or both
-    cases, so ``ghp_xxxx...`` and ``AKIAXXXX...`` placeholders stay. ``bearer_token``: the
-    token after ``Bearer`` or ``Authorization: token``; ``basic_auth``: the value after
-    ``Authorization: Basic``, or base64 of ``user:password`` in docker's ``"auth": "..."`` and
-    npm's ``_auth=``. An assigned value: a name that *ends* in a secret keyword
-    (``api_key``, ``token``, ``secret``, ``password``, ``access_key_id``, ...) then ``=``,
-    ``:``, ``:=`` or ``=>``, then a quoted value of 8+ characters without whitespace or
-    template markers (``${``, ``{{``, ``<``), or an unquoted value of 16+
-    ``[A-Za-z0-9+/=_-]`` holding a letter and a digit; its kind is ``password`` when the name
-    says so (``pass``, ``pwd``), ``aws_secret`` when it names AWS, else ``generic_secret``;
-    cursor names (``nextPageToken``, ``page_token``) are not credentials. ``password`` also:
-    ``curl -u user:PASSWORD`` and ``mysql -pPASSWORD`` on a command line.
+    (``hf_``), ``jwt`` (``eyJ...eyJ...sig``), ``digitalocean_token`` (``dop_v1_``),
+    ``shopify_token`` (``shpat_``...), ``groq_key`` (``gsk_``), ``replicate_token`` (``r8_``),
+    ``postman_key`` (``PMAK-``), ``linear_key`` (``lin_api_``), ``databricks_token``
+    (``dapi``), ``newrelic_key`` (``NRAK-``), Django's generated ``django-insecure-`` key;
+    the part after the prefix needs a digit or both cases, so ``ghp_xxxx...`` and
+    ``AKIAXXXX...`` placeholders stay. ``azure_client_secret``: an Azure AD client secret
+    (``abc8Q~`` + 31-34). ``bearer_token``: the token after ``Bearer`` or ``Authorization:
+    token``; ``basic_auth``: the value after ``Authorization: Basic``, or base64 of
+    ``user:password`` in docker's ``"auth": "..."`` and npm's ``_auth=``. Values under a
+    secret-like name (assigned, a lookup's default, name/value pairs, command-line flags,
+    session cookies, ``.pgpass`` lines): :mod:`traffic.scrub.named`.
 PII
     ``email`` (kept: ``git@`` remotes and reserved example domains: ``example.com/.org/.net``,
     ``*.example``, ``*.test``, ``*.invalid``, ``*.localhost``); ``credit_card`` (13-19 digits
@@ -43,61 +42,13 @@ import binascii
 import ipaddress
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+
+from traffic.scrub.named import NAMED_RULES
+from traffic.scrub.rule import Detection, Rule, group, run, token_like, whole
+
+__all__ = ["PII_KINDS", "Detection", "detect", "luhn_valid"]
 
 PII_KINDS = frozenset({"email", "credit_card", "ip", "phone"})
-
-
-@dataclass(frozen=True, slots=True)
-class Detection:
-    """``text[start:end]`` looks like a ``kind`` (``github_token``, ``email``...)."""
-
-    start: int
-    end: int
-    kind: str
-
-
-# Returns the (start, end) to report for a match, or None to keep the match.
-SpanOf = Callable[[re.Match[str]], tuple[int, int] | None]
-
-
-@dataclass(frozen=True)
-class _Rule:
-    pattern: re.Pattern[str]
-    span: SpanOf
-    # The kind, or a function of the match for rules that name several kinds.
-    kind: str | Callable[[re.Match[str]], str]
-    # Lowercase literals at which every match starts: the pattern is then only tried there,
-    # found with str.find, instead of at every position (Python's re is slow at that).
-    anchors: tuple[str, ...] = ()
-    # Cheap necessary condition on the text, for rules without anchors.
-    gate: Callable[[str], bool] | None = None
-
-
-def _whole(check: Callable[[str], bool] | None = None) -> SpanOf:
-    return lambda m: m.span() if check is None or check(m.group(0)) else None
-
-
-def _group(group: str, check: Callable[[str], bool] | None = None) -> SpanOf:
-    """Report only the named group (the value after a name, ``Bearer`` or ``Basic``)."""
-
-    def span(m: re.Match[str]) -> tuple[int, int] | None:
-        value = m.group(group)
-        if value is None or (check is not None and not check(value)):
-            return None
-        return m.span(group)
-
-    return span
-
-
-def _letters_and_digits(value: str) -> bool:
-    return any(c.isdigit() for c in value) and any(c.isalpha() for c in value)
-
-
-def _token_like(value: str) -> bool:
-    has_digit = any(c.isdigit() for c in value)
-    mixed_case = any(c.isupper() for c in value) and any(c.islower() for c in value)
-    return has_digit or mixed_case
 
 
 # ---------------------------------------------------------------- secrets
@@ -118,6 +69,15 @@ _VENDOR_TOKENS = (
     ("google", "google_api_key", r"AIza", r"[0-9A-Za-z_-]{35}"),
     ("huggingface", "huggingface_token", r"hf_", r"[A-Za-z0-9]{30,}"),
     ("jwt", "jwt", r"eyJ", r"[A-Za-z0-9_-]{5,}\.eyJ[A-Za-z0-9_-]{5,}\.[A-Za-z0-9_-]{10,}"),
+    ("digitalocean", "digitalocean_token", r"dop_v1_", r"[a-f0-9]{64}"),
+    ("shopify", "shopify_token", r"shp(?:at|ca|pa|ss)_", r"[a-fA-F0-9]{32}"),
+    ("groq", "groq_key", r"gsk_", r"[A-Za-z0-9]{48,}"),
+    ("replicate", "replicate_token", r"r8_", r"[A-Za-z0-9]{37,}"),
+    ("postman", "postman_key", r"PMAK-", r"[a-f0-9]{24}-[a-f0-9]{34}"),
+    ("linear", "linear_key", r"lin_api_", r"[A-Za-z0-9]{40,}"),
+    ("databricks", "databricks_token", r"dapi", r"[a-f0-9]{32}(?:-\d)?"),
+    ("newrelic", "newrelic_key", r"NRAK-", r"[A-Z0-9]{27}"),
+    ("django", "generic_secret", r"django-insecure-", r"[a-z0-9!@#$%^&*(\-_=+)]{40,}"),
 )
 _VENDOR_KIND = {name: kind for name, kind, _, _ in _VENDOR_TOKENS}
 _VENDOR = re.compile(
@@ -138,46 +98,13 @@ def _vendor_kind(m: re.Match[str]) -> str:
 
 def _vendor_span(m: re.Match[str]) -> tuple[int, int] | None:
     assert m.lastgroup is not None
-    return m.span() if _token_like(m.group(m.lastgroup + "_rest")) else None
+    return m.span() if token_like(m.group(m.lastgroup + "_rest")) else None
 
 
-# The name must END with one of these (any prefix: client_secret, GITHUB_TOKEN, db_password);
-# matching starts at the keyword, since scanning for the name's start is slow.
-_SECRET_NAME = (
-    r"(?:api[_-]?key|apikey|secret(?:[_-]?key)?|token|passw(?:or)?d|pwd"
-    r"|access[_-]?key(?:[_-]?id)?|private[_-]?key|credentials?)"
+# An Azure AD client secret: three characters, a digit, ``Q~``, then 31 to 34.
+_AZURE_CLIENT_SECRET = re.compile(
+    r"(?<![\w~.-])[\w~.-]{3}\dQ~[\w~.-]{31,34}(?![\w~.-])", flags=re.ASCII
 )
-_ASSIGNED_SECRET = re.compile(
-    r"(?i)" + _SECRET_NAME + r"[\"']?\s*(?::=|=>|[:=])\s*"
-    r"(?:(?P<q>[\"'`])(?P<quoted>[^\s\"'`<>${}]{8,})(?P=q)"
-    r"|(?P<bare>[A-Za-z0-9+/=_-]{16,})(?=$|[\s,;&)\]}]))"
-)
-_NAME_BEFORE = re.compile(r"[A-Za-z0-9_.-]*$")
-# Names that end in "token" but hold a cursor, not a credential.
-_CURSOR_NAME = re.compile(r"(?:page|next|continuation|cursor|sync|resume)[_-]?token[\"']?$")
-
-
-def _assigned_name(m: re.Match[str]) -> str:
-    """The whole assigned name, lowercased (matching starts at its keyword)."""
-    before = _NAME_BEFORE.search(m.string, max(0, m.start() - 64), m.start())
-    keyword = re.match(r"[\w-]+[\"']?", m.group(0))
-    return ((before.group(0) if before else "") + (keyword.group(0) if keyword else "")).lower()
-
-
-def _assigned_span(m: re.Match[str]) -> tuple[int, int] | None:
-    if _CURSOR_NAME.search(_assigned_name(m)):
-        return None
-    if m.group("quoted") is not None:
-        return m.span("quoted")
-    return _group("bare", _letters_and_digits)(m)
-
-
-def _assigned_kind(m: re.Match[str]) -> str:
-    """``password``, ``aws_secret`` or ``generic_secret``, from the whole assigned name."""
-    name = _assigned_name(m)
-    if "pass" in name or "pwd" in name:
-        return "password"
-    return "aws_secret" if "aws" in name else "generic_secret"
 
 
 # A registry credential: base64 of ``user:password`` (docker's config.json ``"auth"``,
@@ -194,13 +121,6 @@ def _user_and_password(value: str) -> bool:
         return False
     user, colon, password = decoded.partition(":")
     return bool(user and colon and password) and decoded.isprintable()
-
-
-# A password on a command line: ``curl -u user:password``, ``mysql -pPASSWORD``.
-_CLI_PASSWORD = re.compile(
-    r"(?:curl\b[^\n|;&]*?\s(?:-u|--user)\s*[\"']?[^\s:\"']+:"
-    r"|mysql(?:dump|admin)?\b[^\n|;&]*?\s-p)(?P<password>[^\s\"'|;&]{4,})"
-)
 
 
 # ---------------------------------------------------------------- email
@@ -327,91 +247,58 @@ _PEM = re.compile(
 )
 
 _RULES = (
-    _Rule(_PEM, _whole(), "private_key_pem", anchors=("-----begin",)),
-    _Rule(
+    Rule(_PEM, whole(), "private_key_pem", anchors=("-----begin",)),
+    Rule(
         _VENDOR,
         _vendor_span,
         _vendor_kind,
-        anchors=("sk-", "sk_", "rk_", "akia", "asia", "gh", "glpat-", "xox", "aiza", "hf_", "eyj"),
+        anchors=(
+            *("sk-", "sk_", "rk_", "akia", "asia", "gh", "glpat-", "xox", "aiza", "hf_", "eyj"),
+            *("dop_v1_", "shp", "gsk_", "r8_", "pmak-", "lin_api_", "dapi", "nrak-"),
+            "django-insecure-",
+        ),
     ),
-    _Rule(
+    Rule(
         re.compile(r"(?i)\bbearer\s+(?P<token>[A-Za-z0-9._~+/=-]{16,})(?![A-Za-z0-9._~+/=-])"),
-        _group("token", _token_like),
+        group("token", token_like),
         "bearer_token",
         anchors=("bearer",),
     ),
-    _Rule(
+    Rule(
         re.compile(
             r"(?i)\bauthorization[\"']?\s*[:=]\s*[\"']?(?P<scheme>basic|token)\s+"
             r"(?P<token>[A-Za-z0-9._~+/=-]{8,})"
         ),
-        _group("token"),
+        group("token"),
         lambda m: "basic_auth" if m.group("scheme").lower() == "basic" else "bearer_token",
         anchors=("authorization",),
     ),
-    _Rule(
+    Rule(
         _AUTH_CONFIG,
-        _group("value", _user_and_password),
+        group("value", _user_and_password),
         "basic_auth",
         anchors=('"auth"', "_auth"),
     ),
-    _Rule(_CLI_PASSWORD, _group("password"), "password", anchors=("curl", "mysql")),
-    _Rule(
-        _ASSIGNED_SECRET,
-        _assigned_span,
-        _assigned_kind,
-        anchors=("api", "secret", "token", "passw", "pwd", "access", "private", "credential"),
-    ),
-    _Rule(_EMAIL, _email, "email", gate=lambda text: "@" in text),
-    _Rule(_CARD, _card, "credit_card"),
-    _Rule(_IPV6, _ipv6, "ip", gate=lambda t: "::" in t or _IPV6_GATE.search(t) is not None),
-    _Rule(_IPV4, _ipv4, "ip", gate=lambda text: _IPV4_GATE.search(text) is not None),
-    _Rule(
+    Rule(_AZURE_CLIENT_SECRET, whole(), "azure_client_secret", gate=lambda text: "Q~" in text),
+    *NAMED_RULES,
+    Rule(_EMAIL, _email, "email", gate=lambda text: "@" in text),
+    Rule(_CARD, _card, "credit_card"),
+    Rule(_IPV6, _ipv6, "ip", gate=lambda t: "::" in t or _IPV6_GATE.search(t) is not None),
+    Rule(_IPV4, _ipv4, "ip", gate=lambda text: _IPV4_GATE.search(text) is not None),
+    Rule(
         _PHONE_INTL,
-        _whole(_digit_count_between(8, 15)),
+        whole(_digit_count_between(8, 15)),
         "phone",
         gate=lambda text: "+" in text,
     ),
-    _Rule(
+    Rule(
         _PHONE_KEYWORD,
-        _group("number", _digit_count_between(7, 15)),
+        group("number", _digit_count_between(7, 15)),
         "phone",
         anchors=("phone", "tel", "mobile", "cell", "fax", "whatsapp"),
     ),
-    _Rule(_PHONE_NANP, _whole(), "phone"),
+    Rule(_PHONE_NANP, whole(), "phone"),
 )
-
-
-def _anchor_positions(lower: str, anchors: tuple[str, ...]) -> list[int]:
-    positions: set[int] = set()
-    for anchor in anchors:
-        at = lower.find(anchor)
-        while at != -1:
-            positions.add(at)
-            at = lower.find(anchor, at + 1)
-    return sorted(positions)
-
-
-def _detect(rule: _Rule, text: str, lower: str) -> list[Detection]:
-    """``rule``'s accepted matches, left to right, never overlapping one another."""
-    if rule.gate is not None and not rule.gate(text):
-        return []
-    if rule.anchors and len(lower) == len(text):
-        matches = (rule.pattern.match(text, at) for at in _anchor_positions(lower, rule.anchors))
-    else:  # no anchors, or lowercasing moved offsets (rare scripts): scan everywhere
-        matches = (m for m in rule.pattern.finditer(text))
-    found: list[Detection] = []
-    done = 0
-    for m in matches:
-        if m is None or m.start() < done:
-            continue
-        span = rule.span(m)
-        if span is None:
-            continue
-        kind = rule.kind if isinstance(rule.kind, str) else rule.kind(m)
-        found.append(Detection(span[0], span[1], kind))
-        done = m.end()
-    return found
 
 
 _SECRET_RULES = tuple(r for r in _RULES if not (isinstance(r.kind, str) and r.kind in PII_KINDS))
@@ -422,4 +309,4 @@ def detect(text: str, *, pii: bool = True) -> list[Detection]:
     across rules: a bearer token that is a JWT is reported by both); ``pii=False``: secrets
     only (the PII rules are not run)."""
     lower = text.lower()
-    return [d for rule in (_RULES if pii else _SECRET_RULES) for d in _detect(rule, text, lower)]
+    return [d for rule in (_RULES if pii else _SECRET_RULES) for d in run(rule, text, lower)]

@@ -5,7 +5,8 @@ detect-secrets plugins (:mod:`traffic.scrub.plugins`) on the original text, then
 
 1. drops spans inside a placeholder already in the text (so scrubbing is idempotent, and a
    model's answer that quotes a placeholder keeps it), and secret spans that stand in for a
-   secret (``YOUR_API_KEY``, ``sk-...``, ``xxxxxx``, ``${VAR}``, ``process.env.X``);
+   secret (``YOUR_API_KEY``, ``sk-...``, ``xxxxxx``, ``${VAR}``, ``process.env.X``, a phrase
+   such as ``replace-with-a-long-random-string``);
 2. merges overlapping secret spans into one, named by the most specific kind among them
    (:data:`KIND_PRIORITY`: a JWT after ``Bearer`` is a ``jwt``, an ``sk-proj-`` key
    assigned to ``api_key`` is an ``openai_key``);
@@ -55,11 +56,21 @@ KIND_PRIORITY: tuple[str, ...] = (
     "mailchimp_key",
     "square_oauth",
     "twilio_key",
+    "azure_client_secret",
+    "digitalocean_token",
+    "shopify_token",
+    "groq_key",
+    "replicate_token",
+    "postman_key",
+    "linear_key",
+    "databricks_token",
+    "newrelic_key",
     "jwt",
     "aws_secret",
     "password_in_url",
     "basic_auth",
     "bearer_token",
+    "session_cookie",
     "password",
     "generic_secret",
     "credit_card",
@@ -114,6 +125,9 @@ _STAND_IN = re.compile(
     r"([xX*#.-])\1{5}|\.\.\.|\u2026|EXAMPLE|\$\{|\{\{|%\(|process\.env|os\.environ|getenv"
     r"|(?i:your[_-]|replace[_-]?me|change[_-]?me|placeholder|redacted)"
 )
+# A whole value that is a phrase of three or more words in one case, without a digit
+# (``replace-with-a-long-random-string``, ``not_a_real_secret``): an instruction, not a key.
+_PHRASE = re.compile(r"[a-z]+(?:[-_][a-z]+){2,}|[A-Z]+(?:[-_][A-Z]+){2,}")
 
 
 def category(kind: str) -> str:
@@ -188,6 +202,7 @@ def detect(text: str, *, pii: bool = True) -> list[Detection]:
         if d.kind not in PII_KINDS
         and not held.overlaps(d)
         and not _STAND_IN.search(text, d.start, d.end)
+        and not _PHRASE.fullmatch(text, d.start, d.end)
     )
     taken = _Spans(secrets)
     personal = _merge(

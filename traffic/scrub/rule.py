@@ -1,0 +1,115 @@
+"""What a hand-written detector is: a regular expression, the span of a match to report (or
+none), the kind it names, and where it may start, so that it is tried only there.
+
+A rule with ``anchors`` (lowercase literals at which every match starts) is tried with
+``pattern.match`` at each occurrence of one, found with ``str.find``, instead of at every
+position (Python's ``re`` is slow at that); a rule without anchors can have a ``gate``, a cheap
+necessary condition on the text. :func:`run` applies one rule; :mod:`traffic.scrub.rules`
+holds the rules.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class Detection:
+    """``text[start:end]`` looks like a ``kind`` (``github_token``, ``email``...)."""
+
+    start: int
+    end: int
+    kind: str
+
+
+# Returns the (start, end) to report for a match, or None to keep the match.
+SpanOf = Callable[[re.Match[str]], tuple[int, int] | None]
+
+
+@dataclass(frozen=True)
+class Rule:
+    pattern: re.Pattern[str]
+    span: SpanOf
+    # The kind, or a function of the match for rules that name several kinds.
+    kind: str | Callable[[re.Match[str]], str]
+    # Lowercase literals at which every match starts.
+    anchors: tuple[str, ...] = ()
+    # Cheap necessary condition on the text, for rules without anchors.
+    gate: Callable[[str], bool] | None = None
+
+
+def whole(check: Callable[[str], bool] | None = None) -> SpanOf:
+    """Report the whole match, when ``check`` (if any) accepts it."""
+    return lambda m: m.span() if check is None or check(m.group(0)) else None
+
+
+def group(name: str, check: Callable[[str], bool] | None = None) -> SpanOf:
+    """Report only the named group (the value after a name, ``Bearer`` or ``Basic``)."""
+
+    def span(m: re.Match[str]) -> tuple[int, int] | None:
+        value = m.group(name)
+        if value is None or (check is not None and not check(value)):
+            return None
+        return m.span(name)
+
+    return span
+
+
+_DIGIT = re.compile(r"\d")
+_LETTER = re.compile(r"[^\W\d_]")
+
+
+def letters_and_digits(value: str) -> bool:
+    return _DIGIT.search(value) is not None and _LETTER.search(value) is not None
+
+
+def token_like(value: str) -> bool:
+    """A digit, or both cases: ``ghp_xxxx...`` and ``AKIAXXXX...`` placeholders are not."""
+    if _DIGIT.search(value) is not None:
+        return True
+    return any(c.isupper() for c in value) and any(c.islower() for c in value)
+
+
+# An attribute chain ending in a secret word (``settings.DB_PASSWORD``, ``self.api_key``).
+_REFERENCE = re.compile(r"[A-Za-z_$][\w$]*(?:\.[A-Za-z_$][\w$]*)+", flags=re.ASCII)
+_SECRET_WORD = re.compile(r"(?i)pass|pwd|secret|token|key|cred|auth")
+
+
+def secret_reference(value: str) -> bool:
+    """``value`` names where a secret is kept (an attribute chain ending in a secret word)
+    rather than being one."""
+    return bool(_REFERENCE.fullmatch(value)) and bool(_SECRET_WORD.search(value.rpartition(".")[2]))
+
+
+def _anchor_positions(lower: str, anchors: tuple[str, ...]) -> list[int]:
+    positions: set[int] = set()
+    for anchor in anchors:
+        at = lower.find(anchor)
+        while at != -1:
+            positions.add(at)
+            at = lower.find(anchor, at + 1)
+    return sorted(positions)
+
+
+def run(rule: Rule, text: str, lower: str) -> list[Detection]:
+    """``rule``'s accepted matches, left to right, never overlapping one another."""
+    if rule.gate is not None and not rule.gate(text):
+        return []
+    if rule.anchors and len(lower) == len(text):
+        matches = (rule.pattern.match(text, at) for at in _anchor_positions(lower, rule.anchors))
+    else:  # no anchors, or lowercasing moved offsets (rare scripts): scan everywhere
+        matches = (m for m in rule.pattern.finditer(text))
+    found: list[Detection] = []
+    done = 0
+    for m in matches:
+        if m is None or m.start() < done:
+            continue
+        span = rule.span(m)
+        if span is None:
+            continue
+        kind = rule.kind if isinstance(rule.kind, str) else rule.kind(m)
+        found.append(Detection(span[0], span[1], kind))
+        done = m.end()
+    return found
