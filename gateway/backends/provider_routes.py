@@ -20,7 +20,6 @@ file, without importing litellm, so the list stays litellm's.
 from __future__ import annotations
 
 import importlib.util
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -37,18 +36,6 @@ FORWARDED_HEADERS: dict[ProviderWire, tuple[str, ...]] = {
     "anthropic": ("anthropic-version", "anthropic-beta"),
     "openai": ("openai-beta",),
 }
-
-_ALL_FORWARDED = tuple(h for names in FORWARDED_HEADERS.values() for h in names)
-
-
-def forwarded_headers(headers: Mapping[str, str]) -> dict[str, str]:
-    """The client's wire-format headers a pass-through may carry on (lower-case names)."""
-    out: dict[str, str] = {}
-    for name in _ALL_FORWARDED:
-        value = headers.get(name)
-        if value is not None:
-            out[name] = value
-    return out
 
 
 # Providers whose chat endpoint is OpenAI's, with their default base URL (litellm's defaults).

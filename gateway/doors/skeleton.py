@@ -7,9 +7,10 @@ the door bound to this request's rendering context; the door renders answers and
 body is the internal body, and the upstream's bytes go back unchanged.
 
     read body (413 past the limit) -> parse + bounds (400) -> translate (400 on a shape the
-    translator did not foresee) -> features (one builder, :func:`door_features`) -> decide
-    (404 unknown model) -> prompt counted, fitted to context windows (400), the key's tokens
-    and budget held (429, 403; gateway.doors.prompt_gate) -> serve_unary / serve_stream
+    translator did not foresee) -> features (one builder, :func:`door_features`), with the
+    request's text only where the routing reads it (gateway.routing.decider) -> decide (404
+    unknown model) -> prompt counted, fitted to context windows (400), the key's tokens and
+    budget held (429, 403; gateway.doors.prompt_gate) -> serve_unary / serve_stream
     (gateway.doors.pipeline)
 
 Parsing, bound checks and translation run on a worker thread for bodies over
@@ -23,16 +24,16 @@ import asyncio
 import dataclasses
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, TypeVar, cast
+from typing import Any, Final, TypeVar, cast
 
 import orjson
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 
 from gateway.backends.base import UpstreamCall, UpstreamEndpoint
-from gateway.backends.provider_routes import forwarded_headers
+from gateway.backends.provider_routes import FORWARDED_HEADERS
 from gateway.client_watch import ClientWatch
 from gateway.config import LimitsConfig
 from gateway.doors.exchange import Exchange, FrontDoor, new_exchange
@@ -45,7 +46,9 @@ from gateway.errors import (
     InvalidRequestError,
     PayloadTooLargeError,
 )
+from gateway.routing.decider import Decider
 from gateway.routing.episode_id import episode_of
+from gateway.routing.table import RoutingView
 from gateway.state import GatewayState
 from gateway.wire.blocks import prompt_chars
 from gateway.wire.bounds import check_bounds
@@ -59,6 +62,10 @@ T = TypeVar("T")
 ROUTE_HEADER = "x-switchyard-route"
 TAGS_HEADER = "x-switchyard-tags"
 EPISODE_HEADER = "x-switchyard-episode"
+# The request headers a door reads, by their raw names (ASGI gives them lower-case): its own,
+# and the wire format's that a pass-through carries on (gateway.backends.provider_routes).
+OWN_HEADERS: Final = {h.encode(): h for h in (ROUTE_HEADER, TAGS_HEADER, EPISODE_HEADER)}
+CARRIED_HEADERS: Final = {h.encode(): h for names in FORWARDED_HEADERS.values() for h in names}
 
 # What a translator raises on a body shape it did not foresee (a string where a list was due).
 SHAPE_ERRORS = (TypeError, AttributeError, KeyError, IndexError, ValueError)
@@ -131,9 +138,20 @@ async def off_loop_if_large(size: int, limits: LimitsConfig, fn: Callable[..., T
     return fn(*args)
 
 
-def parse_tags(request: Request, metadata: dict[str, str] | None) -> dict[str, str]:
+def read_headers(request: Request, names: Mapping[bytes, str]) -> dict[str, str]:
+    """The headers of ``names`` (raw name -> name) the request sent, the first of a repeated one
+    (as Starlette's ``Headers.get``): one pass over its headers, not one scan per name."""
+    found: dict[str, str] = {}
+    for raw, value in request.scope["headers"]:
+        name = names.get(raw)
+        if name is not None and name not in found:
+            found[name] = value.decode("latin-1")
+    return found
+
+
+def parse_tags(header: str | None, metadata: dict[str, str] | None) -> dict[str, str]:
+    """The request's tags: its metadata, then the tags header's ``key=value`` pairs."""
     tags = dict(metadata or {})
-    header = request.headers.get(TAGS_HEADER)
     if header:
         for item in header.split(","):
             key, sep, value = item.partition("=")
@@ -156,6 +174,7 @@ def untranslatable(endpoint: str, exc: Exception) -> InvalidRequestError:
 
 def door_features(
     endpoint: Endpoint,
+    ex: Exchange,
     request: Request,
     body: dict[str, Any],
     *,
@@ -167,30 +186,40 @@ def door_features(
 ) -> RequestFeatures:
     """The router's features of an internal body, the same way for every door. The episode is
     ours when the client names one, else what the client already sends
-    (:mod:`gateway.routing.episode_id`)."""
-    tags = parse_tags(request, metadata)
+    (:mod:`gateway.routing.episode_id`); ``ex`` gives the request's id and key. Without
+    ``text``: :func:`_prepare` adds it where the routing reads it."""
+    own = read_headers(request, OWN_HEADERS)
+    tags = parse_tags(own.get(TAGS_HEADER), metadata)
     return RequestFeatures(
         endpoint=endpoint,
         requested_model=str(body["model"]),
         prompt_tokens=estimate_tokens(prompt_chars(body)),
         has_tools=bool(body.get("tools")),
         stream=stream,
-        route_hint=request.headers.get(ROUTE_HEADER) or tags.get("route"),
+        route_hint=own.get(ROUTE_HEADER) or tags.get("route"),
         tags=tags,
         episode_id=episode_of(
-            request.headers.get(EPISODE_HEADER) or tags.get("episode_id"),
+            own.get(EPISODE_HEADER) or tags.get("episode_id"),
             claude_user_id=claude_user_id,
             prompt_cache_key=prompt_cache_key,
         ),
         cache_key=cache_key,
-        text=request_text(endpoint, body),
+        request_id=ex.id,
+        api_key_id=ex.principal.key_id,
     )
 
 
 def _prepare(
-    ex: Exchange, raw: bytes, translate: Translate, request: Request, limits: LimitsConfig
+    ex: Exchange,
+    raw: bytes,
+    translate: Translate,
+    request: Request,
+    limits: LimitsConfig,
+    decider: Decider,
+    view: RoutingView,
 ) -> Translated:
-    """Parse, bound-check and translate the body; fill the exchange's request and features."""
+    """Parse, bound-check and translate the body; fill the exchange's request and features,
+    with the request's text only where ``view`` reads it (``decider.reads_text``)."""
     body = parse_checked(raw, limits)
     ex.request = body  # only a body within bounds is kept parsed (the record can encode it)
     ex.request_json = raw  # what the record writer process stores (gateway.recording.draft)
@@ -205,9 +234,11 @@ def _prepare(
         # Kept for a native pass-through too (it is what the local model would be sent).
         ex.canonical_request = translated.body
         ex.translation_notes.update(translated.notes)
-    ex.features = dataclasses.replace(
-        translated.features, request_id=ex.id, api_key_id=ex.principal.key_id
-    )
+    features = translated.features
+    if decider.reads_text(view, features):
+        text = request_text(features.endpoint, translated.body)
+        features = dataclasses.replace(features, text=text)
+    ex.features = features
     return translated
 
 
@@ -233,7 +264,7 @@ async def serve_door(request: Request, door: FrontDoor, translate: Translate) ->
             limits = routing.config.gateway.limits
             raw = await read_body(request, limits.max_body_bytes.for_endpoint(door.endpoint))
             translated = await off_loop_if_large(
-                len(raw), limits, _prepare, ex, raw, translate, request, limits
+                len(raw), limits, _prepare, ex, raw, translate, request, limits, state.decider, view
             )
             assert ex.features is not None
             tools = translated.body.get("tools")
@@ -257,7 +288,7 @@ async def serve_door(request: Request, door: FrontDoor, translate: Translate) ->
             client_wants_usage=translated.client_wants_usage,
             wire_format=door.wire_format,
             client_body=None if translated.identity else ex.request,
-            client_headers=forwarded_headers(request.headers),
+            client_headers=read_headers(request, CARRIED_HEADERS),
             weights_pin=ex.decision.weights_pin if ex.decision is not None else None,
         )
         watch = ClientWatch(request.receive)

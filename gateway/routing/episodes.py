@@ -87,6 +87,16 @@ class EpisodeRouting:
         self.failed_steps: Counter[str] = Counter()
         self.fallback_decisions: Counter[str] = Counter()
 
+    @staticmethod
+    def reads_text(routing: Routing, features: RequestFeatures) -> bool:
+        """Whether :meth:`route` reads the request's text: an agent step (tools offered) of an
+        episode the request names, with ``routing.episodes.fallback`` on."""
+        return (
+            features.episode_id is not None
+            and features.has_tools
+            and routing.config.routing.episodes.fallback
+        )
+
     async def route(
         self,
         routing: Routing,
@@ -96,9 +106,8 @@ class EpisodeRouting:
     ) -> RouteDecision:
         """``decision`` (the policy's), or the episode's fallback in its place."""
         cfg = routing.config.routing.episodes
-        episode = features.episode_id
-        text = features.text
-        if episode is None or text is None or not cfg.fallback or not features.has_tools:
+        episode, text = features.episode_id, features.text
+        if episode is None or text is None or not self.reads_text(routing, features):
             return decision  # only agent steps (tools offered) fail or fall back
         local_targets = _local_targets(routing.config)
         memory = await self.memory.recall(episode)

@@ -68,6 +68,7 @@ def _translate(body: dict[str, Any], ex: Exchange, request: Request) -> Translat
     tr = translate_messages(body)
     features = door_features(
         "messages",
+        ex,
         request,
         tr.body,
         stream=tr.stream,

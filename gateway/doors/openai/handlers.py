@@ -48,6 +48,7 @@ def _identity(
         req = validate(body)
         features = door_features(
             endpoint,
+            ex,
             request,
             body,
             stream=bool(req.stream),

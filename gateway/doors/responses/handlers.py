@@ -50,6 +50,7 @@ def _translate(body: dict[str, Any], ex: Exchange, request: Request) -> Translat
     tr = translate_request(body)
     features = door_features(
         "responses",
+        ex,
         request,
         tr.body,
         stream=tr.stream,
