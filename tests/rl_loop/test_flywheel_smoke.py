@@ -70,3 +70,18 @@ def test_one_round_of_the_flywheel(tmp_path: Path) -> None:
     assert played["gate"]["decision"] in ("promote", "reject") and not last["gate"]
     assert played["gate"]["candidate"]["episodes"] == 1
     assert (tmp_path / "agent_curves.png").stat().st_size > 10_000
+    # After the run: the rounds' requests replayed straight to the frontier agree with the record
+    # wherever the run served them there, and give each round's paired frontier-only accept.
+    replay = subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "paired_frontier.py"), str(folder)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert replay.returncode == 0, replay.stderr[-3000:]
+    paired = json.loads(replay.stdout.strip().splitlines()[-1])
+    assert paired["replay_agrees_with_record"] and paired["agreement"][0]["same"] > 0
+    rounds = paired["seeds"][0]["rounds"]
+    assert [r["ratio_round0"] for r in rounds] == one["accept_ratio_per_round"]
+    assert all(0 < r["paired_frontier_only"] <= 1 for r in rounds)
