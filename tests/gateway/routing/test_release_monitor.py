@@ -108,7 +108,9 @@ def test_a_candidate_as_good_as_live_is_promoted_where_asked(
     finally:
         gw.stop()
     (promotion,) = [c for c in _changes(db) if c[1] == "routing.promote"]
-    assert promotion[0] == "release-monitor" and promotion[3]["delta_low"] > -PASS_MARGIN
+    # The test promotes on a lower bound above -margin; the change log keeps it to 4 places, so
+    # a bound a hair above -0.3 reads -0.3 there.
+    assert promotion[0] == "release-monitor" and promotion[3]["delta_low"] >= -PASS_MARGIN
 
 
 def test_requests_the_arms_decide_alike_are_not_counted(frontier_sim: Any, tmp_path: Path) -> None:
