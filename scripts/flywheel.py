@@ -91,6 +91,7 @@ from traffic.store import StoreConfig, open_store
 REPO = Path(__file__).resolve().parents[1]
 # The sibling modules of this script, also when it runs through runpy (the signal tests).
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import flywheel_traffic as draws  # noqa: E402
 from flywheel_agent import FRONTIER_MODEL, AgentWork, AgentWorkload, agent_traffic  # noqa: E402
 from flywheel_release import (  # noqa: E402
     ReleaseWorkload,
@@ -105,7 +106,6 @@ from flywheel_tasks import heldout_items, strict_verify, verify  # noqa: E402
 from flywheel_traffic import Pace, keep_labels, settle, traffic, trickle  # noqa: E402
 
 CACHE = Path(os.environ.get("SWITCHYARD_CACHE", REPO / ".cache"))
-SEED_STRIDE = 100_000  # between two seeds' traffic seeds (round r of seed k: base + r + k x this)
 OUT = Path(os.environ.get("FLYWHEEL_DIR", CACHE / "flywheel"))
 
 
@@ -119,7 +119,7 @@ class Settings(BaseModel):
         ge=0,
         description="Draws the traffic, the agent episodes and the training (FLYWHEEL_SEED); "
         "the same workload: seed 0 is the issue-14 run's draw, others shift every seed by "
-        "SEED_STRIDE.",
+        "flywheel_traffic.SEED_STRIDE.",
     )
     rounds: int = Field(default=4, ge=0, description="Training rounds (one more traffic round).")
     tasks_per_round: int = Field(default=320, ge=1, description="IDE tasks sent per round.")
@@ -364,9 +364,9 @@ async def rounds(
     swap_pace = Pace(s.trickle_concurrency, s.trickle_concurrency, s.max_tokens)
     for r in range(s.rounds + 1):
         t0 = datetime.now(UTC)
-        shift = SEED_STRIDE * s.seed
+        shift = draws.SEED_STRIDE * s.seed
         stats = await traffic(
-            services.gateway_url, sim_url, s.tasks_per_round, 100 + r + shift, pace
+            services.gateway_url, sim_url, s.tasks_per_round, draws.TRAFFIC_SEED + r + shift, pace
         )
         keep_labels(labels, stats, labels_file)
         await settle(services.store, t0, expect=stats.sent)

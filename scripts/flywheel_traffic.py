@@ -14,6 +14,11 @@ from loadtests.ide_client import IdeClientConfig, RunStats, run_ide_client
 from rl_loop.labels import Labels, save_labels
 from traffic.store import InferenceFilter, StoreBackend
 
+# Round r of run seed k draws its IDE traffic from TRAFFIC_SEED + r + k x SEED_STRIDE (seed 0:
+# the issue-14 run's draw); scripts/paired_frontier.py replays the same requests.
+SEED_STRIDE = 100_000
+TRAFFIC_SEED = 100
+
 
 @dataclass(frozen=True, slots=True)
 class Pace:

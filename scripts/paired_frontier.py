@@ -35,10 +35,8 @@ from rl_loop.labels import LABELS_FILE, load_labels  # noqa: E402
 from rl_loop.outcomes import verdict_of  # noqa: E402
 from traffic.store import StoreConfig, open_store  # noqa: E402
 
-SEED_STRIDE = (
-    100_000  # scripts/flywheel.py's: round r of seed k sends traffic seed 100 + r + k x it
-)
-ROUND_SEED = 100
+sys.path.insert(0, str(REPO / "scripts"))
+from flywheel_traffic import SEED_STRIDE, TRAFFIC_SEED  # noqa: E402
 
 
 async def _recorded(run_dir: Path) -> dict[str, tuple[str, bool]]:
@@ -74,7 +72,7 @@ async def seed_rounds(seed_dir: Path) -> dict[str, Any]:
             config = IdeClientConfig(
                 base_url=sim.base_url,
                 n=int(settings["tasks_per_round"]),
-                seed=ROUND_SEED + r + SEED_STRIDE * seed,
+                seed=TRAFFIC_SEED + r + SEED_STRIDE * seed,
                 concurrency=int(settings["client_concurrency"]),
                 max_tokens=int(settings["max_tokens"]),
                 oracle_url=sim.base_url,
