@@ -180,9 +180,9 @@ def agent_targets(rounds: Sequence[AgentRoundFigures]) -> dict[str, Any]:
     validity = last.local_validity
     round0 = [(_success(r, "overall") or 0.0) / frontier_only for r in rounds if frontier_only]
     ratios = [
-        (_success(r, "overall") or 0.0) / paired if (paired := _paired(r)) else round0[i]
-        for i, r in enumerate(rounds)
-        if frontier_only or _paired(r)
+        (_success(r, "overall") or 0.0) / reference
+        for r in rounds
+        if (reference := _paired(r) or frontier_only)
     ]
     return {
         "agent_local_share": {

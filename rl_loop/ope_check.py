@@ -28,11 +28,9 @@ from typing import Any
 from rl_loop.config import RefitConfig
 from rl_loop.outcomes import VerdictCache
 from rl_loop.replay import build_policy, load_routing, read_state, replay_items
-from router.ope import off_policy
+from router.ope import Z95, off_policy
 from router.replay import Arm, replay
 from traffic.store import StoreBackend
-
-Z95 = 1.959964  # two-sided 95% normal quantile (the estimate's intervals are 95%)
 
 
 async def round_estimate(
