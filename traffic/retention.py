@@ -305,14 +305,15 @@ async def _expire(
             expiring.append((expiry, expired))
     # The spool once for every day (and for what expired only there): scanned and rewritten
     # before any day's rows go, so a replay cannot bring an expired record back meanwhile.
-    scope = SpoolScope(inference_ids={i for _, e in expiring for i in e}, expires=expires)
+    day_ids = {i for _, e in expiring for i in e}
+    scope = SpoolScope(inference_ids=set(day_ids), expires=expires)
     ids = await find_in_spool(spool_dirs, scope)
     if report.dry_run:
-        only = ids - {i for _, e in expiring for i in e}
+        only = ids - day_ids
         report.spool.segments = {"inference": len(only)} if only else {}
         return
     if spool_dirs and ids:
-        spooled = sorted(ids - {i for _, e in expiring for i in e})
+        spooled = sorted(ids - day_ids)
         uses = await records_uses(store, spooled)
         _add(report, await erase(store, spooled, scope, uses, spool_dirs=spool_dirs, busy_tries=1))
     for expiry, expired in expiring:
