@@ -43,16 +43,23 @@ from __future__ import annotations
 
 import re
 
-from traffic.scrub.rule import Rule, letters_and_digits, secret_reference, token_like
+from traffic.scrub.rule import (
+    Rule,
+    app_password,
+    letters_and_digits,
+    password_shaped,
+    templated,
+    token_like,
+)
 
 # The last word of a secret name; ``key`` covers api_key, access_key_id, private_key, whose
 # whole name is then read (:func:`_classify`).
 _KEYWORD = (
     r"(?:secret(?:[_-]?key(?:[_-]?base)?)?|token|passw(?:or)?d|passphrase|pass|pwd"
-    r"|credentials?|key(?:[_-]?id)?|salt)"
+    r"|credentials?|key(?:[_-]?id)?|salt|erlang[_.-]?cookie)"
 )
 # Lowercase literals every keyword starts with (rule.Rule.anchors).
-_KEYWORD_ANCHORS = ("secret", "token", "pass", "pwd", "credential", "key", "salt")
+_KEYWORD_ANCHORS = ("secret", "token", "pass", "pwd", "credential", "key", "salt", "erlang")
 _KEY_NAME = re.compile(r"(?i)(?:api|secret|access|private)[_-]?key$|access[_-]?key[_-]?id$")
 _NAME_END = re.compile(r"(?i)" + _KEYWORD + r"$")
 _NAME_CHARS = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-"
@@ -64,14 +71,17 @@ _WORD_START = r"(?:^|[_.\-\d]|(?<=[a-z])(?=[A-Z]))"
 _PURPOSE_KEY = re.compile(
     _WORD_START + r"(?i:sign(?:ing|ature)?|encrypt(?:ion)?|enc|crypt|crypto|cipher|master|hmac"
     r"|auth|app|session|cookie|jwt|aes|fernet|licen[cs]e|client|shared|root|admin|account"
-    r"|storage|service|server|write|ingest|webhook|integration)(?i:[_.-]?key|[_.-]?salt)$"
+    r"|storage|service|server|write|ingest|webhook|integration|nonce|logged[_-]?in|validation"
+    r"|decryption|preshared|psk)(?i:[_.-]?key|[_.-]?salt)$"
     r"|" + _WORD_START + r"(?i:salt)$"
 )
 _PASS_WORD = re.compile(_WORD_START + r"(?i:pass)$")
 
-_ASSIGN = r"[\"'`]?\]?[ \t]*(?::=|=>|=|:(?!:))[ \t]*"
+_ASSIGN = r"(?:\\?[\"'`])?\]?[ \t]*(?::=|=>|=|:(?!:))[ \t]*"
 _CONVERSION = (
-    r"(?:(?:\[\]byte|bytearray|bytes|Buffer\.from|SecretStr|Secret|String|str)\([ \t]*)?"
+    r"(?:(?:\[\]byte|bytearray|bytes|Buffer\.from|SecretStr|Secret|String|str"
+    r"|(?:bytes|bytearray)\.fromhex|(?:binascii\.)?unhexlify|(?:base64\.)?(?:urlsafe_)?b64decode"
+    r"|Convert\.FromBase64String|hex::decode|Base64\.getDecoder\(\)\.decode)\([ \t]*)?"
     r"(?:(?P<prefix>[bru]{1,2})(?=[\"']))?"
 )
 
@@ -88,7 +98,8 @@ def _quoted(tag: str) -> str:
     return (
         "(?:"
         + "|".join(
-            f"{quotes[q]}(?P<{q}{tag}>{chars[q]}{{8,{_MAX_VALUE}}}){quotes[q]}" for q in chars
+            f"\\\\?{quotes[q]}(?P<{q}{tag}>{chars[q]}{{8,{_MAX_VALUE}}})\\\\?{quotes[q]}"
+            for q in chars
         )
         + ")"
     )
@@ -104,18 +115,7 @@ def _value(tag: str) -> str:
 _QUERY_PARAMETER = re.compile(r"&[\w.-]{1,64}=")
 
 
-_TEMPLATE_MARKS = ("${", "{{", "{%", "#{", "%(", "$(")
-_VARIABLE = re.compile(r"\$[A-Za-z_]\w*|%[A-Za-z_]+%|<[^<>]*>|\{[^{}]*\}")
-
-
-def _templated(value: str) -> bool:
-    """A template or a reference, not a value: ``${X}``, ``{{ x }}``, ``$X``, ``%X%``, ``<x>``,
-    ``{x}``, ``#{x}``, ``%(x)s``, ``$(cmd)``."""
-    return any(mark in value for mark in _TEMPLATE_MARKS) or bool(_VARIABLE.fullmatch(value))
-
-
 _TOKEN = re.compile(r"[A-Za-z0-9+/=_-]{16,}")
-_DIGIT_OR_SYMBOL = re.compile(r"\d|[^\w.-]")  # "_", "-" and "." join words
 
 
 def _classify(name: str) -> str | None:
@@ -145,20 +145,6 @@ def _kind(name: str) -> str:
     return "aws_secret" if "aws" in lower else "generic_secret"
 
 
-def _password_shaped(value: str) -> bool:
-    """A digit, a symbol or both cases, and not a word, code, a path or a URL."""
-    if len(value) < 6 or value[0] in "-/~" or value.startswith("./") or "://" in value:
-        return False
-    if secret_reference(value):
-        return False
-    core = value.lstrip("!&*:@")  # YAML tag, anchor, alias; a bind parameter; T-SQL variable
-    if not core or core.isalpha():
-        return False
-    if _DIGIT_OR_SYMBOL.search(core):
-        return True
-    return any(c.isupper() for c in core) and any(c.islower() for c in core)
-
-
 def _value_span(
     m: re.Match[str], kind_class: str, tag: str = "", strict: bool = False
 ) -> tuple[int, int] | None:
@@ -177,21 +163,21 @@ def _value_span(
         start = m.start(group)
         end = start + len(value)
         if kind_class == "password":
-            ok = m.string[end : end + 1] not in ("(", "[") and _password_shaped(value)
+            ok = m.string[end : end + 1] not in ("(", "[") and password_shaped(value)
         else:
             ok = _TOKEN.fullmatch(value) is not None and letters_and_digits(value)
-        return (start, end) if ok and not _templated(value) else None
+        return (start, end) if ok and not templated(value) else None
     value = m.group(group)
     prefix = m.group("prefix") if "prefix" in m.re.groupindex else None
-    if _templated(value) or (prefix and "r" in prefix.lower()):  # r"...": a regex, a path
+    if templated(value) or (prefix and "r" in prefix.lower()):  # r"...": a regex, a path
         return None
     if kind_class == "key":
         spaced = any(c.isspace() for c in value)
         ok = len(value) >= 16 and letters_and_digits(value) and (not spaced or len(value) >= 32)
     elif any(c.isspace() or c in "<>{}" for c in value):  # prose, markup, a regex
-        ok = False
+        ok = kind_class == "password" and app_password(value)
     else:
-        ok = not strict or _password_shaped(value)
+        ok = not strict or password_shaped(value)
     return m.span(group) if ok else None
 
 
@@ -219,6 +205,7 @@ _AFTER_NAME = re.compile(
     + _value("")
     + r"|(?P<flag>[ \t]+)"
     + _value("_f")
+    + r"|(?P<xml>[\w:.-]{0,40}>)(?P<xmlv>[^<\n]{4,1024})</"
     + r")"
 )
 _CALL_OPEN = re.compile(r"\w[ \t]*\([ \t]*[\"'`]$")
@@ -241,16 +228,53 @@ def _default_span(m: re.Match[str], name: str) -> tuple[int, int] | None:
     return None if kind_class is None else _value_span(m, kind_class, "_d", strict=True)
 
 
+# Where a bare word after a secret name is its value: a setter command (``aws configure set
+# NAME VALUE``, ``yarn config set NAME VALUE``), or a .netrc entry (``machine`` before it).
+_SETTER = re.compile(r"(?:\bset|\bconfig(?:[ \t]+--?[\w-]+)*)[ \t]+$")
+_NETRC = re.compile(r"(?:^|\n)[ \t]*(?:machine[ \t]+\S|default\b)")
+
+
 def _flag_span(m: re.Match[str], name: str) -> tuple[int, int] | None:
-    """--password VALUE: a long option, its value after a space."""
+    """A value after a space: ``--password VALUE`` (a long option); ``NAME "VALUE"`` (Gradle's
+    ``storePassword "..."``, C's ``#define NAME "..."``, SQL's ``PASSWORD '...'``); a bare value
+    after a setter command or in a .netrc entry."""
     start = m.start() - (len(name) - len(m.group("kw")))
-    if not name.startswith("--") or m.string[start - 1 : start] not in ("", " ", "\t", "\n"):
-        return None
+    before = m.string[start - 1 : start]
     bare = m.group("bare_f")
     if bare is not None and bare[0] in "-$":
         return None
-    kind_class = _classify(name.lstrip("-"))
-    return None if kind_class is None else _value_span(m, kind_class, "_f", strict=True)
+    if name.startswith("--"):
+        kind_class = _classify(name.lstrip("-"))
+        if before not in ("", " ", "\t", "\n") or kind_class is None:
+            return None
+        return _value_span(m, kind_class, "_f", strict=True)
+    kind_class = _classify(name)
+    if kind_class is None or (before.isalnum() or before in ("_", "-", ".", "/")):
+        return None
+    if bare is None:
+        return _value_span(m, kind_class, "_f", strict=True)
+    line = m.string[max(0, start - 200) : start]
+    netrc = kind_class == "password" and name.lower() in ("password", "passwd")
+    if _SETTER.search(line) or (netrc and _NETRC.search(m.string, max(0, start - 300), start)):
+        return _value_span(m, kind_class, "_f")
+    return None
+
+
+def _xml_span(m: re.Match[str], name: str) -> tuple[int, int] | None:
+    """<password>VALUE</password>: an element named by a secret name (Maven's settings.xml)."""
+    start = m.start() - (len(name) - len(m.group("kw")))
+    if m.group("xml") != ">" or m.string[start - 1 : start] != "<":
+        return None
+    kind_class = _classify(name)
+    value = m.group("xmlv").strip()
+    if kind_class is None or templated(value):
+        return None
+    if kind_class == "password":
+        ok = password_shaped(value)
+    else:
+        ok = _TOKEN.fullmatch(value) is not None and letters_and_digits(value)
+    at = m.start("xmlv") + m.group("xmlv").index(value)
+    return (at, at + len(value)) if ok else None
 
 
 def _after_name_span(m: re.Match[str]) -> tuple[int, int] | None:
@@ -259,6 +283,8 @@ def _after_name_span(m: re.Match[str]) -> tuple[int, int] | None:
         return _default_span(m, name)
     if m.group("flag") is not None:
         return _flag_span(m, name)
+    if m.group("xml") is not None:
+        return _xml_span(m, name)
     kind_class = _classify(name)
     return None if kind_class is None else _value_span(m, kind_class)
 
@@ -267,7 +293,8 @@ def _after_name_span(m: re.Match[str]) -> tuple[int, int] | None:
 
 _NAME_VALUE = re.compile(r"(?i)value[\"'`]?[ \t]*[:=][ \t]*" + _value(""))
 _PAIR_NAME = re.compile(
-    r"(?i)\bname[\"'`]?[ \t]*[:=][ \t]*[\"'`]?(?P<name>[\w.-]+)[\"'`]?[ \t]*[,;]?\s*[\"'`]?$"
+    r"(?i)\b(?:name|key)[\"'`]?[ \t]*[:=][ \t]*[\"'`]?(?P<name>[\w.-]+)[\"'`]?[ \t]*[,;]?"
+    r"\s*[\"'`]?$"
 )
 
 
@@ -279,29 +306,6 @@ def _pair_name(m: re.Match[str]) -> str:
 def _name_value_span(m: re.Match[str]) -> tuple[int, int] | None:
     kind_class = _classify(_pair_name(m))
     return None if kind_class is None else _value_span(m, kind_class, strict=True)
-
-
-# A tool's own password flag (its value follows a space, or is glued to mysql's -p). The
-# ``TOOL login -p PW`` forms are tried at "login" (one anchor for all of them).
-_LOGIN_TOOLS = ("docker", "podman", "nerdctl", "helm registry", "oras", "skopeo", "buildah", "az")
-_CLI_PASSWORD = re.compile(
-    r"(?:curl\b[^\n|;&]{0,300}?\s(?:-u|--user)\s*[\"']?[^\s:\"']+:"
-    r"|mysql(?:dump|admin)?\b[^\n|;&]{0,300}?\s-p"
-    r"|(?:" + "|".join(f"(?<={tool} )" for tool in _LOGIN_TOOLS) + r")login\b"
-    r"[^\n|;&]{0,300}?\s(?:-p|--password)[ \t]+"
-    r"|redis-cli\b[^\n|;&]{0,300}?\s-a[ \t]+"
-    r"|sshpass[ \t]+-p[ \t]*"
-    r"|mongo(?:sh)?\b[^\n|;&]{0,300}?\s-p[ \t]+"
-    r"|poetry[ \t]+config[ \t]+http-basic\.\S{1,200}[ \t]+\S{1,200}[ \t]+"
-    r")(?P<password>[^\s\"'`|;&]{4,1024})"
-)
-
-
-def _cli_span(m: re.Match[str]) -> tuple[int, int] | None:
-    value = m.group("password")
-    if value[0] in "-$" or _templated(value):
-        return None
-    return m.span("password")
 
 
 # ---------------------------------------------------------------- cookies, .pgpass
@@ -316,7 +320,7 @@ _COOKIE = re.compile(
 
 def _cookie_span(m: re.Match[str]) -> tuple[int, int] | None:
     value = m.group("value")
-    if _templated(value) or not token_like(value):
+    if templated(value) or not token_like(value):
         return None
     return m.span("value")
 
@@ -328,18 +332,12 @@ _PGPASS_GATE = re.compile(r":(?:\d{1,5}|\*):[^:\s]+:[^:\s]+:[^:\s]")
 
 
 def _pgpass_span(m: re.Match[str]) -> tuple[int, int] | None:
-    return m.span("password") if _password_shaped(m.group("password")) else None
+    return m.span("password") if password_shaped(m.group("password")) else None
 
 
 NAMED_RULES: tuple[Rule, ...] = (
     Rule(_AFTER_NAME, _after_name_span, _name_kind, anchors=_KEYWORD_ANCHORS),
     Rule(_NAME_VALUE, _name_value_span, lambda m: _kind(_pair_name(m)), anchors=("value",)),
-    Rule(
-        _CLI_PASSWORD,
-        _cli_span,
-        "password",
-        anchors=("curl", "mysql", "login", "redis-cli", "sshpass", "mongo", "poetry"),
-    ),
     Rule(_COOKIE, _cookie_span, "session_cookie", anchors=("cookie",)),
     Rule(_PGPASS, _pgpass_span, "password", gate=lambda t: _PGPASS_GATE.search(t) is not None),
 )

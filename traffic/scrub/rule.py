@@ -113,3 +113,64 @@ def run(rule: Rule, text: str, lower: str) -> list[Detection]:
         found.append(Detection(span[0], span[1], kind))
         done = m.end()
     return found
+
+
+_TEMPLATE_MARKS = ("${", "{{", "{%", "#{", "%(", "$(")
+_VARIABLE = re.compile(r"\$[A-Za-z_]\w*|%[A-Za-z_]+%|<[^<>]*>|\{[^{}]*\}")
+
+
+def templated(value: str) -> bool:
+    """A template or a reference, not a value: ``${X}``, ``{{ x }}``, ``$X``, ``%X%``, ``<x>``,
+    ``{x}``, ``#{x}``, ``%(x)s``, ``$(cmd)``."""
+    return any(mark in value for mark in _TEMPLATE_MARKS) or bool(_VARIABLE.fullmatch(value))
+
+
+# Words that make a phrase an instruction or a stand-in ("replace-with-a-long-random-string",
+# "not_a_real_secret", "dev-only-password"), never a chosen passphrase.
+_INSTRUCTION_TEXT = """
+a an the to of in on for with and or not no your my our their real fake dummy test tests
+testing example sample demo placeholder default secret secrets password passwd token key api
+value here there this that goes go set change replace insert put use enter fill me it random
+string long generate generated todo fixme none null empty nil local dev development only env
+environment var variable from file vault manager please must should see read get new old
+same keep do dont
+"""
+_INSTRUCTION_WORDS = frozenset(_INSTRUCTION_TEXT.split())
+_PHRASE_WORDS = re.compile(r"[A-Za-z]{3,12}(?:([-_])[A-Za-z]{3,12})(?:\1[A-Za-z]{3,12})+")
+
+
+def passphrase(value: str) -> bool:
+    """Three or more words of letters joined by one separator (``-`` or ``_``), none of
+    them an instruction word: a chosen passphrase (``violet-harbor-quartz``), not a stand-in
+    (``replace-with-your-key``) nor a name (``my_app_db``)."""
+    if _PHRASE_WORDS.fullmatch(value) is None:
+        return False
+    words = re.split(r"[-_]", value.lower())
+    return not any(w in _INSTRUCTION_WORDS for w in words)
+
+
+# Google's app passwords: four groups of four lowercase letters.
+_APP_PASSWORD = re.compile(r"[a-z]{4}(?: [a-z]{4}){3}")
+
+
+def app_password(value: str) -> bool:
+    return _APP_PASSWORD.fullmatch(value) is not None
+
+
+_DIGIT_OR_SYMBOL = re.compile(r"\d|[^\w.-]")  # "_", "-" and "." join words
+
+
+def password_shaped(value: str) -> bool:
+    """A digit, a symbol, both cases or a passphrase, and not a word, code, a path or a URL."""
+    if len(value) < 6 or value[0] in "-/~" or value.startswith("./") or "://" in value:
+        return False
+    if secret_reference(value):
+        return False
+    core = value.lstrip("!&*:@")  # YAML tag, anchor, alias; a bind parameter; T-SQL variable
+    if not core or core.isalpha():
+        return False
+    if _DIGIT_OR_SYMBOL.search(core):
+        return True
+    if passphrase(core):
+        return True
+    return any(c.isupper() for c in core) and any(c.islower() for c in core)

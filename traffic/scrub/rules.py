@@ -44,7 +44,9 @@ import re
 from collections.abc import Callable
 
 from traffic.scrub.named import NAMED_RULES
+from traffic.scrub.positional import POSITIONAL_RULES
 from traffic.scrub.rule import Detection, Rule, group, run, token_like, whole
+from traffic.scrub.vendors import VENDOR_RULES
 
 __all__ = ["PII_KINDS", "Detection", "detect", "luhn_valid"]
 
@@ -52,54 +54,6 @@ PII_KINDS = frozenset({"email", "credit_card", "ip", "phone"})
 
 
 # ---------------------------------------------------------------- secrets
-
-_B = r"(?<![A-Za-z0-9_-])"  # token start boundary
-_E = r"(?![A-Za-z0-9_-])"  # token end boundary
-# (name, kind, prefix, rest): the check applies to ``rest``. Order matters where prefixes
-# nest (``sk-ant-`` before ``sk-``).
-_VENDOR_TOKENS = (
-    ("anthropic", "anthropic_key", r"sk-ant-", r"[A-Za-z0-9_-]{20,}"),
-    ("openai", "openai_key", r"sk-(?:proj-|svcacct-|admin-)?", r"[A-Za-z0-9_-]{20,}"),
-    ("stripe", "stripe_key", r"(?:sk|rk)_(?:live|test)_", r"[A-Za-z0-9]{16,}"),
-    ("aws", "aws_access_key", r"(?:AKIA|ASIA)", r"[0-9A-Z]{16}"),
-    ("github", "github_token", r"gh[pousr]_", r"[A-Za-z0-9]{36,}"),
-    ("github_pat", "github_token", r"github_pat_", r"[A-Za-z0-9_]{22,}"),
-    ("gitlab", "gitlab_token", r"glpat-", r"[A-Za-z0-9_-]{20,}"),
-    ("slack", "slack_token", r"xox[abposr]-", r"[A-Za-z0-9-]{10,}"),
-    ("google", "google_api_key", r"AIza", r"[0-9A-Za-z_-]{35}"),
-    ("huggingface", "huggingface_token", r"hf_", r"[A-Za-z0-9]{30,}"),
-    ("jwt", "jwt", r"eyJ", r"[A-Za-z0-9_-]{5,}\.eyJ[A-Za-z0-9_-]{5,}\.[A-Za-z0-9_-]{10,}"),
-    ("digitalocean", "digitalocean_token", r"dop_v1_", r"[a-f0-9]{64}"),
-    ("shopify", "shopify_token", r"shp(?:at|ca|pa|ss)_", r"[a-fA-F0-9]{32}"),
-    ("groq", "groq_key", r"gsk_", r"[A-Za-z0-9]{48,}"),
-    ("replicate", "replicate_token", r"r8_", r"[A-Za-z0-9]{37,}"),
-    ("postman", "postman_key", r"PMAK-", r"[a-f0-9]{24}-[a-f0-9]{34}"),
-    ("linear", "linear_key", r"lin_api_", r"[A-Za-z0-9]{40,}"),
-    ("databricks", "databricks_token", r"dapi", r"[a-f0-9]{32}(?:-\d)?"),
-    ("newrelic", "newrelic_key", r"NRAK-", r"[A-Z0-9]{27}"),
-    ("django", "generic_secret", r"django-insecure-", r"[a-z0-9!@#$%^&*(\-_=+)]{40,}"),
-)
-_VENDOR_KIND = {name: kind for name, kind, _, _ in _VENDOR_TOKENS}
-_VENDOR = re.compile(
-    _B
-    + "(?:"
-    + "|".join(
-        f"(?P<{name}>{prefix}(?P<{name}_rest>{rest}))" for name, _, prefix, rest in _VENDOR_TOKENS
-    )
-    + ")"
-    + _E
-)
-
-
-def _vendor_kind(m: re.Match[str]) -> str:
-    assert m.lastgroup is not None  # the outer group of the alternative closes last
-    return _VENDOR_KIND[m.lastgroup]
-
-
-def _vendor_span(m: re.Match[str]) -> tuple[int, int] | None:
-    assert m.lastgroup is not None
-    return m.span() if token_like(m.group(m.lastgroup + "_rest")) else None
-
 
 # An Azure AD client secret: three characters, a digit, ``Q~``, then 31 to 34.
 _AZURE_CLIENT_SECRET = re.compile(
@@ -137,8 +91,19 @@ _RESERVED_DOMAIN = re.compile(
 )
 
 
+# Machine identities (a Google service account) and a host after ssh/scp/sftp/rsync
+# (``ssh deploy@bastion``: a login, not a mailbox).
+_SERVICE_DOMAIN = re.compile(r"(?i)\.gserviceaccount\.com$")
+_SSH_BEFORE = re.compile(r"\b(?:ssh|scp|sftp|rsync|mosh)\b[^\n|;&]{0,80}\s$")
+
+
 def _email(m: re.Match[str]) -> tuple[int, int] | None:
-    if m.group("local").lower() == "git" or _RESERVED_DOMAIN.search(m.group("domain")):
+    domain = m.group("domain")
+    if m.group("local").lower() == "git" or _RESERVED_DOMAIN.search(domain):
+        return None
+    if _SERVICE_DOMAIN.search(domain) or _SSH_BEFORE.search(
+        m.string, max(0, m.start() - 100), m.start()
+    ):
         return None
     return m.span()
 
@@ -204,6 +169,16 @@ def _ipv6(m: re.Match[str]) -> tuple[int, int] | None:
     return m.span()
 
 
+_RFC1918 = tuple(
+    ipaddress.IPv4Network(n) for n in ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16")
+)
+
+
+def _rfc1918(address: ipaddress.IPv4Address) -> bool:
+    """A private network's address (every network reuses them): not personal data."""
+    return any(address in network for network in _RFC1918)
+
+
 def _ipv4(m: re.Match[str]) -> tuple[int, int] | None:
     text = m.group(0)
     octets = text.split(".")
@@ -216,7 +191,7 @@ def _ipv4(m: re.Match[str]) -> tuple[int, int] | None:
     value = int(address)
     inverted = ~value & 0xFFFFFFFF
     is_netmask = octets[0] == "255" and (inverted & (inverted + 1)) == 0
-    if address.is_loopback or address.is_unspecified or is_netmask:
+    if address.is_loopback or address.is_unspecified or is_netmask or _rfc1918(address):
         return None
     if _VERSION_CONTEXT.search(m.string[max(0, m.start() - 24) : m.start()]):
         return None
@@ -248,16 +223,7 @@ _PEM = re.compile(
 
 _RULES = (
     Rule(_PEM, whole(), "private_key_pem", anchors=("-----begin",)),
-    Rule(
-        _VENDOR,
-        _vendor_span,
-        _vendor_kind,
-        anchors=(
-            *("sk-", "sk_", "rk_", "akia", "asia", "gh", "glpat-", "xox", "aiza", "hf_", "eyj"),
-            *("dop_v1_", "shp", "gsk_", "r8_", "pmak-", "lin_api_", "dapi", "nrak-"),
-            "django-insecure-",
-        ),
-    ),
+    *VENDOR_RULES,
     Rule(
         re.compile(r"(?i)\bbearer\s+(?P<token>[A-Za-z0-9._~+/=-]{16,})(?![A-Za-z0-9._~+/=-])"),
         group("token", token_like),
@@ -266,7 +232,7 @@ _RULES = (
     ),
     Rule(
         re.compile(
-            r"(?i)\bauthorization[\"']?\s*[:=]\s*[\"']?(?P<scheme>basic|token)\s+"
+            r"(?i)(?<![a-z])authorization[\"']?\s*[:=]\s*[\"']?(?P<scheme>basic|token)\s+"
             r"(?P<token>[A-Za-z0-9._~+/=-]{8,})"
         ),
         group("token"),
@@ -281,6 +247,7 @@ _RULES = (
     ),
     Rule(_AZURE_CLIENT_SECRET, whole(), "azure_client_secret", gate=lambda text: "Q~" in text),
     *NAMED_RULES,
+    *POSITIONAL_RULES,
     Rule(_EMAIL, _email, "email", gate=lambda text: "@" in text),
     Rule(_CARD, _card, "credit_card"),
     Rule(_IPV6, _ipv6, "ip", gate=lambda t: "::" in t or _IPV6_GATE.search(t) is not None),

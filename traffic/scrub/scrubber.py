@@ -32,6 +32,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from traffic.scrub import plugins, rules
+from traffic.scrub.rule import passphrase
 from traffic.scrub.rules import PII_KINDS, Detection
 
 # Most specific first: the kind an overlap of several detections is named by.
@@ -122,12 +123,35 @@ PLACEHOLDER = re.compile(r"<(?:SECRET_[A-Z0-9_]+?|EMAIL|IP|PHONE|CREDIT_CARD)_\d
 # ``sk-...``, ``ghp_xxxx...``, ``AKIA...EXAMPLE``, ``********``) and references to where the
 # real one lives (``${JWT_SECRET}``, ``process.env.X``, ``os.environ[...]``).
 _STAND_IN = re.compile(
-    r"([xX*#.-])\1{5}|\.\.\.|\u2026|EXAMPLE|\$\{|\{\{|%\(|process\.env|os\.environ|getenv"
+    r"([xX#.-])\1{5}|\*{3}|\.\.\.|\u2026|EXAMPLE|\$\{|\{\{|%\(|process\.env|os\.environ|getenv"
+    r"|<[\w .-]{1,40}>"
     r"|(?i:your[_-]|replace[_-]?me|change[_-]?me|placeholder|redacted)"
 )
 # A whole value that is a phrase of three or more words in one case, without a digit
-# (``replace-with-a-long-random-string``, ``not_a_real_secret``): an instruction, not a key.
+# (``replace-with-a-long-random-string``, ``not_a_real_secret``): an instruction, not a key,
+# unless it is a passphrase (no instruction word in it: ``violet-harbor-quartz-prism``).
 _PHRASE = re.compile(r"[a-z]+(?:[-_][a-z]+){2,}|[A-Z]+(?:[-_][A-Z]+){2,}")
+
+
+def _instruction(text: str, d: Detection) -> bool:
+    """A phrase, unless it is a password's passphrase."""
+    if _PHRASE.fullmatch(text, d.start, d.end) is None:
+        return False
+    return d.kind != "password" or not passphrase(text[d.start : d.end])
+
+
+# Identifiers vendors publish to browsers and apps, whatever name holds them: Mapbox's
+# public tokens, Stripe's publishable keys, Square's application ids.
+_PUBLIC = re.compile(r"pk\.eyJ|pk_(?:live|test)_|sq0idp-")
+
+# Credentials vendors print in their documentation and emulators ship with: public, shared by
+# every user of the docs (the jwt.io debugger's sample signature, Azurite's account key,
+# Stripe's documented test keys). A span holding one is not a secret.
+_DOCUMENTED = re.compile(
+    r"SflKxwRJSMeKKF2QT4fwpMeJf36POk6yJV_adQssw5c"
+    r"|Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
+    r"|sk_test_4eC39HqLyjWDarjtT1zdp7dc|sk_test_BQokikJOvBiI2HlWgH4olfQ2"
+)
 
 
 def category(kind: str) -> str:
@@ -202,7 +226,9 @@ def detect(text: str, *, pii: bool = True) -> list[Detection]:
         if d.kind not in PII_KINDS
         and not held.overlaps(d)
         and not _STAND_IN.search(text, d.start, d.end)
-        and not _PHRASE.fullmatch(text, d.start, d.end)
+        and not _instruction(text, d)
+        and not _DOCUMENTED.search(text, d.start, d.end)
+        and not _PUBLIC.match(text, d.start, d.end)
     )
     taken = _Spans(secrets)
     personal = _merge(

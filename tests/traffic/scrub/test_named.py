@@ -163,3 +163,55 @@ def test_vendor_formats_are_found_bare(token: str, kind: str) -> None:
 )
 def test_vendor_placeholders_survive(text: str) -> None:
     _survives(f"export KEY_NAME_UNUSED={text}")
+
+
+@pytest.mark.parametrize(
+    ("text", "kind", "value"),
+    [
+        # a name, a space, a quoted value: Gradle, C's #define, SQL
+        ('        storePassword "Qm3vLx8pzW2"', "password", "Qm3vLx8pzW2"),
+        ('#define MQTT_PASSWORD "amber2011!"', "password", "amber2011!"),
+        # a setter command, a .netrc entry
+        ("aws configure set aws_secret_access_key Zq8Lr2Xw1vYb7Tn0sPz4a6dGmE3hJcQu", "aws_secret", None),
+        ("machine api.vendor.io\n  login ops@corp.io\n  password 7d1c9a40-2f6b-4e1d", "password", None),
+        # an element named by a secret name (Maven)
+        ("<server>\n  <password>Wq9!Lm2xZr</password>\n</server>", "password", "Wq9!Lm2xZr"),
+        # escaped quotes (a notebook's JSON), a decoding call
+        (
+            '"os.environ[\\"WANDB_API_KEY\\"] = \\"4f2a9c1d8e7b6a5f4e3d2c1b0a9f8e7d6c5b4a39\\"\\n"',
+            "generic_secret",
+            "4f2a9c1d8e7b6a5f4e3d2c1b0a9f8e7d6c5b4a39",
+        ),
+        (
+            "AES_KEY = bytes.fromhex('9c1d8e7b6a5f4e3d2c1b0a9f8e7d6c5b')",
+            "generic_secret",
+            "9c1d8e7b6a5f4e3d2c1b0a9f8e7d6c5b",
+        ),
+        # keys named for what they do
+        ("PresharedKey = Kq8Lr2Xw1vYb7Tn0sPz4a6dGmE3hJcQuR5tWxZ9y1B2=", "generic_secret", None),
+        ("    erlangCookie: Q7ZP2LM8XW4R9TK3VN6B", "generic_secret", "Q7ZP2LM8XW4R9TK3VN6B"),
+        # a passphrase under a password name; an app password
+        ("    password: ochre-lynx-pivot-amber", "password", "ochre-lynx-pivot-amber"),
+        ("EMAIL_HOST_PASSWORD = 'abcd efgh ijkl mnop'", "password", "abcd efgh ijkl mnop"),
+    ],
+)
+def test_values_after_a_name_in_more_syntaxes(text: str, kind: str, value: str | None) -> None:
+    found = [(d.kind, text[d.start : d.end]) for d in scrubber_detect(text, pii=False)]
+    assert any(k == kind and (value is None or v == value) for k, v in found), found
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        'raise ValueError("invalid token")',
+        'log.info("password reset for %s", user)',
+        "    password: replace-with-your-own",
+        "    existingSecret: worker-postgresql-credentials",
+        "storePassword System.getenv('STORE_PASSWORD')",
+        "<password>${env.NEXUS_PASSWORD}</password>",
+        "password_file /etc/app/db.pass",
+        "docker login -u ci -p **** registry.corp.io",
+    ],
+)
+def test_phrases_references_and_masks_after_a_name_survive(text: str) -> None:
+    _survives(text)

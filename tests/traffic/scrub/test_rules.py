@@ -91,3 +91,30 @@ def test_ports_and_bare_flags_are_not_passwords() -> None:
 )
 def test_luhn(digits: str, valid: bool) -> None:
     assert luhn_valid(digits) is valid
+
+
+def test_a_token_scheme_under_a_prefixed_authorization_key_is_a_token() -> None:
+    text = "'HTTP_AUTHORIZATION': 'Token 5f941fe6c47c46f341dd1d9bdef4e842d2b14d23',"
+    assert ("bearer_token", "5f941fe6c47c46f341dd1d9bdef4e842d2b14d23") in [
+        (d.kind, text[d.start : d.end]) for d in detect(text)
+    ]
+
+
+@pytest.mark.parametrize(
+    ("text", "personal"),
+    [
+        ('"client_email": "etl@proj-1.iam.gserviceaccount.com"', False),
+        ("ssh -i ~/.ssh/id deploy@bastion.corp.dev uptime", False),
+        ("scp build.tgz ops@10.20.0.5:/tmp/", False),
+        ("contact jane.doe@corp.dev for access", True),
+        ("Address = 10.8.0.2/24", False),
+        ("upstream 192.168.10.4:8080;", False),
+        ("client 172.20.1.9 connected", False),
+        ("client 203.0.113.7 connected", True),
+    ],
+)
+def test_machine_identities_and_private_addresses_are_not_personal(
+    text: str, personal: bool
+) -> None:
+    kinds = {d.kind for d in detect(text)} & {"email", "ip"}
+    assert bool(kinds) is personal, kinds

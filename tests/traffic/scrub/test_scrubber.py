@@ -333,3 +333,21 @@ def test_placeholders_number_several_texts_as_one() -> None:
     assert first.text == "use <SECRET_GITHUB_TOKEN_2>"
     assert second.text == "<SECRET_GITHUB_TOKEN_2> again"
     assert book.replace("nothing", []).findings == ()
+
+
+@pytest.mark.parametrize(
+    ("text", "kept"),
+    [
+        ('"api_key":"sk-proj-****ZS1E"', True),  # a masked value in a log
+        ("DATABASE_URL=postgres://app:<password>@db:5432/app", True),  # a template
+        ("curl https://api.stripe.com/v1/charges -u sk_test_4eC39HqLyjWDarjtT1zdp7dc:", True),
+        ("Stripe('pk_live_51Kq8Lr2Xw1vYb7Tn0sPz4a6dGmE3hJcQu')", True),  # publishable
+        ("    password: replace-with-a-strong-one", True),  # an instruction
+        ("    password: ochre-lynx-pivot-amber", False),  # a passphrase
+        ("    api_secret: ochre-lynx-pivot-amber", True),  # a name, under a non-password name
+    ],
+)
+def test_masks_templates_documented_public_values_and_instructions_survive(
+    text: str, kept: bool
+) -> None:
+    assert (detect(text, pii=False) == []) is kept
