@@ -18,11 +18,13 @@ each reported value located on its line) and, with ``--pii-rev``, the original
 traffic/export/pii.py read from that git revision. ``--plugins`` adds each detect-secrets
 plugin alone, as the scrubber calls it. ``--holdout2`` adds the second held-out set
 (scripts/secrets_holdout2.py, generated in memory), ``--holdout3`` the third
-(scripts/secrets_holdout3.py, written blind to the rules). Prints tables, then one JSON line.
+(scripts/secrets_holdout3.py, written blind to the rules), ``--holdout4`` the fourth (written
+blind to the rules extended after the third was measured). Prints tables, then one JSON line.
 
     .venv/bin/python scripts/secrets_eval.py --pii-rev 0ccdcc8 --plugins
     .venv/bin/python scripts/secrets_eval.py --corpus --holdout2   # the second held-out set alone
     .venv/bin/python scripts/secrets_eval.py --corpus --holdout3   # the third held-out set alone
+    .venv/bin/python scripts/secrets_eval.py --corpus --holdout4   # the fourth held-out set alone
 """
 
 from __future__ import annotations
@@ -268,6 +270,9 @@ def main() -> int:
     parser.add_argument(
         "--holdout3", action="store_true", help="also the third held-out set (generated)"
     )
+    parser.add_argument(
+        "--holdout4", action="store_true", help="also the fourth held-out set (generated)"
+    )
     parser.add_argument("--pii-rev", help="also measure traffic/export/pii.py at this git rev")
     parser.add_argument("--plugins", action="store_true", help="each library plugin alone")
     args = parser.parse_args()
@@ -302,6 +307,11 @@ def main() -> int:
         from secrets_holdout3 import holdout3_items
 
         sets["scripts/secrets_holdout3.py (generated)"] = ("holdout3", holdout3_items())
+    if args.holdout4:
+        sys.path.insert(0, str(ROOT / "scripts"))
+        from secrets_holdout4 import holdout4_items
+
+        sets["scripts/secrets_holdout4.py (generated)"] = ("holdout4", holdout4_items())
     summary: dict[str, Any] = {}
     for title, (stem, items) in sets.items():
         results = {name: evaluate(items, detect) for name, detect in detectors.items()}
