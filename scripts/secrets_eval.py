@@ -165,17 +165,22 @@ def detect_secrets_detector(filename: str = "prompt.yaml") -> Detector:
         with default_settings():
             collection = SecretsCollection()
             collection.scan_file(str(path))
-        lines = text.split("\n")
-        starts = [0]
-        for line in lines:
-            starts.append(starts[-1] + len(line) + 1)
+        # detect-secrets reads the file with universal newlines: "\r" ends a line too
+        breaks = list(re.finditer(r"\r\n|\r|\n", text))
+        starts = [0, *(b.end() for b in breaks)]
+        ends = [*(b.start() for b in breaks), len(text)]
+        lines = [text[a:b] for a, b in zip(starts, ends, strict=True)]
         spans: list[Span] = []
         for _, secret in collection:
             value, row = secret.secret_value, secret.line_number - 1
             if not value:
                 continue
-            for m in re.finditer(re.escape(value), lines[row]):
-                spans.append((starts[row] + m.start(), starts[row] + m.end(), secret.type))
+            if row >= len(lines):  # its YAML transformer can number past the end: the text
+                row, lines_, base = 0, [text], [0]
+            else:
+                lines_, base = lines, starts
+            for m in re.finditer(re.escape(value), lines_[row]):
+                spans.append((base[row] + m.start(), base[row] + m.end(), secret.type))
         return spans
 
     return detect

@@ -268,7 +268,11 @@ _RULES = (
 )
 
 
-_SECRET_RULES = tuple(r for r in _RULES if not (isinstance(r.kind, str) and r.kind in PII_KINDS))
+_SECRET_RULES = tuple(
+    r
+    for r in _RULES
+    if not (isinstance(r, Rule) and isinstance(r.kind, str) and r.kind in PII_KINDS)
+)
 
 
 def detect(text: str, *, pii: bool = True) -> list[Detection]:

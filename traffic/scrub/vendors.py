@@ -32,7 +32,7 @@ import base64
 import binascii
 import re
 
-from traffic.scrub.rule import Rule, group, token_like, whole
+from traffic.scrub.rule import Family, Rule, group, token_like, whole
 
 _B = r"(?<![A-Za-z0-9_-])"  # token start boundary
 _E = r"(?![A-Za-z0-9_-])"  # token end boundary
@@ -210,8 +210,8 @@ def _mailgun_span(m: re.Match[str]) -> tuple[int, int] | None:
     return None if before and before in "0123456789abcdef-" else (start, m.end())
 
 
-VENDOR_RULES: tuple[Rule, ...] = (
-    *(_vendor_rule(name, prefix, rest) for name, _, prefix, rest in VENDOR_TOKENS),
+VENDOR_RULES: tuple[Rule | Family, ...] = (
+    Family(tuple(_vendor_rule(name, prefix, rest) for name, _, prefix, rest in VENDOR_TOKENS)),
     Rule(_FCM, _fcm_span, "fcm_server_key", anchors=(":apa91b",)),
     Rule(_TWILIO_PAIR, group("token"), "twilio_key", anchors=("ac",)),
     Rule(_MAILGUN, _mailgun_span, "mailgun_key", gate=lambda text: "-" in text),
