@@ -9,11 +9,12 @@ two ways, before any of its decisions is served:
 - ``router.replay.replay``: the console's older replay preview (recorded verdicts where the
   policy agrees with what was served, shadow verdicts and class means elsewhere), a point.
 The next round's realised accept rate (``rl_loop.report``) is what both are judged against:
-:func:`coverage` reads them from a run's rounds. The interval is one for the policy's expected
-accept rate; the next round realises it on a finite count, so :func:`coverage` also says whether
-the prediction interval for that count covers it (the interval's standard error and the
-binomial one of the round's judged requests, added in quadrature: ``covered_predictive``).
-The target reads ``covered``; the other is for telling noise from a biased estimate.
+:func:`coverage` reads them from a run's rounds. What a round realises is a finite draw around
+the policy's expected rate, so the interval held against it is the prediction interval for a
+window as large as the one estimated on (``router.ope.Estimate.predict``: the estimate's
+standard error and that window's binomial one in quadrature; the next round's count is not
+known when the estimate is made): ``covered``. The interval for the expected rate itself is
+kept beside it (``covered_expected``): it tells a biased estimate from a noisy round.
 """
 
 from __future__ import annotations
@@ -21,14 +22,13 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from itertools import pairwise
-from math import sqrt
 from pathlib import Path
 from typing import Any
 
 from rl_loop.config import RefitConfig
 from rl_loop.outcomes import VerdictCache
 from rl_loop.replay import build_policy, load_routing, read_state, replay_items
-from router.ope import Z95, off_policy
+from router.ope import Estimate, off_policy
 from router.replay import Arm, replay
 from traffic.store import StoreBackend
 
@@ -63,6 +63,8 @@ async def round_estimate(
         "estimate": None if accept is None else accept.value,
         "low": None if accept is None else accept.low,
         "high": None if accept is None else accept.high,
+        "window_low": None if estimate.accept_window is None else estimate.accept_window[0],
+        "window_high": None if estimate.accept_window is None else estimate.accept_window[1],
         "no_overlap": None if accept is None else accept.no_overlap,
         "local_share": estimate.local_share,
         "replay_accept": replayed.accept_rate,
@@ -70,27 +72,30 @@ async def round_estimate(
 
 
 def coverage(rounds: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """Per round with an estimate: the next round's realised accept rate, whether the interval
-    covers it, and both estimates' absolute errors."""
+    """Per round with an estimate: the next round's realised accept rate, whether the prediction
+    interval (``covered``; a run recorded without one: computed from the interval at the
+    round's own row count) and the expected rate's interval (``covered_expected``) cover it,
+    and both estimates' absolute errors."""
     out: list[dict[str, Any]] = []
     for now, nxt in pairwise(rounds):
         ope = now.get("ope") or {}
         realised = nxt["overall"].get("accept_overall")
         if ope.get("estimate") is None or realised is None:
             continue
-        judged = int(nxt["overall"].get("judged_local") or 0)
-        judged += int(nxt["overall"].get("judged_frontier") or 0)
-        p = float(ope["estimate"])
-        spread = sqrt(((ope["high"] - ope["low"]) / (2 * Z95)) ** 2 + p * (1 - p) / max(judged, 1))
+        window = (ope.get("window_low"), ope.get("window_high"))
+        if window[0] is None or window[1] is None:
+            expected = Estimate(ope["estimate"], ope["low"], ope["high"], 0, 0.0, 0.0)
+            window = expected.predict(int(ope.get("rows") or 0))
         out.append(
             {
                 "round": now["round"],
                 "realised_next": realised,
-                "covered": ope["low"] <= realised <= ope["high"],
-                "covered_predictive": abs(realised - p) <= Z95 * spread,
+                "covered": window[0] <= realised <= window[1],
+                "covered_expected": ope["low"] <= realised <= ope["high"],
                 "ope_abs_error": abs(ope["estimate"] - realised),
                 "replay_abs_error": abs(ope["replay_accept"] - realised),
                 "interval": [ope["low"], ope["high"]],
+                "window_interval": list(window),
             }
         )
     return out

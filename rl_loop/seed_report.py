@@ -11,9 +11,10 @@ Each input is a run's ``report.json`` (``rl_loop.report.write_report``). Figures
   success on the same episodes (``rl_loop.agent_report``; round 0's where a run has no paired
   reference; target >= 0.95), and ``agent_success_ratio_vs_round0_min`` beside it;
 - ``ope_coverage``: over (seed, round) pairs with an off-policy estimate, the share whose 95%
-  interval covers the next round's realised accept rate (target >= 0.9; beside it, labelled,
-  ``ope_coverage_predictive``: the prediction interval at that round's count), with the mean
-  absolute error of the estimate and of the older replay preview (``rl_loop.ope_check``);
+  prediction interval (for a window of the estimated round's size) covers the next round's
+  realised accept rate (target >= 0.9; beside it, labelled, ``ope_coverage_expected``: the
+  interval for the expected rate), with the mean absolute error of the estimate and of the
+  older replay preview (``rl_loop.ope_check``);
 - ``canary_harm_max``: max over every release of every seed of the candidate's share times
   live's accept minus the candidate's on the requests the arms could answer differently
   (target <= 0.01), and ``injected_rolled_back``: whether each seed's injected bad candidate
@@ -113,7 +114,7 @@ def seed_summary(reports: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         "ope_pairs": len(checks),
         "ope_coverage": _mean([float(c["covered"]) for c in checks]),
         "ope_coverage_met": bool(checks) and sum(c["covered"] for c in checks) >= 0.9 * len(checks),
-        "ope_coverage_predictive": _mean([float(c["covered_predictive"]) for c in checks]),
+        "ope_coverage_expected": _mean([float(c["covered_expected"]) for c in checks]),
         "ope_abs_error_mean": _mean([c["ope_abs_error"] for c in checks]),
         "replay_abs_error_mean": _mean([c["replay_abs_error"] for c in checks]),
         "per_seed": per_seed,

@@ -81,6 +81,17 @@ class Estimate:
     def covers(self, x: float) -> bool:
         return self.low <= x <= self.high
 
+    def predict(self, n: int, z: float = Z95) -> tuple[float, float]:
+        """The interval for the mean reward of ``n`` new requests (a 0/1 reward: the accept
+        rate a window of ``n`` will show): the estimate's own standard error (its interval
+        read back at ``z``) and the window's binomial one, added in quadrature, clipped to
+        [0, 1]. The estimate's interval is for the policy's expected rate; a finite window
+        scatters around that, so this is the interval to hold a window's figure against."""
+        p = min(max(self.value, 0.0), 1.0)
+        se = (self.high - self.low) / (2 * z)
+        spread = z * math.sqrt(se * se + p * (1 - p) / max(n, 1))
+        return max(0.0, self.value - spread), min(1.0, self.value + spread)
+
 
 def _weights(rows: Sequence[Logged]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Importance weights, rewards and the no-overlap mask (row by row); a row served local by
@@ -247,6 +258,8 @@ class OffPolicy:
     replay preview shows it beside the replay's own figures)."""
 
     accept: Estimate | None  # DR, cross-fitted; None below MIN_ROWS
+    # the accept a window as large as the one replayed (``rows`` judged requests) would show
+    accept_window: tuple[float, float] | None
     cost_per_1k: Estimate | None  # SNIPS of the cost per request, times 1000
     local_share: float  # exact: the candidate's mean probability of local
     rows: int  # judged rows with a logged propensity
@@ -312,6 +325,7 @@ def off_policy(
         cost = Estimate(1000 * c.value, 1000 * c.low, 1000 * c.high, c.n, c.no_overlap, 0.0)
     return OffPolicy(
         accept,
+        None if accept is None else accept.predict(len(judged)),
         cost,
         sum(shares) / len(shares) if shares else 0.0,
         len(judged),

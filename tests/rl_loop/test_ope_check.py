@@ -54,33 +54,36 @@ async def test_the_refitted_state_is_valued_on_the_rounds_record(tmp_path: Path)
         await store.close()
 
 
-def test_coverage_judges_each_estimate_against_the_next_round() -> None:
+def test_coverage_judges_each_prediction_interval_against_the_next_round() -> None:
     def rnd(index: int, realised: float, ope: dict[str, float] | None) -> dict[str, object]:
         return {"round": index, "overall": {"accept_overall": realised}, "ope": ope or {}}
 
+    first_ope = {"estimate": 0.95, "low": 0.94, "high": 0.96, "replay_accept": 0.99}
+    second_ope = {"estimate": 0.9, "low": 0.89, "high": 0.91, "replay_accept": 0.97}
     rounds = [
-        rnd(0, 0.9, {"estimate": 0.95, "low": 0.9, "high": 0.99, "replay_accept": 0.99}),
-        rnd(1, 0.93, {"estimate": 0.9, "low": 0.85, "high": 0.92, "replay_accept": 0.97}),
+        rnd(0, 0.9, first_ope | {"window_low": 0.92, "window_high": 0.98}),
+        rnd(1, 0.93, second_ope | {"window_low": 0.87, "window_high": 0.92}),
         rnd(2, 0.97, None),
     ]
     (first, second) = coverage(rounds)
-    assert first["covered"] and first["realised_next"] == 0.93
+    # 0.93 is outside the expected rate's [0.94, 0.96] but inside the window's [0.92, 0.98]
+    assert first["covered"] and not first["covered_expected"] and first["realised_next"] == 0.93
     assert first["ope_abs_error"] == pytest.approx(0.02)
     assert first["replay_abs_error"] == pytest.approx(0.06)
     assert not second["covered"] and second["round"] == 1
     assert coverage(rounds[2:]) == []
 
 
-def test_the_predictive_check_adds_the_next_rounds_binomial_spread() -> None:
+def test_a_run_recorded_without_a_window_interval_gets_one_at_its_own_row_count() -> None:
     ope = {"estimate": 0.97, "low": 0.968, "high": 0.972, "replay_accept": 0.97}
 
-    def rounds(judged: int) -> list[dict[str, object]]:
-        nxt = {"accept_overall": 0.96, "judged_local": judged // 2, "judged_frontier": judged // 2}
-        return [{"round": 0, "overall": {}, "ope": ope}, {"round": 1, "overall": nxt}]
+    def rounds(rows: int) -> list[dict[str, object]]:
+        first = {"round": 0, "overall": {}, "ope": ope | {"rows": rows}}
+        return [first, {"round": 1, "overall": {"accept_overall": 0.96}}]
 
-    # 0.96 is outside [0.968, 0.972]; on 1,000 judged requests the binomial sd alone is 0.0054,
-    # so 0.01 off is within 1.96 sd; on 100,000 it is not.
+    # 0.96 is outside [0.968, 0.972]; for a window of 1,000 requests the binomial sd alone is
+    # 0.0054, so 0.01 off is within 1.96 sd; for 100,000 it is not.
     (few,) = coverage(rounds(1000))
-    assert not few["covered"] and few["covered_predictive"]
+    assert few["covered"] and not few["covered_expected"]
     (many,) = coverage(rounds(100_000))
-    assert not many["covered_predictive"]
+    assert not many["covered"]

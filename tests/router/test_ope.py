@@ -12,6 +12,8 @@ import pytest
 from router.config import RoutingConfig
 from router.features import RequestFeatures
 from router.ope import (
+    Z95,
+    Estimate,
     Logged,
     cross_fit,
     doubly_robust,
@@ -271,3 +273,20 @@ def test_counting_only_the_served_weights_verdicts_finds_what_new_weights_will_g
         assert new is not None and new.imputed == pytest.approx(0.05, abs=0.02)
         covered += new.covers(truth)
     assert covered / runs >= 0.9, covered
+
+
+def test_the_window_interval_covers_a_fresh_windows_accept_where_the_expected_one_does_not() -> (
+    None
+):
+    # a policy whose expected accept (0.95) is known to +-0.004 (se 0.002); windows of 500
+    # requests scatter with sd ~0.0097 around it
+    rng = random.Random(7)
+    estimate = Estimate(0.95, 0.95 - Z95 * 0.002, 0.95 + Z95 * 0.002, 2000, 0.0, 0.0)
+    low, high = estimate.predict(500)
+    assert high - low == pytest.approx(2 * Z95 * math.sqrt(0.002**2 + 0.95 * 0.05 / 500))
+    windows = [sum(rng.random() < 0.95 for _ in range(500)) / 500 for _ in range(2000)]
+    window_cover = sum(low <= w <= high for w in windows) / len(windows)
+    expected_cover = sum(estimate.covers(w) for w in windows) / len(windows)
+    assert 0.93 <= window_cover <= 0.98
+    assert expected_cover < 0.5
+    assert Estimate(0.999, 0.99, 1.0, 10, 0.0, 0.0).predict(10)[1] == 1.0  # clipped
