@@ -17,13 +17,15 @@ local on the evidence of chat requests, nor the reverse); measurements in docs/r
   ``R(t) = a L + (1 - a) (f - e (f - B))``; exploration's expected loss is in the budget.
 - Learn-then-test: cuts between distinct pool scores are tested from the highest down; a cut
   passes when ``R`` with ``L`` at its one-sided Wilson lower bound (level ``delta``) reaches
-  ``q f``; the first failure ends the scan (fixed-sequence testing keeps the whole scan's
-  family-wise error at ``delta``; Angelopoulos et al. 2021). The threshold is the lowest passed
+  the goal, ``q f`` (with ``quality_window`` ``N``: ``q f + z sqrt(f (1 - f) / N)``, so that a
+  window of ``N`` requests keeps ``q f`` too, not only the expected accept); the first failure
+  ends the scan (fixed-sequence testing keeps the whole scan's family-wise error at
+  ``delta``; Angelopoulos et al. 2021). The threshold is the lowest passed
   cut whose marginal request is not below ``q f`` on its own (its block's point estimate in the
   non-increasing isotonic fit of ``y`` on the score). Fewer than ``min_samples`` verdicts or no
   cut passing: ``inf``.
 - Exploration (:func:`exploration_share`): the configured share, capped so that its expected
-  loss (the upper bound of ``f - B``) spends at most ``exploration_budget`` of ``(1 - q) f``.
+  loss (the upper bound of ``f - B``) spends at most ``exploration_budget`` of ``f - goal``.
   Without ``min_samples`` verdicts: the share that stays in that budget were every explored
   answer rejected, where ``explore_unproven`` (chat), else none (agent steps: a failed step
   can spend the user's episode; shadows give their first evidence).
@@ -87,6 +89,7 @@ class Knobs:
     max_weight_ratio: float
     exploration_budget: float
     explore_unproven: bool
+    window: int | None = None
 
     @classmethod
     def of(cls, config: LearnedConfig, segment: Segment) -> Knobs:
@@ -99,7 +102,18 @@ class Knobs:
             max_weight_ratio=config.max_weight_ratio,
             exploration_budget=config.exploration_budget,
             explore_unproven=segment == "plain" or config.explore_unproven_tools,
+            window=config.quality_window,
         )
+
+    def goal(self, p_frontier: float) -> float:
+        """The routed mix's accept to keep: ``q f``, raised by ``z sqrt(f (1 - f) / N)`` for a
+        window of ``N`` requests (a window of the mix scatters about as one of frontier
+        answers), never above ``f``."""
+        goal = self.quality_target * p_frontier
+        if self.window is not None:
+            spread = math.sqrt(max(p_frontier * (1 - p_frontier), 0.0) / self.window)
+            goal += self.z * spread
+        return min(goal, p_frontier)
 
     @property
     def z(self) -> float:
@@ -192,7 +206,7 @@ def plan(pool: SegmentPool, p_frontier: float, knobs: Knobs) -> SegmentPlan:
             exploration_share(knobs, p_frontier, 0.0, math.inf) if knobs.explore_unproven else 0.0
         )
         return SegmentPlan(math.inf, share, n, 0.0, 0.0, p_frontier - share * p_frontier)
-    f, q, z = p_frontier, knobs.quality_target, knobs.z
+    f, q, z, goal = p_frontier, knobs.quality_target, knobs.z, knobs.goal(p_frontier)
     order = np.argsort(-np.asarray(pool.scores), kind="stable")
     s = np.asarray(pool.scores)[order]
     y = np.asarray(pool.accepted, dtype=np.float64)[order]
@@ -219,7 +233,7 @@ def plan(pool: SegmentPool, p_frontier: float, knobs: Knobs) -> SegmentPlan:
         lower = wilson_bounds(float(cwy[k] / cw[k]), float(cw[k] ** 2 / cw2[k]), z)[0]
         eps, below = explore(k)
         routed = a * lower + (1 - a) * (f - eps * (f - below))
-        if routed < q * f - 1e-12:
+        if routed < goal - 1e-12:
             break  # fixed sequence: the first failure ends the scan
         if marginal[k - 1] >= q * f - 1e-12:
             best = (t, eps, a, routed)
@@ -230,12 +244,13 @@ def plan(pool: SegmentPool, p_frontier: float, knobs: Knobs) -> SegmentPlan:
 def exploration_share(knobs: Knobs, p_frontier: float, below: float, below_n: float) -> float:
     """The configured exploration share, capped so that exploration's expected loss (the
     upper bound of ``f - B``, ``B`` observed as ``below`` on ``below_n`` effective verdicts)
-    spends at most ``exploration_budget`` of the quality budget ``(1 - q) f``."""
+    spends at most ``exploration_budget`` of the quality budget ``f - goal``
+    (:meth:`Knobs.goal`)."""
     if knobs.exploration_share == 0 or below_n <= 0:
         return knobs.exploration_share
     lower = below if math.isinf(below_n) else wilson_bounds(below, below_n, knobs.z)[0]
     harm = p_frontier - lower
-    budget = knobs.exploration_budget * (1 - knobs.quality_target) * p_frontier
+    budget = knobs.exploration_budget * (p_frontier - knobs.goal(p_frontier))
     return knobs.exploration_share if harm <= 0 else min(knobs.exploration_share, budget / harm)
 
 

@@ -91,6 +91,14 @@ class LearnedConfig(BaseModel):
         description="Most of the below-threshold requests that go local to keep learning; less "
         "where exploration's measured harm would spend more than `exploration_budget`.",
     )
+    quality_window: int | None = Field(
+        default=None,
+        ge=1,
+        description="Requests in a window the quality target must hold in, not only on average: "
+        "the target is raised by that window's binomial spread at the threshold's confidence "
+        "(router/calibration.py). None: the target is for the expected accept, and a window "
+        "scatters around it (one of 500 requests by about 1% of frontier accept).",
+    )
     min_samples: int = Field(
         default=20,
         ge=1,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 
@@ -156,3 +157,28 @@ def test_false_local_routing_stays_within_the_error_rate() -> None:
         cut = plan(_pool([0.8] * 30 + [0.2] * 30, verdicts, live), 1.0, _knobs(0.95))
         wrong += cut.threshold <= 0.8
     assert wrong / draws <= 0.05
+
+
+def test_a_quality_window_keeps_the_target_in_each_window_not_only_on_average() -> None:
+    f, q, window = 0.98, 0.95, 500
+    knobs = dataclasses.replace(_knobs(q, eps=0.05), window=window)
+    spread = math.sqrt(f * (1 - f) / window)
+    assert knobs.goal(f) == pytest.approx(q * f + knobs.z * spread)
+    assert _knobs(q).goal(f) == pytest.approx(q * f)
+    assert dataclasses.replace(knobs, window=1).goal(f) == f  # never above the frontier's
+    # a hopeless local model: exploration spends half of what the window leaves, not of 5%
+    bad = _pool([0.1] * 400, [False] * 400)
+    cut = plan(bad, f, knobs)
+    assert cut.exploration_share == pytest.approx(0.5 * (f - knobs.goal(f)) / f)
+    # a windowed mix of 500 routed requests at the planned rate keeps q f in >= 95% of windows
+    rng = random.Random(3)
+    rate = cut.routed_lower
+    kept = sum(
+        sum(rng.random() < rate for _ in range(window)) / window >= q * f for _ in range(400)
+    )
+    assert kept / 400 >= 0.93
+    # the threshold needs more evidence with a window than without
+    scores = [i / 100 for i in range(100)]
+    accepted = [s > 0.3 or i % 3 == 0 for i, s in enumerate(scores)]
+    pool = _pool(scores, accepted)
+    assert plan(pool, f, knobs).threshold >= plan(pool, f, _knobs(q, eps=0.05)).threshold
