@@ -14,8 +14,7 @@ import math
 from dataclasses import dataclass
 
 from rl_loop.evaluate import ItemResult, ModelEval
-
-Z95 = 1.959964
+from router.ope import Z95
 
 
 @dataclass(frozen=True, slots=True)
