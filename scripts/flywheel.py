@@ -78,9 +78,9 @@ from rl_loop.ship import ship_candidate
 from serving.base_checkpoints import base_training_config, ensure_trained, find_trained
 from serving.build import ensure_demo_model, read_version
 from serving.copy_curriculum import COPY_RECIPE, CopySpec
-from serving.hotswap import RELOAD_WORKER_EXTENSION
 from serving.names import ADMIN_TOKEN_ENV, LOCAL_MODEL_NAME
 from serving.processes import Child, Interrupted, ProcessFleet
+from serving.reload_worker import RELOAD_WORKER_EXTENSION
 from serving.replica import VllmReplica, find_free_port
 from serving.vllm_config import VllmLaunchConfig
 from tasks.agent.tasks import heldout_task_ids

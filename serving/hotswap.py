@@ -10,11 +10,12 @@ The protocol, per replica, in the order given (`publish_weights`):
 2. Reload. The cache check's prompt is cached first (old weights; step 5). Then `POST
    {replica}/collective_rpc {"method": "switchyard_reload", "args": [dir]}` runs vLLM's in-place
    `reload_weights(weights_path=dir)` in its workers and, on CPU, the MoE prepack vLLM skips on
-   reload (`ReloadWorkerExtension`; docs/deploy.md, "Weight hot-swap"). Replicas run with
-   `dev_mode=True`, `worker_extension_cls=RELOAD_WORKER_EXTENSION` and see `dir` themselves.
+   reload (:mod:`serving.reload_worker`; docs/deploy.md, "Weight hot-swap"). Replicas run
+   with `dev_mode=True`, `worker_extension_cls=RELOAD_WORKER_EXTENSION` and see `dir`.
 3. Version. `POST /update_weight_version {"new_version": id}`; `GET /weight_info` must echo it.
-4. Prefix cache. `POST /reset_prefix_cache?reset_external=true` until it succeeds (LMCache's
-   connector reports success without clearing: docs/deploy.md, "Hot swap and the KV tiers").
+4. Prefix cache. `POST {replica}/collective_rpc {"method": "switchyard_clear_kv_connector"}`
+   clears the KV connector's tier (LMCache's engine: :mod:`serving.reload_worker`), then `POST
+   /reset_prefix_cache?reset_external=true` until it succeeds (vLLM's own blocks).
 5. Cache check (:mod:`serving.prefix_cache_check`): the long check prompt's greedy answers read
    from the cache must equal one computed from scratch, within the probe's bound: stale blocks.
 6. Probe. `POST /v1/completions` of the checkpoint's probe prompt (token ids), `max_tokens=1`,
@@ -48,7 +49,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Protocol, cast
+from typing import Any, Literal
 
 import httpx
 from pydantic import BaseModel, ConfigDict, Field
@@ -63,6 +64,7 @@ from serving.prefix_cache_check import (
     CacheCheckSettings,
     PrefixCacheCheck,
 )
+from serving.reload_worker import CLEAR_METHOD, RELOAD_METHOD, RELOAD_WORKER_EXTENSION
 from serving.swap_checks import (
     HotSwapError,
     ProbeResult,
@@ -78,43 +80,6 @@ from serving.swap_checks import (
 )
 
 logger = logging.getLogger(__name__)
-
-#: `VllmLaunchConfig.worker_extension_cls` value that gives a replica the reload method.
-RELOAD_WORKER_EXTENSION = "serving.hotswap.ReloadWorkerExtension"
-RELOAD_METHOD = "switchyard_reload"
-
-
-class _VllmWorker(Protocol):
-    model_runner: Any
-
-    def reload_weights(self, *, weights_path: str) -> None: ...
-
-
-class ReloadWorkerExtension:
-    """Methods mixed into vLLM's worker class, called through `/collective_rpc` by name.
-
-    Runs inside the vLLM worker process; imports vLLM lazily so this module stays importable
-    without it.
-    """
-
-    def switchyard_reload_ready(self) -> str:
-        """Answers the preflight: this worker has the extension."""
-        return RELOAD_METHOD
-
-    def switchyard_reload(self, checkpoint_dir: str) -> str:
-        """Reload every weight from `checkpoint_dir` in place; returns the directory."""
-        from vllm.platforms import current_platform
-
-        worker = cast(_VllmWorker, self)
-        worker.reload_weights(weights_path=checkpoint_dir)
-        if current_platform.is_cpu():
-            # vLLM's reload copies the new expert weights into the prepacked tensors without
-            # running the CPU kernel's prepack again (it only runs on first load); run it.
-            for module in worker.model_runner.get_model().modules():
-                kernel = getattr(getattr(module, "quant_method", None), "moe_kernel", None)
-                if kernel is not None:
-                    kernel.fused_experts.process_weights_after_loading(module)
-        return checkpoint_dir
 
 
 class HotSwapConfig(BaseModel):
@@ -308,8 +273,10 @@ class _Publisher:
         info = (await self.client.get(f"{replica}/weight_info")).json()
         if info.get("weight_version") != version:
             raise HotSwapError(f"{replica} reports weights {info}, not {version}")
+        # the connector's tier (LMCache) first: vLLM's reset_external does not reach it
+        await self._post(f"{replica}/collective_rpc", {"method": CLEAR_METHOD})
         for _ in range(self.config.reset_attempts):
-            # reset_external: the connector's tier too (LMCache), not only vLLM's own blocks.
+            # reset_external: the connector's tier too, where a connector implements it.
             reset = f"{replica}/reset_prefix_cache?reset_external=true"
             if (await self._post(reset)).json().get("success"):
                 break

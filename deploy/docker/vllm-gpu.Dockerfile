@@ -1,5 +1,5 @@
 # A GPU replica: vLLM's own image, plus LMCache (KV offload) and Switchyard's `serving` package
-# (the hot-swap worker extension, `serving.hotswap.ReloadWorkerExtension`, which vLLM imports by
+# (the hot-swap worker extension, `serving.reload_worker.ReloadWorkerExtension`, which vLLM imports by
 # name). The flags come from the `gpu-fp8-lmcache` launch preset; print them with
 #   python -m serving.launch --preset gpu-fp8-lmcache --model /models/current --host 0.0.0.0
 # (deploy/k8s/overlays/gpu passes exactly those). Build from the repository root:

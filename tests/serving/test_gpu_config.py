@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from serving import launch
-from serving.hotswap import RELOAD_WORKER_EXTENSION
 from serving.launch import launch_config, load_preset, preset_names, rendered
+from serving.reload_worker import RELOAD_WORKER_EXTENSION
 from serving.replica import VllmReplica, find_free_port
 
 MODEL = Path("/models/fp8-abc")

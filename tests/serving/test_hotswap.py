@@ -27,16 +27,11 @@ from serving.build import (
     read_version,
     staging_dir,
 )
-from serving.hotswap import (
-    RELOAD_METHOD,
-    RELOAD_WORKER_EXTENSION,
-    HotSwapConfig,
-    SwapReport,
-    publish_weights,
-)
+from serving.hotswap import HotSwapConfig, SwapReport, publish_weights
 from serving.logprob_probe import checkpoint_probe
 from serving.names import ADMIN_TOKEN_ENV, LOCAL_MODEL_NAME
 from serving.prefix_cache_check import CacheCheckSettings, PrefixCacheCheck
+from serving.reload_worker import CLEAR_METHOD, RELOAD_METHOD, RELOAD_WORKER_EXTENSION
 from serving.supervisor import ReplicaSupervisor, SupervisorConfig
 from serving.swap_checks import HotSwapError, ProbeTolerance, compare_probe, probe_tolerance
 from serving.train_base import QUICK_TRAINING
@@ -235,6 +230,19 @@ async def test_the_cache_check_fails_on_blocks_a_reset_left_behind(
     assert stale.cold_cached_tokens is not None and stale.cold_cached_tokens >= 480
     assert fresh.passed and fresh.cold_cached_tokens == 0, fresh
     assert fresh.warm_cached_tokens is not None and fresh.warm_cached_tokens >= 480
+
+
+async def test_a_replica_without_a_kv_connector_has_no_tier_to_clear(
+    pool: ReplicaSupervisor,
+) -> None:
+    """The swap's connector clear (serving.reload_worker) runs in a real replica's workers: a
+    CPU replica has no KV connector, so it answers -1 and the swap goes on to vLLM's reset
+    (with LMCache it clears the engine: GPU only)."""
+    async with httpx.AsyncClient(timeout=60) as client:
+        rpc = {"method": CLEAR_METHOD}
+        response = await client.post(f"{pool.urls[0]}/collective_rpc", json=rpc)
+    assert response.status_code == 200, response.text
+    assert response.json()["results"] == [-1]
 
 
 async def test_swap_under_streaming_load_tags_every_response_with_one_version(
