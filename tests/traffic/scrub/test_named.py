@@ -172,8 +172,16 @@ def test_vendor_placeholders_survive(text: str) -> None:
         ('        storePassword "Qm3vLx8pzW2"', "password", "Qm3vLx8pzW2"),
         ('#define MQTT_PASSWORD "amber2011!"', "password", "amber2011!"),
         # a setter command, a .netrc entry
-        ("aws configure set aws_secret_access_key Zq8Lr2Xw1vYb7Tn0sPz4a6dGmE3hJcQu", "aws_secret", None),
-        ("machine api.vendor.io\n  login ops@corp.io\n  password 7d1c9a40-2f6b-4e1d", "password", None),
+        (
+            "aws configure set aws_secret_access_key Zq8Lr2Xw1vYb7Tn0sPz4a6dGmE3hJcQu",
+            "aws_secret",
+            None,
+        ),
+        (
+            "machine api.vendor.io\n  login ops@corp.io\n  password 7d1c9a40-2f6b-4e1d",
+            "password",
+            None,
+        ),
         # an element named by a secret name (Maven)
         ("<server>\n  <password>Wq9!Lm2xZr</password>\n</server>", "password", "Wq9!Lm2xZr"),
         # escaped quotes (a notebook's JSON), a decoding call

@@ -80,7 +80,7 @@ def test_passwords_in_sql(text: str, password: str | None) -> None:
         ('req.SetBasicAuth("svc", "Rw7!pQz2Lm")', "password", "Rw7!pQz2Lm"),
         ("$db = new mysqli('localhost', 'shop', 'Tz8p!Lm2wq', 'shop');", "password", "Tz8p!Lm2wq"),
         (
-            "const t = jwt.sign({ uid: u.id, roles: [1, 2] }, 'k9-hmac-Zp2wq8Lm', { expiresIn: 60 })",
+            "const t = jwt.sign({ uid: u.id, roles: [1, 2] }, 'k9-hmac-Zp2wq8Lm', { exp: 60 })",
             "generic_secret",
             "k9-hmac-Zp2wq8Lm",
         ),
