@@ -18,25 +18,25 @@ Forms
     default     a lookup's default: ``getenv("NAME", "value")``, ``define('NAME', 'value')``,
                 ``process.env.NAME ?? 'value'`` (``||``, ``or``)
     name/value  ``name: NAME`` then ``value: ...`` (Kubernetes env, ECS task definitions)
-    flag        ``--password VALUE``, ``--api-key VALUE``, and tools' own password flags:
-                ``curl -u user:PW``, ``mysql -pPW``, ``docker login -p PW``, ``redis-cli -a PW``,
-                ``az login -p PW``, ``sshpass -p PW``, ``mongo -p PW``,
-                ``poetry config http-basic.REPO USER PW``
+    flag        ``--password VALUE``, ``--api-key VALUE`` (tools' own password arguments:
+                :mod:`traffic.scrub.positional`)
+    spaced      ``NAME "value"`` (Gradle's ``storePassword "..."``, ``#define NAME "..."``,
+                SQL's ``PASSWORD '...'``); a bare value after a setter (``aws configure set
+                NAME VALUE``) or in a .netrc entry (``machine ... password VALUE``)
+    element     ``<password>value</password>`` (Maven's settings.xml)
     cookie      a session's or token's cookie (``session_id``, ``sid``, ``auth``, ``csrftoken``)
     pgpass      the password of a ``host:port:database:user:password`` line
 Values
     Never a template (``<x>``, ``{x}``, ``${``, ``{{``, ``#{``, ``%(``, ``$VAR``, ``$(``).
-    Quoted: 8+ characters without a line break or backslash, not a raw string (``r"..."``: a
-    regex, a path); no whitespace or ``<>{}`` (prose, markup, a regex), except in a purpose
-    key's random value of 32+ (WordPress salts). In a lookup's default, a flag and a
-    name/value pair a quoted value must also be *password-shaped* (there a word is another
-    name: ``getenv("TOKEN", "default_token")``). Unquoted, under a password name: up to
-    whitespace, a quote, ``,;|<>()[]{}`` or a ``&`` that starts a query parameter, and
-    password-shaped: 6+ characters holding a digit, a symbol or both cases (after YAML's
-    ``!``/``&``/``*``), not code (``settings.DB_PASSWORD``, a call, an index), a path or a
-    URL. Unquoted under other names: 16+ ``[A-Za-z0-9+/=_-]`` with a letter and a digit
-    (there an unquoted value in code is an expression and in configuration a word: only a
-    token's shape tells a secret from them).
+    Quoted: 8+ characters without a line break or backslash, not a raw string (``r"..."``);
+    no whitespace or ``<>{}`` (prose, markup, a regex) but in a purpose key's random value of
+    32+ (WordPress salts) or a Google app password. In a lookup's default, a flag and a
+    name/value pair it must also be *password-shaped* (there a word is another name). Bare,
+    under a password name: up to whitespace, a quote, ``,;|<>()[]{}`` or a ``&`` that starts a
+    query parameter, and password-shaped: 6+ characters holding a digit, a symbol, both cases,
+    or a passphrase (:func:`~traffic.scrub.rule.password_shaped`), not code, a path or a URL.
+    Bare under other names: 16+ ``[A-Za-z0-9+/=_-]`` with a letter and a digit (only a
+    token's shape tells a secret from an expression or a word).
 """
 
 from __future__ import annotations

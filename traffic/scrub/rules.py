@@ -5,34 +5,27 @@ Every rule runs on the original text and reports spans; nothing is replaced here
 
 Secrets
     ``private_key_pem``: a PEM private-key block, BEGIN to END, or to the end of its base64
-    lines when the END line is missing (a truncated paste). Vendor formats, the token only:
-    ``anthropic_key`` (``sk-ant-``), ``openai_key`` (``sk-``, ``sk-proj-``...), ``stripe_key``
-    (``sk_/rk_`` + ``live_/test_``), ``aws_access_key`` (``AKIA``/``ASIA`` + 16),
-    ``github_token`` (``gh[pousr]_``, ``github_pat_``), ``gitlab_token`` (``glpat-``),
-    ``slack_token`` (``xox?-``), ``google_api_key`` (``AIza`` + 35), ``huggingface_token``
-    (``hf_``), ``jwt`` (``eyJ...eyJ...sig``), ``digitalocean_token`` (``dop_v1_``),
-    ``shopify_token`` (``shpat_``...), ``groq_key`` (``gsk_``), ``replicate_token`` (``r8_``),
-    ``postman_key`` (``PMAK-``), ``linear_key`` (``lin_api_``), ``databricks_token``
-    (``dapi``), ``newrelic_key`` (``NRAK-``), Django's generated ``django-insecure-`` key;
-    the part after the prefix needs a digit or both cases, so ``ghp_xxxx...`` and
-    ``AKIAXXXX...`` placeholders stay. ``azure_client_secret``: an Azure AD client secret
-    (``abc8Q~`` + 31-34). ``bearer_token``: the token after ``Bearer`` or ``Authorization:
-    token``; ``basic_auth``: the value after ``Authorization: Basic``, or base64 of
-    ``user:password`` in docker's ``"auth": "..."`` and npm's ``_auth=``. Values under a
-    secret-like name (assigned, a lookup's default, name/value pairs, command-line flags,
-    session cookies, ``.pgpass`` lines): :mod:`traffic.scrub.named`.
+    lines when the END line is missing (a truncated paste). ``azure_client_secret``: an Azure
+    AD client secret (``abc8Q~`` + 31-34). ``bearer_token``: the token after ``Bearer`` or
+    ``Authorization: token`` (``HTTP_AUTHORIZATION`` too); ``basic_auth``: the value after
+    ``Authorization: Basic``, or base64 of ``user:password`` in docker's ``"auth": "..."`` and
+    npm's ``_auth=``. Vendor formats, webhook and signed URLs, base64 private keys:
+    :mod:`traffic.scrub.vendors`. Values under a secret-like name: :mod:`traffic.scrub.named`.
+    Tools' password arguments, SQL, credentials passed by position:
+    :mod:`traffic.scrub.positional`.
 PII
-    ``email`` (kept: ``git@`` remotes and reserved example domains: ``example.com/.org/.net``,
-    ``*.example``, ``*.test``, ``*.invalid``, ``*.localhost``); ``credit_card`` (13-19 digits
-    in card groupings, a known issuer prefix and a valid Luhn sum); ``ip`` (IPv6 validated by
-    :mod:`ipaddress`; IPv4 dotted quads without leading zeros; kept: loopback, unspecified,
-    netmasks, and a quad after a version context such as ``v``, ``version``, ``==``, ``@``);
+    ``email`` (kept: ``git@`` remotes, reserved example domains: ``example.com/.org/.net``,
+    ``*.example``, ``*.test``, ``*.invalid``, ``*.localhost``; Google service accounts; the
+    ``user@host`` of ssh, scp, sftp, rsync); ``credit_card`` (13-19 digits in card groupings,
+    a known issuer prefix and a valid Luhn sum); ``ip`` (IPv6 validated by :mod:`ipaddress`;
+    IPv4 dotted quads without leading zeros; kept: loopback, unspecified, netmasks, RFC 1918
+    addresses, and a quad after a version context such as ``v``, ``version``, ``==``, ``@``);
     ``phone`` (``+`` international with 8-15 digits, North-American ``NXX-XXX-XXXX`` or
     ``(NXX) XXX-XXXX``, or 7-15 digits right after a phone keyword; bare digit runs are ids).
 
 Not detected here: names, postal addresses, secrets without a known prefix that are not
-assigned to a secret-like name, passwords inside URLs (detect-secrets' rule does that:
-:mod:`traffic.scrub.plugins`).
+under a secret-like name or in a credential's place, passwords inside URLs with a user
+(detect-secrets' rule does that: :mod:`traffic.scrub.plugins`).
 """
 
 from __future__ import annotations
