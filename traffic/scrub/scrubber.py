@@ -5,8 +5,9 @@ detect-secrets plugins (:mod:`traffic.scrub.plugins`) on the original text, then
 
 1. drops spans inside a placeholder already in the text (so scrubbing is idempotent, and a
    model's answer that quotes a placeholder keeps it), and secret spans that stand in for a
-   secret (``YOUR_API_KEY``, ``sk-...``, ``xxxxxx``, ``${VAR}``, ``process.env.X``, a phrase
-   such as ``replace-with-a-long-random-string``);
+   secret (``YOUR_API_KEY``, ``sk-...``, ``xxxxxx``, ``****``, ``<password>``, ``${VAR}``,
+   ``process.env.X``, a phrase such as ``replace-with-a-long-random-string`` but a password's
+   passphrase), and values vendors document or publish (the jwt.io sample, ``pk_live_``);
 2. merges overlapping secret spans into one, named by the most specific kind among them
    (:data:`KIND_PRIORITY`: a JWT after ``Bearer`` is a ``jwt``, an ``sk-proj-`` key
    assigned to ``api_key`` is an ``openai_key``);
