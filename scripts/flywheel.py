@@ -234,7 +234,6 @@ def gateway_config(run: Path, replicas: list[str], sim_url: str, s: Settings) ->
                 "local_target": "local",
                 "frontier_target": "frontier",
                 "quality_target": s.quality_target,
-                "quality_window": s.tasks_per_round,  # the target holds in every round
                 "exploration_share": s.exploration_share,
                 "min_samples": s.min_samples,
                 "state_file": str(run / "learned_state.json"),
