@@ -7,6 +7,7 @@ Vendor tokens
     ``ghp_xxxx...`` and ``AKIAXXXX...`` placeholders stay. Public identifiers that share a
     vendor's prefix family are *not* secrets and are not listed: Mapbox ``pk.`` tokens,
     Stripe ``pk_`` keys, Square ``sq0idp-`` application ids, Twilio ``AC`` account SIDs.
+    Mailgun's private keys since 2019 have no prefix: 32 hex, ``-``, 8 hex, ``-``, 8 hex.
 Pairs
     A Twilio account SID followed by a 32-hex auth token (``Client("AC...", "...")``,
     ``AC...:token``): the token.
